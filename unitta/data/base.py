@@ -1,0 +1,56 @@
+"""The dataset type shared by the stream samplers, the evaluation loop and the methods."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+# The reference's corruption order (spec 1.7 / 4.2): it defines domain ids, the continual order and
+# the head -> tail order of domain imbalance. Same list for every dataset config.
+CORRUPTIONS: tuple[str, ...] = (
+    "motion_blur",
+    "snow",
+    "fog",
+    "shot_noise",
+    "defocus_blur",
+    "contrast",
+    "zoom_blur",
+    "brightness",
+    "frost",
+    "elastic_transform",
+    "glass_blur",
+    "gaussian_noise",
+    "pixelate",
+    "jpeg_compression",
+    "impulse_noise",
+)
+
+
+@dataclass
+class CorruptedDataset(ABC):
+    """A multi-domain test set: one domain per (corruption, severity), items in domain-major order.
+
+    labels, domains: int64 arrays over all items (dataset order, domain-major like the reference).
+    domain_names: one name per domain id, e.g. 'motion_blur_5'.
+    """
+
+    name: str
+    labels: np.ndarray
+    domains: np.ndarray
+    domain_names: list[str]
+    num_classes: int
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def num_domains(self) -> int:
+        return len(self.domain_names)
+
+    @abstractmethod
+    def get_batch(self, indices: np.ndarray) -> torch.Tensor:
+        """Images at ``indices`` as a float32 tensor (B, C, H, W) with values in [0, 1]."""

@@ -1,0 +1,306 @@
+"""The TTA method contract, the method registry and per-dataset hyper-parameter presets.
+
+Every method is one class in one file under ``unitta/methods/``, registered by name::
+
+    @register_method("tent")
+    class Tent(TTAMethod):
+        \"\"\"TENT: entropy minimisation on BN affine parameters (Wang et al., ICLR'21).\"\"\"
+
+        @dataclass(frozen=True)
+        class Config:
+            lr: float = 1e-3                      # configs/adapter/cifar10/tent.yaml
+            optimizer: Literal["adam", "sgd"] = "adam"
+
+        presets = {"imagenet": {"lr": 2.5e-4, "optimizer": "sgd"}}
+
+        def setup(self) -> None:                  # build state on self.model (a fresh source copy)
+            ...
+
+        def forward(self, x: Tensor) -> Tensor:   # one batch in stream order -> (B, K) scores
+            ...
+
+A method sees only images in stream order, never labels or true domains. ``reset()`` rebuilds the
+method from a pristine deep copy of the source model, so restoring the source is exact by
+construction; subclasses put all their state-building in ``setup()``.
+
+The output of ``forward`` is a (B, K) score tensor whose argmax is the prediction (logits or
+probabilities, whichever the method naturally produces; the paper's metric only uses the argmax).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import time
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, get_args, get_origin
+
+import torch
+from torch import Tensor, nn
+
+from unitta.models.info import ModelInfo
+
+__all__ = [
+    "TTAMethod",
+    "MethodCost",
+    "register_method",
+    "get_method",
+    "list_methods",
+    "method_class",
+    "preset_key",
+    "build_config",
+]
+
+_REGISTRY: dict[str, type["TTAMethod"]] = {}
+
+# Dataset name -> the reference config family whose hyper-parameters apply (spec 4.5).
+# The embedded Fashion-MNIST-C uses CIFAR-10's values (same size: 10 classes, 32x32, 1000 per state).
+_PRESET_KEYS = {
+    "cifar10": "cifar10",
+    "cifar10-c": "cifar10",
+    "fmnist": "cifar10",
+    "fmnist-c": "cifar10",
+    "cifar100": "cifar100",
+    "cifar100-c": "cifar100",
+    "imagenet": "imagenet",
+    "imagenet-c": "imagenet",
+}
+
+
+def preset_key(dataset: str | None) -> str:
+    """Map a dataset name to its hyper-parameter family: 'cifar10', 'cifar100' or 'imagenet'."""
+    if dataset is None:
+        return "cifar10"
+    key = _PRESET_KEYS.get(dataset.lower())
+    if key is None:
+        raise ValueError(
+            f"dataset={dataset!r} has no hyper-parameter preset; known: {sorted(_PRESET_KEYS)}"
+        )
+    return key
+
+
+@dataclass
+class MethodCost:
+    """What adapting has cost so far: model forward/backward passes, batches, images, seconds."""
+
+    forwards: int = 0
+    backwards: int = 0
+    batches: int = 0
+    images: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+class TTAMethod:
+    """Base class of all test-time adaptation methods.
+
+    Subclasses define a frozen ``Config`` dataclass (defaults = the CIFAR-10 reference config),
+    optional ``presets`` (dataset family -> field overrides), ``setup()`` and ``forward()``.
+    """
+
+    name: ClassVar[str] = ""
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, model: nn.Module, cfg: Any, info: ModelInfo, seed: int = 0):
+        self.source_model = model
+        self.cfg = cfg
+        self.info = info
+        self.seed = seed
+        self.cost = MethodCost()
+        self.model: nn.Module = model
+        self.generator: torch.Generator = torch.Generator()
+        self.reset()
+
+    # ------------------------------------------------------------------ lifecycle
+    def reset(self) -> None:
+        """Back to the source model with all adaptation state cleared (exact, by deep copy)."""
+        self.model = copy.deepcopy(self.source_model)
+        self.model.eval()
+        self.device = _module_device(self.model)
+        self.generator = torch.Generator(device="cpu").manual_seed(self.seed)
+        self.cost = MethodCost()
+        self._tracked: list[nn.Module] = []
+        self._hooks: list[Any] = []
+        self.setup()
+        self.track(self.model)
+
+    def setup(self) -> None:
+        """Build method state on ``self.model`` (a fresh copy of the source). Override."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        """One batch in stream order -> (B, K) scores; adapts as it goes. Override."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"{self.name}: expected a batch of images (B, C, H, W), got shape {tuple(x.shape)}")
+        start = time.perf_counter()
+        out = self.forward(x)
+        if x.is_cuda:
+            torch.cuda.synchronize(x.device)
+        self.cost.seconds += time.perf_counter() - start
+        self.cost.batches += 1
+        self.cost.images += x.shape[0]
+        return out
+
+    # ------------------------------------------------------------------ helpers for subclasses
+    def track(self, module: nn.Module) -> None:
+        """Count every forward pass through ``module`` in ``self.cost.forwards``."""
+        if any(m is module for m in self._tracked):
+            return
+        self._tracked.append(module)
+        self._hooks.append(module.register_forward_hook(self._count_forward))
+
+    def _count_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        self.cost.forwards += 1
+
+    def backward(self, loss: Tensor) -> None:
+        """``loss.backward()``, counted in ``self.cost.backwards``."""
+        loss.backward()
+        self.cost.backwards += 1
+
+    def num_domains(self) -> int | None:
+        """Domains discovered so far (BDN-based methods); None for methods without domains."""
+        return None
+
+    def extra_metrics(self) -> dict[str, Any]:
+        """Method-specific figures for the result row (e.g. memory-bank fill). Override."""
+        return {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.cfg})"
+
+
+def _module_device(model: nn.Module) -> torch.device:
+    for tensor in model.parameters():
+        return tensor.device
+    for tensor in model.buffers():
+        return tensor.device
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------- registry
+def register_method(name: str):
+    """Class decorator: register a TTAMethod subclass under ``name``."""
+
+    def wrap(cls: type[TTAMethod]) -> type[TTAMethod]:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"method {name!r} is registered twice ({_REGISTRY[name].__module__}, {cls.__module__})")
+        if not (dataclasses.is_dataclass(cls.Config) and cls.Config.__dataclass_params__.frozen):
+            raise TypeError(f"{cls.__name__}.Config must be a frozen dataclass")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return wrap
+
+
+def _ensure_loaded() -> None:
+    # importing the package imports every method module, which registers them
+    import unitta.methods  # noqa: F401
+
+
+def list_methods() -> list[str]:
+    """Names of all registered methods, sorted."""
+    _ensure_loaded()
+    return sorted(_REGISTRY)
+
+
+def method_class(name: str) -> type[TTAMethod]:
+    """The registered class for ``name``; unknown names list the registered ones."""
+    _ensure_loaded()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        hint = difflib.get_close_matches(name, _REGISTRY, n=1)
+        did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ValueError(
+            f"unknown method {name!r}{did_you_mean}; registered methods: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def build_config(cls: type[TTAMethod], dataset: str | None = None, **overrides: Any) -> Any:
+    """The method's Config: class defaults, then the dataset preset, then checked overrides."""
+    fields = {f.name: f for f in dataclasses.fields(cls.Config)}
+    values: dict[str, Any] = dict(cls.presets.get(preset_key(dataset), {}))
+    for key, value in overrides.items():
+        if key not in fields:
+            hint = difflib.get_close_matches(key, fields, n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            allowed = ", ".join(fields) or "none"
+            raise ValueError(f"method {cls.name!r} has no hyper-parameter {key!r}{did_you_mean}; allowed: {allowed}")
+        values[key] = _check_type(cls.name, key, value, _resolved_hints(cls.Config)[key])
+    return cls.Config(**values)
+
+
+def _resolved_hints(config_cls: type) -> dict[str, Any]:
+    import sys
+
+    module = sys.modules.get(config_cls.__module__)
+    return typing.get_type_hints(config_cls, globalns=vars(module) if module else None)
+
+
+def _check_type(method: str, key: str, value: Any, hint: Any) -> Any:
+    """Accept ``value`` for a field annotated ``hint`` (int -> float widening allowed), else raise."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        if value in get_args(hint):
+            return value
+        raise ValueError(f"method {method!r}: {key}={value!r} is not one of {list(get_args(hint))}")
+    if origin in (typing.Union, types.UnionType):
+        errors = []
+        for option in get_args(hint):
+            if option is type(None) and value is None:
+                return None
+            try:
+                return _check_type(method, key, value, option)
+            except ValueError as exc:
+                errors.append(str(exc))
+        raise ValueError(f"method {method!r}: {key}={value!r} has the wrong type (expected {hint})")
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is str and isinstance(value, str):
+        return value
+    if origin in (tuple, list) and isinstance(value, (tuple, list)):
+        return type(value)(value) if origin is list else tuple(value)
+    if hint in (float, int, bool, str):
+        raise ValueError(
+            f"method {method!r}: {key}={value!r} has type {type(value).__name__}, expected {hint.__name__}"
+        )
+    return value
+
+
+def get_method(
+    name: str,
+    model: nn.Module,
+    info: ModelInfo,
+    dataset: str | None = None,
+    seed: int = 0,
+    **overrides: Any,
+) -> TTAMethod:
+    """Build method ``name`` around ``model``.
+
+    Hyper-parameters: the method's CIFAR-10 defaults, replaced by the preset of ``dataset``'s
+    family (spec 4.5 / baselines.md), then by ``overrides`` (names and types checked).
+
+    >>> method = get_method("unitta", model, info, eta=0.05)
+    >>> logits = method(x)
+    """
+    cls = method_class(name)
+    cfg = build_config(cls, dataset, **overrides)
+    return cls(model, cfg, info, seed=seed)
