@@ -43,6 +43,7 @@ class Cell:
     S: the official sampler's per-state cap (None: the dataset's default, spec 1.1).
     length: the exact sampler's stream length N (None: the dataset's size).
     method_kwargs: hyper-parameter overrides passed to ``get_method``.
+    n_per_domain: use a class-balanced subset of this many images per domain (small tests/debugging).
     """
 
     dataset: str = "fmnist-c"
@@ -57,6 +58,7 @@ class Cell:
     seed: int = 425
     batch_size: int = 64
     severity: int = 5
+    n_per_domain: int | None = None
     data_dir: str | None = None
     checkpoint_dir: str | None = None
     device: str = "auto"
@@ -146,7 +148,9 @@ def evaluate(
         torch.cuda.reset_peak_memory_stats(device)
 
     if dataset is None:
-        dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity)
+        dataset = load_dataset(
+            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
+        )
     if model_and_info is None:
         model_and_info = load_model(cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir)
     model, info = model_and_info
@@ -215,6 +219,7 @@ def evaluate(
         "seed": cell.seed,
         "batch_size": cell.batch_size,
         "severity": cell.severity,
+        "n_per_domain": cell.n_per_domain,
         "S": stream.S,
         "domain_alpha": float(stream.factors["domain_alpha"]),
         "domain_beta": float(stream.factors["domain_beta"]),
