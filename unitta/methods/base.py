@@ -32,12 +32,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import numbers
 import time
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -268,12 +270,13 @@ def _check_type(method: str, key: str, value: Any, hint: Any) -> Any:
             except ValueError as exc:
                 errors.append(str(exc))
         raise ValueError(f"method {method!r}: {key}={value!r} has the wrong type (expected {hint})")
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+    # numbers.* so that numpy scalars (e.g. from a Ray Tune / Optuna search space) are accepted too
+    if hint is float and isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
         return float(value)
-    if hint is int and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if hint is bool and isinstance(value, bool):
-        return value
+    if hint is int and isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if hint is bool and isinstance(value, (bool, np.bool_)):
+        return bool(value)
     if hint is str and isinstance(value, str):
         return value
     if origin in (tuple, list) and isinstance(value, (tuple, list)):

@@ -1,0 +1,1 @@
+"""Analysis scripts: tables, heatmaps and rankings from Parquet result directories (docs/analysis.md)."""

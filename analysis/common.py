@@ -1,0 +1,183 @@
+"""Reading result directories for the analysis scripts: validation, sweep/tune split, panels.
+
+A result directory is what ``python -m unitta.sweep`` or ``python -m unitta.tune`` wrote:
+``<dir>/cells/*.parquet`` (one row per cell) or a consolidated ``<dir>/results.parquet``
+(docs/results.md). Rows with a ``trial_id`` come from Tune; the others from a sweep.
+
+A *panel* is a group of sweep rows that belong in one table: same dataset, model, sampler,
+batch size, S / length, subset size, severity and factor overrides (seeds are averaged).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+__all__ = [
+    "AnalysisError",
+    "REQUIRED_COLUMNS",
+    "SETTING_ORDER",
+    "CLASS_HALVES",
+    "DOMAIN_HALVES",
+    "SETTING_CAPTION",
+    "Panel",
+    "load_dirs",
+    "split_rows",
+    "sweep_panels",
+    "method_label",
+    "method_order",
+    "setting_order",
+    "half_notation",
+]
+
+REQUIRED_COLUMNS = ("cell_id", "dataset", "method", "setting", "status", "error")
+
+_CORR = ("i", "n", "1")
+_IMB = ("1", "u")
+# The paper's 24-setting grid in its table order (class corr, class imb, domain corr, domain imb;
+# spec 5.2), then the 12 class-continual settings that the paper leaves out.
+SETTING_ORDER: tuple[str, ...] = tuple(
+    "".join(c) for c in itertools.product(("i", "n", "1"), _IMB, _CORR, _IMB)
+)
+CLASS_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu")  # the 4 class settings of the paper's grid
+DOMAIN_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu", "11", "1u")  # the 6 domain settings
+
+SETTING_CAPTION = (
+    "Setting code = <class corr><class imb><domain corr><domain imb>; corr: i = i.i.d., n = non-i.i.d., "
+    "1 = continual; imb: 1 = balanced, u = imbalanced (e.g. nui1 = class (n,u), domain (i,1))."
+)
+
+# Baselines first in roughly the paper's order, UniTTA variants last; unknown names alphabetically between.
+_METHOD_RANK = {
+    name: i
+    for i, name in enumerate(
+        ["source", "test", "bn", "tent", "eata", "sar", "cotta", "lame", "note", "rotta", "rbn", "tribe",
+         "balanced_bn", "unmixtns", "roid", "deyo", "cofa", "bdn", "unitta_bdn", "unitta_cofa", "unitta"]
+    )
+}
+
+
+class AnalysisError(Exception):
+    """A problem with the input directories; the CLI prints it and exits with code 2."""
+
+
+def load_dirs(dirs: list[str | Path]) -> pl.DataFrame:
+    """Every result row of the given directories, one DataFrame, with a ``source`` column (the directory).
+
+    Raises AnalysisError for a missing, empty or foreign directory (no result rows, or rows without
+    the result schema's columns).
+    """
+    from unitta.results import load_results
+
+    if not dirs:
+        raise AnalysisError("give at least one result directory")
+    frames = []
+    for d in dirs:
+        path = Path(d)
+        if not path.is_dir():
+            raise AnalysisError(f"{path}: no such directory")
+        try:
+            df = load_results(path)
+        except Exception as exc:  # unreadable Parquet, a foreign file named *.parquet, ...
+            raise AnalysisError(f"{path}: cannot read its result files: {exc}") from None
+        if df.height == 0:
+            raise AnalysisError(
+                f"{path}: no result rows (expected {path}/cells/*.parquet or {path}/results.parquet, "
+                "as written by python -m unitta.sweep or python -m unitta.tune)"
+            )
+        missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+        if missing:
+            raise AnalysisError(
+                f"{path}: not a unitta result directory: its Parquet rows lack column(s) {', '.join(missing)}"
+            )
+        frames.append(df.with_columns(pl.lit(str(path)).alias("source")))
+    df = pl.concat(frames, how="diagonal_relaxed")
+    # The same cell in two directories (a re-run): keep one row, an 'ok' one if there is one.
+    df = df.sort(pl.col("status") != "ok").unique(subset="cell_id", keep="first", maintain_order=True)
+    return df
+
+
+def split_rows(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(sweep rows, tune rows): tune rows carry a non-null ``trial_id``."""
+    if "trial_id" not in df.columns:
+        return df, df.clear()
+    is_tune = pl.col("trial_id").is_not_null()
+    return df.filter(~is_tune), df.filter(is_tune)
+
+
+def method_label(method: str, method_kwargs: str | None) -> str:
+    """'tent', or 'tent{lr=0.0005}' when the cell overrode hyper-parameters."""
+    if not method_kwargs or method_kwargs in ("{}", "null"):
+        return method
+    try:
+        kwargs = json.loads(method_kwargs)
+    except json.JSONDecodeError:
+        return f"{method}{{{method_kwargs}}}"
+    if not kwargs:
+        return method
+    return method + "{" + ",".join(f"{k}={v}" for k, v in sorted(kwargs.items())) + "}"
+
+
+def method_order(labels) -> list[str]:
+    """Labels in table order: baselines first, UniTTA variants last, then by name."""
+    def key(label: str):
+        base = label.split("{", 1)[0]
+        return (_METHOD_RANK.get(base, len(_METHOD_RANK) // 2 + 0.5), base, label)
+
+    return sorted(set(labels), key=key)
+
+
+def setting_order(codes) -> list[str]:
+    """Setting codes in the paper's order (unknown codes last, alphabetically)."""
+    rank = {c: i for i, c in enumerate(SETTING_ORDER)}
+    return sorted(set(codes), key=lambda c: (rank.get(c, len(rank)), c))
+
+
+def half_notation(half: str) -> str:
+    """'nu' -> '(n,u)'."""
+    return f"({half[0]},{half[1]})"
+
+
+# Columns that make sweep rows comparable in one table (seeds are averaged over).
+_PANEL_KEYS = ("dataset", "model", "sampler", "batch_size", "S", "length", "n_per_domain", "severity",
+               "factor_overrides")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One table's worth of sweep rows. name: file-name-safe; caption: what is fixed in it."""
+
+    name: str
+    caption: str
+    rows: pl.DataFrame
+
+
+def sweep_panels(df: pl.DataFrame) -> list[Panel]:
+    """Split sweep rows into panels (one per dataset, more if other configuration columns vary)."""
+    if df.height == 0:
+        return []
+    keys = [k for k in _PANEL_KEYS if k in df.columns]
+    df = df.with_columns(
+        pl.struct(["method", "method_kwargs"] if "method_kwargs" in df.columns else ["method"])
+        .map_elements(lambda s: method_label(s["method"], s.get("method_kwargs")), return_dtype=pl.String)
+        .alias("method_label")
+    )
+    panels = []
+    for dataset in sorted(df["dataset"].unique().to_list()):
+        sub = df.filter(pl.col("dataset") == dataset)
+        groups = sub.select(keys).unique(maintain_order=True).sort(keys, nulls_last=True).to_dicts()
+        for i, key in enumerate(groups):
+            cond = pl.lit(True)
+            for k, v in key.items():
+                cond = cond & (pl.col(k).is_null() if v is None else (pl.col(k) == v))
+            rows = sub.filter(cond)
+            name = dataset if len(groups) == 1 else f"{dataset}_{i + 1}"
+            fixed = ", ".join(f"{k}={v}" for k, v in key.items() if k != "dataset" and v not in (None, "{}"))
+            seeds = sorted(rows["seed"].unique().to_list()) if "seed" in rows.columns else []
+            caption = f"{dataset}: {fixed}; seeds {seeds} (mean)" if fixed else f"{dataset}; seeds {seeds} (mean)"
+            panels.append(Panel(name.replace("/", "_"), caption, rows))
+    return panels

@@ -1,0 +1,130 @@
+"""Tables, heatmaps and rankings from sweep and tune result directories.
+
+Examples::
+
+    python analysis/heatmaps.py results/quick
+    python analysis/heatmaps.py results/full_grid results/extra_methods --out figures/
+    python analysis/heatmaps.py results/tune_factors results/tune_bdn_layer
+
+Writes into ``--out`` (default ``<first dir>/analysis``), per panel (dataset, and other fixed
+configuration; see analysis/common.py) of sweep rows:
+
+* ``heatmap_<panel>.png``   error for every method x setting;
+* ``grid_<panel>.png``      per method, the 6 domain settings x 4 class settings grid;
+* ``table_<panel>.md/.tex`` the paper-style table (error per setting + average, best in bold);
+* ``ranking_<panel>.md``    per setting, the methods by error (which method for a stream like yours);
+* ``cells_<panel>.csv``     the numbers behind all of these (one row per method x setting, with status);
+
+and per tune run (``tune_name`` x dataset) of tune rows:
+
+* ``factors_<run>.png``     error against each searched factor (paper figure 3);
+* ``layers_<run>.png``      error per BDN prediction layer (paper figure 5);
+* ``tune_<run>.csv``        the trial rows behind them.
+
+Missing and failed cells are shown as such (hatched / 'failed' / '—'), never dropped. An empty or
+foreign directory is an error (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import polars as pl  # noqa: E402
+
+from analysis.common import AnalysisError, load_dirs, split_rows, sweep_panels  # noqa: E402
+from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
+
+__all__ = ["analyse", "main"]
+
+_FACTORS = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
+_CSV_DROP = ("per_domain", "per_class")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+
+
+def analyse(dirs: list[str | Path], out: Path) -> list[Path]:
+    """Write every table and figure for the result directories ``dirs`` into ``out``; return the paths."""
+    from analysis import plots
+
+    df = load_dirs(dirs)
+    out.mkdir(parents=True, exist_ok=True)
+    sweep, tune = split_rows(df)
+    written: list[Path] = []
+    for panel in sweep_panels(sweep):
+        cells = cell_status(panel.rows)
+        table = paper_table(cells, caption=panel.caption)
+        written.append(_write(out / f"table_{panel.name}.md", to_markdown(table)))
+        written.append(_write(out / f"table_{panel.name}.tex", to_latex(table)))
+        rank = ranking(cells)
+        written.append(_write(out / f"ranking_{panel.name}.md", ranking_markdown(rank, caption=panel.caption)))
+        cells.write_csv(out / f"cells_{panel.name}.csv")
+        written.append(out / f"cells_{panel.name}.csv")
+        written.append(plots.heatmap(table, out / f"heatmap_{panel.name}.png", f"Error (%) per method and setting — {panel.caption}"))
+        written.append(plots.setting_grids(table, out / f"grid_{panel.name}.png", f"Error (%) per method — {panel.caption}"))
+    if tune.height:
+        written += _tune_outputs(tune, out, plots)
+    return written
+
+
+def _tune_outputs(tune: pl.DataFrame, out: Path, plots) -> list[Path]:
+    written = []
+    name_col = "tune_name" if "tune_name" in tune.columns else None
+    keys = [k for k in (name_col, "dataset") if k]
+    for key in tune.select(keys).unique().sort(keys).iter_rows(named=True):
+        rows = tune
+        for k, v in key.items():
+            rows = rows.filter(pl.col(k) == v)
+        run = _safe("_".join(str(v) for v in key.values()))
+        csv = out / f"tune_{run}.csv"
+        rows.drop([c for c in _CSV_DROP if c in rows.columns]).write_csv(csv)
+        written.append(csv)
+        setting = ", ".join(sorted(rows["setting"].unique().to_list()))
+        what = f"{key.get('tune_name', 'tune')} on {key['dataset']} (setting {setting})"
+        objective = rows["tune_objective"].drop_nulls().first() if "tune_objective" in rows.columns else None
+        if objective and objective.startswith("gap"):
+            what += f"; objective {objective}"
+        factors = [f for f in _FACTORS if f"param_{f}" in rows.columns and rows[f"param_{f}"].is_not_null().any()]
+        if factors:
+            factor_rows = rows.filter(pl.col("param_layer").is_null()) if "param_layer" in rows.columns else rows
+            written.append(plots.factor_lines(factor_rows, factors, out / f"factors_{run}.png", f"Error vs stream factors — {what}"))
+        if "param_layer" in rows.columns and rows["param_layer"].is_not_null().any():
+            layer_rows = rows.filter(pl.col("param_layer").is_not_null())
+            written.append(plots.layer_bars(layer_rows, out / f"layers_{run}.png", f"Error per BDN prediction layer — {what}"))
+    return written
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python analysis/heatmaps.py",
+        description="Tables, heatmaps and rankings from unitta sweep/tune result directories.",
+        epilog="example: python analysis/heatmaps.py results/quick --out figures/quick",
+    )
+    parser.add_argument("dirs", nargs="+", metavar="RESULTS_DIR", help="result directories (sweep or tune)")
+    parser.add_argument("--out", type=Path, help="output directory (default: <first RESULTS_DIR>/analysis)")
+    args = parser.parse_args(argv)
+    out = args.out or Path(args.dirs[0]) / "analysis"
+    try:
+        written = analyse(args.dirs, out)
+    except AnalysisError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""Figures for sweep and tune results (matplotlib, Agg backend): they take tables, recompute nothing.
+
+* ``heatmap``: error for every method x setting, missing cells hatched grey, failed ones hatched red;
+* ``setting_grids``: per method, the paper's 6 domain settings x 4 class settings grid;
+* ``factor_lines``: tune results, error against each searched factor (paper figure 3);
+* ``layer_bars``: tune results, error per BDN domain-prediction layer (paper figure 5).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from analysis.common import CLASS_HALVES, DOMAIN_HALVES, SETTING_CAPTION, half_notation  # noqa: E402
+from analysis.tables import PaperTable  # noqa: E402
+
+__all__ = ["heatmap", "setting_grids", "factor_lines", "layer_bars", "FACTOR_LABELS"]
+
+CMAP = "YlOrRd"  # sequential: light = low error, dark red = high error
+_MISSING = dict(facecolor="#e8e8e8", hatch="///", edgecolor="#9a9a9a")
+_FAILED = dict(facecolor="#f4d0d0", hatch="xxx", edgecolor="#c03030")
+FACTOR_LABELS = {
+    "domain_alpha": r"domain correlation factor $\alpha_1$",
+    "domain_beta": r"domain imbalance factor $\beta$",
+    "class_alpha": r"class correlation factor $\alpha_1$",
+    "class_beta": r"class imbalance factor $\beta$",
+}
+
+
+def _scale(values) -> tuple[float, float]:
+    got = [v for v in values if v is not None and not math.isnan(v)]
+    if not got:
+        return 0.0, 100.0
+    lo, hi = min(got), max(got)
+    if hi - lo < 1.0:
+        lo, hi = lo - 0.5, hi + 0.5
+    return max(0.0, lo), hi
+
+
+def _mark(ax, x: float, y: float, status: str, fontsize: float) -> None:
+    style = _MISSING if status == "missing" else _FAILED
+    ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, linewidth=0, **style))
+    ax.text(x, y, status, ha="center", va="center", fontsize=fontsize,
+            color="#555555" if status == "missing" else "#a01010",
+            bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none", alpha=0.85))
+
+
+def _legend_handles() -> list[Patch]:
+    return [Patch(label="missing (no result)", **_MISSING), Patch(label="failed", **_FAILED)]
+
+
+def _legend_below(fig, ax, caption: str) -> None:
+    """The missing/failed legend and the caption, just under the x-axis label."""
+    fig.canvas.draw()
+    box = ax.xaxis.label.get_window_extent()
+    _, y = ax.transAxes.inverted().transform((box.x0, box.y0))
+    legend = ax.legend(handles=_legend_handles(), loc="upper left", bbox_to_anchor=(0, y), ncol=2, fontsize=7,
+                       frameon=False, borderaxespad=0.2)
+    ax.annotate(caption, xy=(0, 0), xycoords=legend, xytext=(2, -2), textcoords="offset points", va="top",
+                fontsize=6.5)
+
+
+def _annotate(ax, x, y, v, norm, cmap, fontsize, suffix="") -> None:
+    rgba = cmap(norm(v))
+    light = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2] > 0.55
+    ax.text(x, y, f"{v:.1f}{suffix}", ha="center", va="center", fontsize=fontsize, color="black" if light else "white")
+
+
+def heatmap(t: PaperTable, path: Path, title: str) -> Path:
+    """Methods (rows) x settings (columns) heatmap of error, with the average as an extra column."""
+    settings, methods = t.settings, t.methods
+    data = np.full((len(methods), len(settings)), np.nan)
+    for i, m in enumerate(methods):
+        for j, s in enumerate(settings):
+            v = t.values[m].get(s)
+            data[i, j] = np.nan if v is None else v
+    lo, hi = _scale(data.ravel().tolist())
+    cmap = plt.get_cmap(CMAP)
+    norm = matplotlib.colors.Normalize(lo, hi)
+    width = max(6.0, 0.5 * len(settings) + 2.5)
+    height = max(2.5, 0.45 * len(methods) + 1.6)
+    fig, ax = plt.subplots(figsize=(width, height))
+    ax.imshow(np.ma.masked_invalid(data), cmap=cmap, norm=norm, aspect="auto")
+    fs = 7 if len(settings) > 12 else 8
+    for i, m in enumerate(methods):
+        for j, s in enumerate(settings):
+            st = t.status[m].get(s, "missing")
+            if st in ("missing", "failed"):
+                _mark(ax, j, i, st, fs - 1)
+            else:
+                _annotate(ax, j, i, data[i, j], norm, cmap, fs, "*" if st == "partial" else "")
+    ax.set_xticks(range(len(settings)), settings, rotation=90, fontsize=8, family="monospace")
+    ax.set_yticks(range(len(methods)), methods, fontsize=8)
+    ax.set_xlabel("setting (class corr, class imb, domain corr, domain imb)", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.02)
+    cbar.set_label("error (%)", fontsize=8)
+    _legend_below(fig, ax, SETTING_CAPTION + " * = some seeds failed.")
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def setting_grids(t: PaperTable, path: Path, title: str) -> Path:
+    """Per method, a 6 x 4 grid: domain setting (rows) x class setting (columns), one colour scale."""
+    n = len(t.methods)
+    cols = min(4, n)
+    rows = math.ceil(n / cols)
+    lo, hi = _scale([v for m in t.methods for v in t.values[m].values()])
+    cmap = plt.get_cmap(CMAP)
+    norm = matplotlib.colors.Normalize(lo, hi)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.7 * cols + 1.0, 2.9 * rows + 0.9), squeeze=False)
+    for k, m in enumerate(t.methods):
+        ax = axes[k // cols][k % cols]
+        grid = np.full((len(DOMAIN_HALVES), len(CLASS_HALVES)), np.nan)
+        for i, d in enumerate(DOMAIN_HALVES):
+            for j, c in enumerate(CLASS_HALVES):
+                v = t.values[m].get(c + d)
+                grid[i, j] = np.nan if v is None else v
+        ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+        for i, d in enumerate(DOMAIN_HALVES):
+            for j, c in enumerate(CLASS_HALVES):
+                st = t.status[m].get(c + d, "missing")
+                if st in ("missing", "failed"):
+                    _mark(ax, j, i, st, 6.5)
+                else:
+                    _annotate(ax, j, i, grid[i, j], norm, cmap, 7.5, "*" if st == "partial" else "")
+        ax.set_xticks(range(len(CLASS_HALVES)), [half_notation(c) for c in CLASS_HALVES], fontsize=7.5)
+        ax.set_yticks(range(len(DOMAIN_HALVES)), [half_notation(d) for d in DOMAIN_HALVES], fontsize=7.5)
+        avg = t.avg[m]
+        avg_text = "—" if avg is None else f"{avg:.1f}" + ("" if t.avg_n[m] == len(t.settings) else "†")
+        ax.set_title(f"{m}  (avg {avg_text})", fontsize=8.5)
+        if k % cols == 0:
+            ax.set_ylabel("domain setting", fontsize=8)
+        if k // cols == rows - 1 or k + cols >= n:
+            ax.set_xlabel("class setting", fontsize=8)
+    for k in range(n, rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    fig.suptitle(title, fontsize=9.5)
+    cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.02)
+    cbar.set_label("error (%)", fontsize=8)
+    fig.text(0.01, -0.01, "(corr, imb): corr i = i.i.d., n = non-i.i.d., 1 = continual; imb 1 = balanced, "
+             "u = imbalanced. Hatched grey: no result; hatched red: failed; † average over fewer settings.",
+             fontsize=7, va="top")
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _mode(series: pl.Series):
+    s = series.drop_nulls()
+    return None if s.len() == 0 else s.mode().sort()[0]
+
+
+def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str) -> Path:
+    """Error against each searched factor, one line per method (paper figure 3).
+
+    For factor f the plotted rows are those whose other factors sit at their most common value (the
+    base point of a one-at-a-time search); infeasible and failed points are drawn as red crosses on
+    the x axis; the base value is a dashed vertical line. Optuna searches are drawn as points.
+    """
+    ncols = len(factors)
+    fig, axes = plt.subplots(1, ncols, figsize=(3.6 * ncols + 0.6, 3.5), squeeze=False)
+    methods = sorted(rows["method"].unique().to_list())
+    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
+    optuna = "tune_algorithm" in rows.columns and (rows["tune_algorithm"] == "optuna").any()
+    for ax, f in zip(axes[0], factors):
+        others = [g for g in FACTOR_LABELS if g != f and g in rows.columns]
+        sub = rows
+        if not optuna:
+            for g in others:
+                base = _mode(rows[g])
+                if base is not None:
+                    sub = sub.filter((pl.col(g) - base).abs() < 1e-9)
+        for m in methods:
+            pts = sub.filter((pl.col("method") == m) & (pl.col("status") == "ok")).sort(f)
+            if pts.height:
+                style = dict(marker="o", ms=4, color=colours[m], label=m)
+                if optuna:
+                    ax.plot(pts[f].to_list(), pts["error"].to_list(), linestyle="none", alpha=0.8, **style)
+                else:
+                    ax.plot(pts[f].to_list(), pts["error"].to_list(), linewidth=1.5, **style)
+        bad = sub.filter(pl.col("status") != "ok")
+        if bad.height:
+            ax.plot(bad[f].to_list(), [0.0] * bad.height, "x", color="#c01010", ms=7, mew=2, clip_on=False,
+                    label="infeasible / failed")
+        base = _mode(rows[f]) if not optuna else None
+        if base is not None and rows.filter(pl.col(f) != base).height:
+            ax.axvline(base, color="grey", linestyle="--", linewidth=1, label="default")
+        ax.set_xlabel(FACTOR_LABELS[f], fontsize=8.5)
+        ax.set_ylabel("error (%)", fontsize=8.5)
+        ax.set_ylim(bottom=0)
+        if f.endswith("beta") and rows[f].drop_nulls().max() / max(rows[f].drop_nulls().min(), 1e-9) > 20:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7.5)
+    handles, labels = {}, []
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, len(handles)), fontsize=7.5,
+               frameon=False)
+    fig.suptitle(title, fontsize=9.5)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:
+    """Error per BDN domain-prediction layer (paper figure 5), grouped bars per method.
+
+    Layers in module order; the model's default prediction layer is marked; failed cells are a
+    hatched red bar of full height labelled 'failed'.
+    """
+    order_col = "param_layer_index" if "param_layer_index" in rows.columns else "param_layer"
+    layers = rows.select("param_layer", order_col).unique().sort(order_col, nulls_last=True)["param_layer"].to_list()
+    methods = sorted(rows["method"].unique().to_list())
+    default = _mode(rows["tune_default_layer"]) if "tune_default_layer" in rows.columns else None
+    ok = rows.filter(pl.col("status") == "ok")
+    top = ok["error"].max() if ok.height else 100.0
+    width = 0.8 / max(1, len(methods))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(layers) * max(1, len(methods)) + 2), 4.2))
+    for k, m in enumerate(methods):
+        xs = np.arange(len(layers)) + (k - (len(methods) - 1) / 2) * width
+        colour = plt.get_cmap("tab10")(k % 10)
+        for x, layer in zip(xs, layers):
+            cell = rows.filter((pl.col("method") == m) & (pl.col("param_layer") == layer))
+            good = cell.filter(pl.col("status") == "ok")
+            if good.height:
+                ax.bar(x, good["error"].mean(), width, color=colour, label=m)
+            elif cell.height:
+                ax.bar(x, top, width, label="failed", **_FAILED)
+                ax.text(x, top / 2, "failed", rotation=90, ha="center", va="center", fontsize=6.5, color="#a01010")
+            else:
+                ax.bar(x, top, width, label="missing", **_MISSING)
+    ax.set_xticks(range(len(layers)), layers, rotation=60, ha="right", fontsize=7.5, family="monospace")
+    for tick, layer in zip(ax.get_xticklabels(), layers):
+        if layer == default:
+            tick.set_fontweight("bold")
+            tick.set_text(layer + " (default)")
+    if default in layers:
+        ax.set_xticklabels([lab + " (default)" if lab == default else lab for lab in layers])
+    ax.set_xlabel("BDN domain-prediction layer (BatchNorm layers in module order)", fontsize=8.5)
+    ax.set_ylabel("error (%)", fontsize=8.5)
+    ok_err = ok["error"].to_list()
+    if ok_err:
+        lo, hi = min(ok_err), max(ok_err)
+        pad = max(1.0, 0.15 * (hi - lo))
+        ax.set_ylim(max(0.0, lo - 3 * pad), hi + pad)  # the differences between layers are small: zoom
+    ax.grid(axis="y", alpha=0.3)
+    handles = {}
+    for h, lab in zip(*ax.get_legend_handles_labels()):
+        handles.setdefault(lab, h)
+    ax.legend(handles.values(), handles.keys(), fontsize=7.5, loc="upper left")
+    ax.set_title(title, fontsize=9.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path

@@ -1,0 +1,242 @@
+"""Paper-style tables and per-setting rankings from sweep rows (UniTTA paper, Tables 2-4 layout).
+
+Every (method, setting) pair of a panel gets one *cell status*:
+
+* ``ok``: every seed ran; the value is the mean error (%) over seeds;
+* ``partial``: some seeds failed; the value is the mean over the seeds that ran (marked ``*``);
+* ``failed``: every seed failed (shown as 'failed');
+* ``missing``: no row at all although the panel has the setting (shown as '—').
+
+Nothing is dropped: the average column says over how many settings it was taken (``†`` when some
+were failed or missing), and the ranking lists the methods it could not rank.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+
+from analysis.common import SETTING_CAPTION, half_notation, method_order, setting_order
+
+__all__ = ["cell_status", "PaperTable", "paper_table", "to_markdown", "to_latex", "ranking", "ranking_markdown"]
+
+
+def cell_status(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per (method_label, setting) of the panel, missing pairs included.
+
+    Columns: method_label, setting, error (mean over the seeds that ran, null if none), n_ok,
+    n_failed, status ('ok' | 'partial' | 'failed' | 'missing'), error_text (a failure's last line).
+    """
+    last_line = pl.col("error_text").fill_null("").str.strip_chars().str.split("\n").list.last()
+    agg = rows.group_by("method_label", "setting").agg(
+        pl.col("error").filter(pl.col("status") == "ok").mean().alias("error"),
+        (pl.col("status") == "ok").sum().cast(pl.Int64).alias("n_ok"),
+        (pl.col("status") != "ok").sum().cast(pl.Int64).alias("n_failed"),
+        last_line.filter(pl.col("status") != "ok").first().alias("error_text")
+        if "error_text" in rows.columns
+        else pl.lit(None, pl.String).alias("error_text"),
+    )
+    grid = pl.DataFrame(
+        [(m, s) for m in method_order(rows["method_label"].to_list()) for s in setting_order(rows["setting"].to_list())],
+        schema=[("method_label", pl.String), ("setting", pl.String)],
+        orient="row",
+    )
+    out = grid.join(agg, on=["method_label", "setting"], how="left", maintain_order="left")
+    status = (
+        pl.when(pl.col("n_ok").is_null())
+        .then(pl.lit("missing"))
+        .when(pl.col("n_ok") == 0)
+        .then(pl.lit("failed"))
+        .when(pl.col("n_failed") > 0)
+        .then(pl.lit("partial"))
+        .otherwise(pl.lit("ok"))
+    )
+    return out.with_columns(status.alias("status"), pl.col("n_ok").fill_null(0), pl.col("n_failed").fill_null(0))
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """The numbers of a paper-style table: methods x settings, plus the average column.
+
+    values[m][s]: error or None; status[m][s]: cell status; avg[m]: mean over the settings with a
+    value; avg_n[m]: how many settings that mean covers; best[s]: the lowest error of column s.
+    """
+
+    methods: list[str]
+    settings: list[str]
+    values: dict[str, dict[str, float | None]]
+    status: dict[str, dict[str, str]]
+    avg: dict[str, float | None]
+    avg_n: dict[str, int]
+    best: dict[str, float | None]
+    best_avg: float | None
+    caption: str
+
+
+def paper_table(cells: pl.DataFrame, caption: str = "") -> PaperTable:
+    """Build the table from ``cell_status`` output."""
+    methods = method_order(cells["method_label"].to_list())
+    settings = setting_order(cells["setting"].to_list())
+    values: dict[str, dict[str, float | None]] = {m: {} for m in methods}
+    status: dict[str, dict[str, str]] = {m: {} for m in methods}
+    for r in cells.iter_rows(named=True):
+        values[r["method_label"]][r["setting"]] = r["error"]
+        status[r["method_label"]][r["setting"]] = r["status"]
+    avg, avg_n = {}, {}
+    for m in methods:
+        got = [v for v in values[m].values() if v is not None]
+        avg[m] = sum(got) / len(got) if got else None
+        avg_n[m] = len(got)
+    best = {s: _min([values[m].get(s) for m in methods]) for s in settings}
+    complete = [avg[m] for m in methods if avg_n[m] == len(settings)]
+    return PaperTable(methods, settings, values, status, avg, avg_n, best, _min(complete), caption)
+
+
+def _min(xs) -> float | None:
+    got = [x for x in xs if x is not None and not math.isnan(x)]
+    return min(got) if got else None
+
+
+def _is_best(v: float | None, best: float | None) -> bool:
+    return v is not None and best is not None and round(v, 1) == round(best, 1)
+
+
+def _cell_text(t: PaperTable, m: str, s: str, bold, star: str = "*") -> str:
+    st = t.status[m].get(s, "missing")
+    if st == "missing":
+        return "—"
+    if st == "failed":
+        return "failed"
+    v = t.values[m][s]
+    text = f"{v:.1f}" + (star if st == "partial" else "")
+    return bold(text) if _is_best(v, t.best[s]) else text
+
+
+def _avg_text(t: PaperTable, m: str, bold) -> str:
+    if t.avg[m] is None:
+        return "—"
+    text = f"{t.avg[m]:.1f}"
+    if t.avg_n[m] < len(t.settings):
+        return text + f"† ({t.avg_n[m]}/{len(t.settings)})"
+    return bold(text) if _is_best(t.avg[m], t.best_avg) else text
+
+
+def _notes(t: PaperTable) -> list[str]:
+    notes = ["Error (%, lower is better), best per column in bold. " + SETTING_CAPTION]
+    flat = [st for m in t.methods for st in t.status[m].values()]
+    if "partial" in flat:
+        notes.append("(*) some seeds failed: mean over the seeds that ran.")
+    if "failed" in flat or "missing" in flat:
+        notes.append("failed = every seed of the cell failed; — = no result for the cell; "
+                     "† average over the settings with a result (count in brackets), not comparable.")
+    return notes
+
+
+def to_markdown(t: PaperTable) -> str:
+    """A Markdown table (GitHub style), caption first, notes below."""
+    bold = lambda x: f"**{x}**"  # noqa: E731
+    lines = [f"**{t.caption}**", ""] if t.caption else []
+    lines.append("| method | " + " | ".join(t.settings) + " | Avg |")
+    lines.append("|---|" + "---:|" * (len(t.settings) + 1))
+    for m in t.methods:
+        cells = [_cell_text(t, m, s, bold, star="\\*") for s in t.settings]
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {_avg_text(t, m, bold)} |")
+    lines.append("")
+    lines += [f"{n}  " for n in _notes(t)]
+    return "\n".join(lines) + "\n"
+
+
+def _tex(text: str) -> str:
+    """Escape text for LaTeX; the table's own markers become math superscripts."""
+    out = []
+    for ch in text:
+        out.append({
+            "\\": r"\textbackslash{}", "_": r"\_", "{": r"\{", "}": r"\}", "%": r"\%", "&": r"\&", "#": r"\#",
+            "$": r"\$", "<": r"\textless{}", ">": r"\textgreater{}", "—": "--", "†": r"$^\dagger$", "*": r"$^*$",
+        }.get(ch, ch))
+    return "".join(out)
+
+
+def to_latex(t: PaperTable) -> str:
+    """A LaTeX table in the paper's layout: class setting over its domain settings, booktabs rules."""
+    bold = lambda x: r"\textbf{" + x + "}"  # noqa: E731
+    # Group consecutive settings by their class half (first two characters).
+    groups: list[tuple[str, list[str]]] = []
+    for s in t.settings:
+        if groups and groups[-1][0] == s[:2]:
+            groups[-1][1].append(s)
+        else:
+            groups.append((s[:2], [s]))
+    cols = "l" + "".join("|" + "c" * len(g) for _, g in groups) + "|c"
+    head1 = " & ".join(
+        [r"\multicolumn{1}{l}{Class}"]
+        + [rf"\multicolumn{{{len(g)}}}{{c|}}{{{half_notation(c)}}}" for c, g in groups]
+        + [r"\multicolumn{1}{c}{}"]
+    )
+    head2 = " & ".join(["Domain"] + [half_notation(s[2:]) for _, g in groups for s in g] + ["Avg"])
+    lines = [r"\begin{table}[t]", r"\centering", r"\scriptsize", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
+             head1 + r" \\", head2 + r" \\", r"\midrule"]
+    for m in t.methods:
+        cells = [_tex_cell(_cell_text(t, m, s, lambda x: "\0" + x + "\1")) for s in t.settings]
+        avg = _tex_cell(_avg_text(t, m, lambda x: "\0" + x + "\1"))
+        lines.append(" & ".join([_tex(m)] + cells + [avg]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    caption = (t.caption + ". " if t.caption else "") + " ".join(_notes(t))
+    lines += [rf"\caption{{{_tex(caption)}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _tex_cell(text: str) -> str:
+    # \0 ... \1 mark the bold span (escaped separately so that \textbf survives _tex)
+    if text.startswith("\0"):
+        return r"\textbf{" + _tex(text[1:-1]) + "}"
+    return _tex(text)
+
+
+def ranking(cells: pl.DataFrame) -> pl.DataFrame:
+    """Per setting, the methods by increasing error: setting, rank, method_label, error (ranked cells
+    only: status ok or partial), plus one row per unranked method with rank null and its status."""
+    ranked = (
+        cells.filter(pl.col("error").is_not_null())
+        .sort(["setting", "error", "method_label"])
+        .with_columns(pl.col("error").rank("min").over("setting").cast(pl.Int64).alias("rank"))
+    )
+    unranked = cells.filter(pl.col("error").is_null()).with_columns(pl.lit(None, pl.Int64).alias("rank"))
+    cols = ["setting", "rank", "method_label", "error", "status"]
+    out = pl.concat([ranked.select(cols), unranked.select(cols)])
+    order = {s: i for i, s in enumerate(setting_order(cells["setting"].to_list()))}
+    return out.with_columns(pl.col("setting").replace_strict(order, return_dtype=pl.Int64).alias("_o")).sort(
+        ["_o", "rank"], nulls_last=True
+    ).drop("_o")
+
+
+def ranking_markdown(rank: pl.DataFrame, caption: str = "", top: int = 5) -> str:
+    """'Which method for a stream like yours': per setting the top methods, then the mean rank."""
+    lines = [f"**{caption}**", ""] if caption else []
+    top = max(1, min(top, rank["method_label"].n_unique()))
+    lines.append("| setting | class | domain | " + " | ".join(f"#{i + 1}" for i in range(top)) + " | not ranked |")
+    lines.append("|---|---|---|" + "---|" * (top + 1))
+    for setting in rank["setting"].unique(maintain_order=True).to_list():
+        sub = rank.filter(pl.col("setting") == setting)
+        ok = sub.filter(pl.col("rank").is_not_null())
+        picks = [f"{r['method_label']} ({r['error']:.1f})" for r in ok.head(top).iter_rows(named=True)]
+        picks += [""] * (top - len(picks))
+        bad = [f"{r['method_label']} ({r['status']})" for r in sub.filter(pl.col("rank").is_null()).iter_rows(named=True)]
+        lines.append(
+            f"| {setting} | {half_notation(setting[:2])} | {half_notation(setting[2:])} | "
+            + " | ".join(picks) + f" | {', '.join(bad) or '—'} |"
+        )
+    mean_rank = (
+        rank.filter(pl.col("rank").is_not_null())
+        .group_by("method_label")
+        .agg(pl.col("rank").mean().alias("mean_rank"), pl.len().alias("n_settings"))
+        .sort(["mean_rank", "method_label"])
+    )
+    n_settings = rank["setting"].n_unique()
+    lines += ["", "| method | mean rank | settings ranked |", "|---|---:|---:|"]
+    for r in mean_rank.iter_rows(named=True):
+        lines.append(f"| {r['method_label']} | {r['mean_rank']:.2f} | {r['n_settings']}/{n_settings} |")
+    lines += ["", "Error (%) in brackets; rank 1 = lowest error. " + SETTING_CAPTION]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""Per-corruption error of the embedded ResNet-20 on Fashion-MNIST-C: source model vs BN re-estimation.
+
+Issue 3's figure (spec/offline_data.md section 3.3 has the feasibility study's numbers):
+- source: the model in eval mode (training-set BatchNorm statistics);
+- BN-64: every BatchNorm layer normalises with the statistics of the current test batch of 64
+  (train-mode BN, no parameter update), i.e. Nado et al. 2020 / Schneider et al. 2020 "BN adapt".
+Each domain is shuffled with a fixed seed so that batches mix classes; the last batch may be smaller.
+Prints a Markdown table (error %, one row per corruption, plus clean test data and the mean of 15).
+
+    .venv/bin/python bench/model_table.py [--n-per-domain 1000] [--batch-size 64] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from unitta.data import load_dataset
+from unitta.data.fashion_mnist import read_fashion_mnist
+from unitta.models import load_model
+from unitta.models.train import pad_to_32, to_input
+
+
+def bn_adapt(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose BatchNorm layers normalise with each batch's own statistics."""
+    adapted = copy.deepcopy(model).eval()
+    for module in adapted.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.train()
+    return adapted
+
+
+@torch.no_grad()
+def error(model: nn.Module, batches) -> float:
+    wrong = total = 0
+    for x, y in batches:
+        wrong += int((model(x).argmax(1) != y).sum())
+        total += len(y)
+    return 100.0 * wrong / total
+
+
+def domain_batches(dataset, order: np.ndarray, batch_size: int):
+    """Batches of (images, labels) in the given index order."""
+    labels = torch.as_tensor(dataset.labels)
+    for s in range(0, len(order), batch_size):
+        idx = order[s : s + batch_size]
+        yield dataset.get_batch(idx), labels[idx]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n-per-domain", type=int, default=None, help="class-balanced subset per domain (default: all)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--severity", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0, help="shuffles each domain so batches mix classes")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--data-dir", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(args.seed)
+
+    model, info = load_model("fmnist-c")
+    adapted = bn_adapt(model)
+    start = time.perf_counter()
+    dataset = load_dataset("fmnist-c", data_dir=args.data_dir, severity=args.severity, n_per_domain=args.n_per_domain)
+    load_seconds = time.perf_counter() - start
+
+    test_x, test_y = read_fashion_mnist("test")
+    n_clean = len(test_y) if args.n_per_domain is None else args.n_per_domain
+    clean_idx = rng.permutation(len(test_y))[:n_clean]
+    clean_x, clean_y = to_input(pad_to_32(test_x[clean_idx])).contiguous(), torch.as_tensor(test_y[clean_idx])
+
+    def clean_batches():
+        for s in range(0, n_clean, args.batch_size):
+            yield clean_x[s : s + args.batch_size], clean_y[s : s + args.batch_size]
+
+    start = time.perf_counter()
+    rows = [("none (clean)", error(model, clean_batches()), error(adapted, clean_batches()), n_clean)]
+    for d, domain in enumerate(dataset.domain_names):
+        indices = np.flatnonzero(dataset.domains == d)
+        order = rng.permutation(indices)  # the same order for both models
+        source = error(model, domain_batches(dataset, order, args.batch_size))
+        bn = error(adapted, domain_batches(dataset, order, args.batch_size))
+        rows.append((domain, source, bn, len(indices)))
+    eval_seconds = time.perf_counter() - start
+
+    print(f"Fashion-MNIST-C, severity {args.severity}, ResNet-20 ({info.name}), batch {args.batch_size}, "
+          f"{rows[1][3]:,} images per corruption, seed {args.seed}\n")
+    print("| corruption | source | BN-64 |")
+    print("|---|---|---|")
+    for name, source, bn, _ in rows:
+        print(f"| {name} | {source:.1f} | {bn:.1f} |")
+    mean_source = float(np.mean([r[1] for r in rows[1:]]))
+    mean_bn = float(np.mean([r[2] for r in rows[1:]]))
+    print(f"| **mean of {len(rows) - 1}** | **{mean_source:.1f}** | **{mean_bn:.1f}** |")
+    print(f"\ndataset load {load_seconds:.1f} s, evaluation {eval_seconds:.1f} s, {args.threads} threads")
+
+
+if __name__ == "__main__":
+    main()

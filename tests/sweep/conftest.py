@@ -1,0 +1,66 @@
+"""Fixtures of the sweep tests: one local Ray cluster per session (2 CPUs, 2 fake GPUs), small real cells.
+
+Cells use the embedded Fashion-MNIST-C on a 200-images-per-domain subset (20 per class) and the
+official sampler with S=5 (at most 750 images per stream), so one cell takes about a second.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from unitta.config import SweepConfig, parse_config
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+SMALL = {"n_per_domain": 200, "S": 5, "batch_size": 64, "seeds": [425]}
+
+
+def small_config(name: str = "small", methods=("test", "bn"), settings=("i111", "nui1"), **changes) -> SweepConfig:
+    """A sweep config of small real cells (see the module docstring)."""
+    data = {"name": name, "datasets": ["fmnist-c"], "methods": list(methods), "settings": list(settings), **SMALL}
+    data.setdefault("resources", {"num_cpus": 1, "num_gpus": 0})
+    data.update(changes)
+    return parse_config(data)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """ray.init(num_cpus=2, num_gpus=2) once per test session (fake GPUs: Ray only sets CUDA_VISIBLE_DEVICES)."""
+    import ray
+
+    if ray.is_initialized():
+        resources = ray.cluster_resources()
+        if resources.get("CPU", 0) >= 2 and resources.get("GPU", 0) >= 2:
+            yield ray
+            return
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    yield ray
+    ray.shutdown()
+
+
+REFERENCE_SETTINGS = ("i111", "nui1", "nu11", "i1iu")
+
+
+def metric_rows(df) -> dict[str, tuple]:
+    """cell_id -> the values that must not depend on where or when a cell ran (results.METRIC_COLUMNS)."""
+    from unitta.results import METRIC_COLUMNS
+
+    return {r["cell_id"]: tuple(r[c] for c in METRIC_COLUMNS) for r in df.iter_rows(named=True)}
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """small_config(settings=REFERENCE_SETTINGS) run --local (in this process, no Ray), uninterrupted."""
+    from unitta.results import load_results
+    from unitta.sweep import run_sweep
+
+    out = tmp_path_factory.mktemp("reference")
+    outcome = run_sweep(small_config(settings=REFERENCE_SETTINGS), out, local=True, progress=False)
+    assert (outcome.n_ok, outcome.n_failed) == (8, 0)
+    df = load_results(out)
+    assert df.height == 8 and set(df["status"]) == {"ok"}
+    return df

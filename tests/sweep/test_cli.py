@@ -1,0 +1,132 @@
+"""`python -m unitta.sweep` as a user runs it: a real SIGKILL of the driver then a rerun, and
+`ray job submit` against a real `ray start --head` on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from unitta.results import load_results
+
+from . import _procs
+from .conftest import REFERENCE_SETTINGS, SMALL, metric_rows
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(RAY_USAGE_STATS_ENABLED="0", OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def _write_config(path: Path, name: str, settings=REFERENCE_SETTINGS) -> Path:
+    data = {"name": name, "datasets": ["fmnist-c"], "methods": ["test", "bn"], "settings": list(settings), **SMALL,
+            "resources": {"num_cpus": 1}}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(reference, tmp_path):
+    config = _write_config(tmp_path / "kill.yaml", "kill")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "unitta.sweep", str(config), "--output", str(out), "--num-cpus", "2", "--no-progress"]
+    log = open(tmp_path / "driver1.log", "wb")
+    driver = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+    cells = out / "cells"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and driver.poll() is None:
+        if cells.is_dir() and any(p.suffix == ".parquet" for p in cells.iterdir()):
+            break
+        time.sleep(0.05)
+    assert driver.poll() is None, (tmp_path / "driver1.log").read_text()
+    family = _procs.descendants(driver.pid)
+    driver.send_signal(signal.SIGKILL)  # a real kill: no cleanup, no atexit
+    driver.wait()
+    log.close()
+    done_before = sorted(p.name for p in cells.glob("*.parquet"))
+    assert 1 <= len(done_before) < 8, done_before
+    # Ray's processes share the driver's fate (they die with it); none may linger
+    assert _procs.stop(family) == []
+
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resume: {len(done_before)} of 8 cells already done" in proc.stderr
+    files = sorted(p.name for p in cells.iterdir())
+    assert len(files) == 8 and all(f.endswith(".parquet") for f in files)  # each cell exactly once, no temp files
+    df = load_results(out)
+    assert df["cell_id"].n_unique() == 8 and df.height == 8
+    assert metric_rows(df) == metric_rows(reference)  # identical to an uninterrupted run
+    for name in done_before:  # finished cells were not recomputed
+        assert (cells / name).exists()
+    assert "method" in proc.stdout and "i111" in proc.stdout  # the summary table
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ours(temp_dir: str) -> list[int]:
+    """The processes of the Ray head started with ``--temp-dir=temp_dir`` (their command lines name it)."""
+    return [pid for pid in _procs.pids() if temp_dir in " ".join(_procs.cmdline(pid))]
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    """A real `ray start --head` on 127.0.0.1 with its own ports and temp dir; stopped in teardown."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    temp_dir = tempfile.mkdtemp(prefix="ut-", dir="/tmp")  # short: Ray's socket paths have a length limit
+    port, dashboard = _free_port(), _free_port()
+    env = _env(RAY_AUTH_MODE="token")
+    cmd = [
+        str(ray_bin), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+        "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+        f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
+        f"--dashboard-agent-grpc-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+        f"--runtime-env-agent-port={_free_port()}",
+        "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+    ]
+    started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    ours = _ours(temp_dir)
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        yield {"address": f"http://127.0.0.1:{dashboard}", "env": env, "ray": str(ray_bin)}
+    finally:
+        # never `ray stop`: it would stop every Ray cluster on this machine, not only ours
+        procs = sorted(set(ours + _ours(temp_dir)))
+        for pid in procs:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        _procs.stop(procs, timeout=10)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_ray_job_submit(ray_head, tmp_path):
+    config = _write_config(tmp_path / "job.yaml", "job", settings=("i111",))
+    out = tmp_path / "job_out"
+    cmd = [
+        ray_head["ray"], "job", "submit", "--address", ray_head["address"], "--",
+        sys.executable, "-m", "unitta.sweep", str(config), "--output", str(out), "--no-progress",
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ray_head["env"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "succeeded" in proc.stdout + proc.stderr
+    df = load_results(out)
+    assert df.height == 2 and set(df["status"]) == {"ok"}
+    assert set(df["hostname"]) == {socket.gethostname()} and all(df["node_id"])
+    assert (out / "results.parquet").is_file()

@@ -1,0 +1,185 @@
+"""The sweep YAML schema: expansion into cells, and one-line errors for every kind of mistake."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from unitta.config import SETTINGS_24, SETTINGS_36, ConfigError, load_config, parse_config
+from unitta.streams import SETTINGS_24 as STREAM_SETTINGS_24
+from unitta.streams import SETTINGS_36 as STREAM_SETTINGS_36
+from unitta.sweep import main
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"name": "t", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"]}
+
+
+def test_setting_grids_match_the_stream_package():
+    assert list(SETTINGS_24) == [s.code for s in STREAM_SETTINGS_24]
+    assert list(SETTINGS_36) == [s.code for s in STREAM_SETTINGS_36]
+    assert len(set(SETTINGS_24)) == 24 and len(set(SETTINGS_36)) == 36
+
+
+def test_expansion_order_and_fields():
+    cfg = parse_config(
+        {
+            "name": "t",
+            "datasets": "fmnist-c",
+            "methods": ["test", {"bn": None}],
+            "class_settings": ["i1", "nu"],
+            "domain_settings": ["11", "iu"],
+            "factor_grid": {"domain_beta": [2, 5]},
+            "factors": {"class_alpha": 0.9},
+            "seeds": [1, 2],
+            "batch_size": 16,
+            "n_per_domain": 200,
+            "S": 5,
+            "resources": {"num_cpus": 2, "num_gpus": 0.25},
+        }
+    )
+    cells = cfg.cells()
+    assert len(cells) == 2 * 4 * 2 * 2  # methods x settings x factor points x seeds
+    assert [c.setting for c in cells[:16:4]] == ["i111", "i1iu", "nu11", "nuiu"]
+    assert cells[0].factors == {"class_alpha": 0.9, "domain_beta": 2.0}
+    assert cells[2].factors == {"class_alpha": 0.9, "domain_beta": 5.0}
+    assert (cells[0].seed, cells[1].seed) == (1, 2)
+    assert {c.method for c in cells} == {"test", "bn"}
+    assert all(c.batch_size == 16 and c.S == 5 and c.n_per_domain == 200 and c.num_threads == 2 for c in cells)
+    ids = [c.cell_id() for c in cells]
+    assert len(set(ids)) == len(ids)
+    assert ids == [c.cell_id() for c in cfg.cells()]  # deterministic
+
+
+def test_all24_and_method_overrides():
+    cfg = parse_config({**BASE, "settings": "all24", "methods": [{"bn": {}}, "test"]})
+    assert cfg.setting_codes() == list(SETTINGS_24)
+    assert len(cfg.cells()) == 48
+    cfg36 = parse_config({**BASE, "settings": ["all36"]})
+    assert len(cfg36.cells()) == 36
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"methodz": ["test"]}, "unknown key 'methodz' (did you mean 'methods'?)"),
+        ({"resources": {"num_gpu": 1}}, "resources: unknown key 'num_gpu' (did you mean 'num_gpus'?)"),
+        ({"resources": {"num_gpus": -1}}, "resources.num_gpus: must be >= 0"),
+        ({"resources": {"num_cpus": 0}}, "resources.num_cpus: must be > 0"),
+        ({"settings": "all25"}, "settings: invalid setting 'all25'"),
+        ({"settings": ["i111", "nuxu"]}, "settings: invalid setting 'nuxu'"),
+        ({"settings": ["i111", "i111"]}, "settings: lists a setting twice: i111"),
+        ({"datasets": ["cifar10"]}, "datasets: unknown dataset 'cifar10' (did you mean 'cifar10-c'?)"),
+        ({"methods": ["tnet"]}, "methods[0]: unknown method 'tnet'"),
+        ({"methods": ["test", "test"]}, "the grid has the same cell twice"),
+        ({"methods": [{"bn": {"no_such_knob": 1}}]}, "methods[0] (bn): method 'bn' has no hyper-parameter 'no_such_knob'"),
+        ({"methods": [{"test": None, "bn": None}]}, "methods[0]: one method per list item"),
+        ({"seeds": ["a"]}, "seeds[0]:"),
+        ({"seeds": [1, 1]}, "seeds: lists a seed twice"),
+        ({"factors": {"domain_alfa": 0.5}}, "factors: unknown factor 'domain_alfa' (did you mean 'domain_alpha'?)"),
+        ({"factors": {"domain_beta": 2}, "factor_grid": {"domain_beta": [1, 2]}}, "factors and factor_grid both set"),
+        ({"S": 0}, "S: must be >= 1"),
+        ({"sampler": "exakt"}, "sampler: Input should be 'official' or 'exact'"),
+        ({"sampler": "exact", "S": 5}, "S: only the official sampler"),
+        ({"length": 100}, "length: only the exact sampler"),
+        ({"batch_size": [0]}, "batch_size: batch sizes must be >= 1"),
+        ({"severity": 6}, "severity: must be in 1..5"),
+        ({"max_retries": -1}, "max_retries: must be >= 0"),
+        ({"models": {"cifar10-c": "Standard"}}, "models: key 'cifar10-c' is not one of the sweep's datasets"),
+        ({"datasets": None}, "datasets"),
+    ],
+)
+def test_bad_configs_give_one_line_naming_the_key(change, expected):
+    data = {**BASE, **change}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, source="bad.yaml")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("bad.yaml: ")
+    assert expected in message, message
+
+
+def test_missing_settings_and_half_settings():
+    data = {k: v for k, v in BASE.items() if k != "settings"}
+    with pytest.raises(ConfigError, match="settings: missing"):
+        parse_config(data)
+    with pytest.raises(ConfigError, match="give both"):
+        parse_config({**data, "class_settings": ["i1"]})
+    with pytest.raises(ConfigError, match="invalid domain setting 'x1'"):
+        parse_config({**data, "class_settings": ["i1"], "domain_settings": ["x1"]})
+
+
+def test_yaml_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("datasets: [fmnist-c\nmethods: test\n")
+    with pytest.raises(ConfigError, match="invalid YAML at line"):
+        load_config(bad)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="empty"):
+        load_config(empty)
+    ok = tmp_path / "named_by_file.yaml"
+    ok.write_text(yaml.safe_dump({k: v for k, v in BASE.items() if k != "name"}))
+    assert load_config(ok).name == "named_by_file"
+
+
+def test_cli_config_error_exits_2_and_writes_nothing(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**BASE, "methods": ["tnet"]}))
+    out = tmp_path / "out"
+    assert main([str(bad), "--output", str(out), "--local"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown method 'tnet'" in err
+    assert not out.exists()
+
+
+def test_cli_config_error_in_a_real_process(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ndatasets: [fmnist-c]\nmethods: [test]\nsettings: [i111]\nresourcez: {num_cpus: 1}\n")
+    out = tmp_path / "existing"
+    out.mkdir()
+    (out / "keep.txt").write_text("old results")
+    proc = subprocess.run(
+        [sys.executable, "-m", "unitta.sweep", str(bad), "--output", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown key 'resourcez' (did you mean 'resources'?)" in lines[0]
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+
+PAPER_METHODS = [
+    "test", "bn", "tent", "cotta", "lame", "note", "roid", "robust_bn", "rotta", "tribe", "balanced_bn",
+    "unmixtns", "cofa", "bdn", "unitta", "cofa_nofilter", "bdn_nofilter",
+]  # spec 5.2: the 17 adapters of sh/run.sh, under this project's registry names
+
+
+@pytest.mark.parametrize(
+    "name, n_cells",
+    [("quick", None), ("fmnist_grid", 17 * 24), ("full_grid", 3 * 17 * 24),
+     ("cifar10", 17 * 24), ("cifar100", 17 * 24), ("imagenet", 17 * 24)],
+)
+def test_shipped_sweeps_validate(name, n_cells):
+    from unitta.methods import list_methods
+
+    path = ROOT / "sweeps" / f"{name}.yaml"
+    raw = yaml.safe_load(path.read_text())
+    names = [m if isinstance(m, str) else next(iter(m)) for m in raw["methods"]]
+    if n_cells is not None:
+        assert names == PAPER_METHODS
+    missing = sorted(set(names) - set(list_methods()))
+    if missing:
+        pytest.skip(f"methods not registered yet: {missing}")
+    cfg = load_config(path)
+    cells = cfg.cells()
+    if n_cells is not None:
+        assert len(cells) == n_cells
+        assert cfg.setting_codes() == list(SETTINGS_24)
+    else:
+        assert 4 <= len(cells) <= 40 and cfg.datasets == ["fmnist-c"]

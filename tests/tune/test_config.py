@@ -1,0 +1,103 @@
+"""The tune config schema, the search-space expansion and the feasibility check (no Ray)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from unitta.evaluate import Cell
+from unitta.tune import expand_grid, infeasibility, main, trial_cells
+from unitta.tune_config import ConfigError, RangeSpec, load_tune_config, parse_tune_config
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = {"name": "t", "methods": ["test"], "space": {"domain_alpha": [0.9]}}
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "sweeps").glob("tune_*.yaml")) + sorted((ROOT / "sweeps" / "cluster").glob("tune_*.yaml")),
+    ids=lambda p: p.name,
+)
+def test_shipped_configs_are_valid(path: Path) -> None:
+    cfg = load_tune_config(path)
+    assert cfg.space.searched()
+    Cell(**cfg.cell)  # the base cell is a valid Cell
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({"serch": {}}, "unknown key serch (did you mean 'search'?)"),
+        ({"search": {"algoritm": "grid"}}, "unknown key search.algoritm (did you mean 'algorithm'?)"),
+        ({"space": {"domain_alpah": [0.5]}}, "unknown key space.domain_alpah (did you mean 'domain_alpha'?)"),
+        ({"space": {"class_beta": {"low": 1, "high": 5, "nun": 3}}}, "(did you mean 'num'?)"),
+        ({"cell": {"setings": "nunu"}}, "unknown key 'setings' (did you mean 'setting'?)"),
+        ({"space": {"domain_alpha": [1.5]}}, "alpha_1 must lie in (0, 1]"),
+        ({"space": {"domain_beta": [0.5]}}, "beta must be >= 1"),
+        ({"space": {"domain_alpha": {"low": 0.5, "high": 0.9}}}, "needs 'num'"),
+        ({"space": {}}, "space is empty"),
+        ({"methods": ["test", "bn"], "search": {"algorithm": "optuna"}}, "optuna search optimises one objective"),
+        ({"objective": {"metric": "gap"}}, "needs objective.gap"),
+        ({"cell": {"method": "bn"}}, "'method' is set by 'methods'"),
+    ],
+)
+def test_bad_configs_are_refused_with_a_hint(change: dict, expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_tune_config({**BASE, **change})
+    assert expected in str(err.value)
+
+
+def test_cli_exits_2_on_a_bad_config_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "objectve": {"mode": "max"}}))
+    assert main([str(path), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'objective'?" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_exits_2_on_an_unknown_method(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "methods": ["tnet"]}))
+    assert main([str(path), "--output", str(tmp_path / "out")]) == 2
+    assert "unknown method 'tnet' (did you mean" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_range_grid_points() -> None:
+    assert RangeSpec(low=0.5, high=0.9, num=5).grid() == [0.5, 0.6, 0.7, 0.8, 0.9]
+    assert RangeSpec(low=1, high=100, log=True, num=3).grid() == [1.0, 10.0, 100.0]
+
+
+def test_grid_expansion_product_and_one_at_a_time() -> None:
+    space = {"domain_alpha": [0.8, 0.9], "class_beta": [1.0, 10.0, 20.0], "layer": "all"}
+    product = parse_tune_config({**BASE, "space": space})
+    assert len(expand_grid(product, ["bn1", "layer1.0.bn1"])) == 2 * 3 * 2
+    single = parse_tune_config({**BASE, "space": space, "search": {"grid": "one_at_a_time"}})
+    points = expand_grid(single, ["bn1", "layer1.0.bn1"])
+    assert len(points) == 2 + 3 + 2 and all(len(p) == 1 for p in points)
+
+
+def test_trial_cells_apply_factors_layer_and_keep_the_base() -> None:
+    cfg = parse_tune_config(
+        {**BASE, "methods": ["bdn"], "cell": {"setting": "nunu", "factors": {"domain_beta": 5.0}, "S": 5},
+         "space": {"domain_alpha": [0.9], "layer": "all"}}
+    )
+    (cell,) = trial_cells(cfg, {"domain_alpha": 0.9, "layer": "layer1.0.bn1"})
+    assert cell.method == "bdn" and cell.setting == "nunu" and cell.S == 5
+    assert cell.factors == {"domain_alpha": 0.9, "domain_beta": 5.0}
+    assert cell.method_kwargs == {"layer": "layer1.0.bn1"}
+    gap = parse_tune_config({**BASE, "methods": [], "objective": {"metric": "gap", "gap": ["bn", "test"], "mode": "max"}})
+    assert [c.method for c in trial_cells(gap, {"domain_alpha": 0.9})] == ["bn", "test"]
+
+
+def test_feasibility_is_the_samplers_own() -> None:
+    # Exact sampler, domain (n,u), beta = 5, D = 15: Cor. 1 needs alpha_1 >= 1 - (14/15)/5 = 0.8133.
+    cell = Cell(setting="nunu", sampler="exact", factors={"domain_alpha": 0.9, "domain_beta": 5.0})
+    assert infeasibility(cell, 15, 10) is None
+    bad = Cell(setting="nunu", sampler="exact", factors={"domain_alpha": 0.5, "domain_beta": 5.0})
+    why = infeasibility(bad, 15, 10)
+    assert why is not None and "alpha" in why
+    # alpha_1 below 1/n is outside every sampler's range (spec 1.1)
+    assert infeasibility(Cell(setting="nunu", factors={"domain_alpha": 0.01}), 15, 10) is not None

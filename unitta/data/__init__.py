@@ -1,0 +1,83 @@
+"""Corrupted test sets: CIFAR-10-C, CIFAR-100-C, ImageNet-C and the embedded Fashion-MNIST-C.
+
+``load_dataset`` is the one front door (DESIGN.md "Dataset"); the result is a ``CorruptedDataset``
+whose items are domain-major (item i = d * N + j), one domain per (corruption, severity).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from unitta.data.arrays import ArrayDataset
+from unitta.data.base import CORRUPTIONS, CorruptedDataset
+from unitta.data.fmnist_c import prepare_fmnist_c
+
+DATASETS = ("fmnist-c", "cifar10-c", "cifar100-c", "imagenet-c")
+
+__all__ = ["ArrayDataset", "CORRUPTIONS", "CorruptedDataset", "DATASETS", "load_dataset", "prepare_fmnist_c"]
+
+
+def default_data_dir() -> Path:
+    """``$UNITTA_DATA``, else ``~/.cache/unitta``."""
+    return Path(os.environ.get("UNITTA_DATA") or Path.home() / ".cache" / "unitta")
+
+
+def _severities(severity: int | Sequence[int]) -> list[int]:
+    values = [severity] if isinstance(severity, (int,)) and not isinstance(severity, bool) else list(severity)
+    if not values or any(isinstance(s, bool) or s not in (1, 2, 3, 4, 5) for s in values) or len(set(values)) < len(values):
+        raise ValueError(f"severity={severity!r}: expected an integer in 1..5 or a list of distinct ones")
+    return values
+
+
+def _corruptions(corruptions: Sequence[str] | None) -> list[str]:
+    if corruptions is None:
+        return list(CORRUPTIONS)
+    values = [corruptions] if isinstance(corruptions, str) else list(corruptions)
+    unknown = [c for c in values if c not in CORRUPTIONS]
+    if not values or unknown or len(set(values)) < len(values):
+        raise ValueError(
+            f"corruptions={corruptions!r}: expected distinct names among {', '.join(CORRUPTIONS)}"
+            + (f" (unknown: {', '.join(map(str, unknown))})" if unknown else "")
+        )
+    return values
+
+
+def load_dataset(
+    name: str,
+    data_dir: str | Path | None = None,
+    severity: int | Sequence[int] = 5,
+    corruptions: Sequence[str] | None = None,
+    n_per_domain: int | None = None,
+) -> CorruptedDataset:
+    """A corrupted test set, one domain per (corruption, severity), corruption-major.
+
+    name: 'fmnist-c' | 'cifar10-c' | 'cifar100-c' | 'imagenet-c'.
+    data_dir: folder holding ``CIFAR-10-C/``, ``CIFAR-100-C/``, ``ImageNet-C/`` (robustbench's layout),
+        and for fmnist-c the cache root holding ``FashionMNIST-C/``; default ``$UNITTA_DATA``, else
+        ``~/.cache/unitta``. Nothing is downloaded; fmnist-c is prepared on first use.
+    severity: 1..5 or a list of them (default 5, the paper's setting).
+    corruptions: a subset / order of ``CORRUPTIONS`` (default: all 15 in the reference order, spec 4.2);
+        domain id = position in this list (x severities).
+    n_per_domain: a class-balanced subset, the first n/K images of each class in test-set order,
+        the same images in every domain (tests, debugging). Must be a multiple of the class count.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"name={name!r}: expected one of {', '.join(DATASETS)}")
+    severities = _severities(severity)
+    chosen = _corruptions(corruptions)
+    if n_per_domain is not None and (isinstance(n_per_domain, bool) or not isinstance(n_per_domain, int) or n_per_domain <= 0):
+        raise ValueError(f"n_per_domain={n_per_domain!r}: expected None or a positive integer")
+    if name == "fmnist-c":
+        from unitta.data.fmnist_c import load_fmnist_c
+
+        return load_fmnist_c(data_dir, severities, chosen, n_per_domain)
+    root = default_data_dir() if data_dir is None else Path(data_dir)
+    if name == "imagenet-c":
+        from unitta.data.imagenet_c import load_imagenet_c
+
+        return load_imagenet_c(root, severities, chosen, n_per_domain)
+    from unitta.data.cifar_c import load_cifar_c
+
+    return load_cifar_c(name, root, severities, chosen, n_per_domain)

@@ -1,0 +1,203 @@
+"""Fashion-MNIST-C, the embedded default: prepared once from Fashion-MNIST, cached like CIFAR-10-C.
+
+Fashion-MNIST's 10,000 test images (exactly 1,000 per class) are zero-padded 28 -> 32 and repeated
+over 3 channels, then corrupted with the 15 corruptions at CIFAR-10-C's strengths
+(``unitta.data.corruptions``; spec/offline_data.md sections 2.3 and 4). The cache folder
+``<cache>/FashionMNIST-C/`` has CIFAR-10-C's layout: ``<corruption>.npy`` uint8 (rows, 32, 32, 3)
+with severities stacked in ascending order, N rows each, ``labels.npy`` (N labels), and
+``meta.json`` saying which severities each file holds. With all 5 severities a file is exactly
+CIFAR-10-C's 50,000 rows. A class-balanced subset (``n_per_domain``) gets its own folder
+``FashionMNIST-C-n<n>/`` holding only those images, so tests never prepare the full set.
+
+Every file is written to a temporary name and renamed (an interrupted preparation leaves the
+previous, complete files), and a file lock serialises concurrent preparations (e.g. several Ray
+workers on a fresh machine). Corruption randomness is per image, so results do not depend on the
+chunking and a subset has the same pixels as the same images of the full set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from unitta.data.arrays import ArrayDataset, balanced_subset
+from unitta.data.base import CORRUPTIONS
+from unitta.data.cifar_c import read_npy_domains
+from unitta.data.fashion_mnist import read_fashion_mnist
+
+FOLDER = "FashionMNIST-C"
+NUM_CLASSES = 10
+FORMAT = 1  # bump when the corruption code changes the pixels: old caches are then rebuilt
+SEED = 0
+CHUNK = 1000  # images per corrupt() call (progress granularity; results do not depend on it)
+
+
+def default_cache_root() -> Path:
+    """``$UNITTA_DATA``, else ``~/.cache/unitta`` (the same root as the other datasets)."""
+    return Path(os.environ.get("UNITTA_DATA") or Path.home() / ".cache" / "unitta")
+
+
+def cache_folder(root: Path, n_per_domain: int | None) -> Path:
+    return Path(root) / (FOLDER if n_per_domain is None else f"{FOLDER}-n{n_per_domain}")
+
+
+def padded_test_set() -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST's test set as uint8 (10000, 32, 32, 3) (zero-padded, grey in 3 channels), labels."""
+    images, labels = read_fashion_mnist("test")
+    out = np.zeros((len(images), 32, 32, 3), dtype=np.uint8)
+    out[:, 2:30, 2:30, :] = images[:, :, :, None]
+    return out, labels
+
+
+@contextlib.contextmanager
+def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _atomic_save(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_meta(folder: Path, n: int) -> dict:
+    """The cache's meta.json, or an empty one when absent or from another format / size / seed."""
+    fresh = {"format": FORMAT, "seed": SEED, "n": n, "parameters": "CIFAR-10-C (make_cifar_c.py)", "severities": {}}
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return fresh
+    if any(meta.get(k) != fresh[k] for k in ("format", "seed", "n")):
+        return fresh
+    return meta
+
+
+def _missing(meta: dict, corruptions: Sequence[str], severities: Sequence[int]) -> dict[str, list[int]]:
+    have = meta["severities"]
+    out = {c: [s for s in severities if s not in have.get(c, [])] for c in corruptions}
+    return {c: s for c, s in out.items() if s}
+
+
+def prepare_fmnist_c(
+    data_dir: str | Path | None = None,
+    severities: Sequence[int] = (5,),
+    corruptions: Sequence[str] | None = None,
+    n_per_domain: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """Make sure the cache holds ``corruptions`` x ``severities``; corrupt what is missing. Returns the folder.
+
+    data_dir: the cache root (default ``$UNITTA_DATA`` or ``~/.cache/unitta``).
+    n_per_domain: prepare only the class-balanced subset (first n/10 images of each class).
+    """
+    from unitta.data.corruptions import corrupt  # OpenCV / scipy: only when preparing
+
+    corruptions = list(CORRUPTIONS if corruptions is None else corruptions)
+    folder = cache_folder(default_cache_root() if data_dir is None else Path(data_dir), n_per_domain)
+    images, labels = padded_test_set()
+    ids = np.arange(len(images)) if n_per_domain is None else balanced_subset(labels, n_per_domain, NUM_CLASSES)
+    images, labels = images[ids], labels[ids]
+    with _locked(folder, exclusive=True):
+        meta = _read_meta(folder, len(ids))
+        todo = _missing(meta, corruptions, severities)
+        if not todo and (folder / "labels.npy").is_file():
+            return folder
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            total = len(ids) * sum(len(s) for s in todo.values())
+            bar = tqdm(total=total, desc="Fashion-MNIST-C", unit="img", file=sys.stderr)
+        _atomic_save(folder / "labels.npy", lambda f: np.save(f, labels.astype(np.uint8)))
+        for corruption, new_severities in todo.items():
+            have = meta["severities"].get(corruption, [])
+            old = np.load(folder / f"{corruption}.npy") if have else None
+            if old is not None and (old.shape[1:] != images.shape[1:] or len(old) != len(have) * len(ids)):
+                have, old = [], None  # damaged file: rebuild it
+            blocks = {s: old[k * len(ids) : (k + 1) * len(ids)] for k, s in enumerate(have)}
+            for severity in new_severities:
+                if bar is not None:
+                    bar.set_postfix_str(f"{corruption} {severity}")
+                block = np.empty_like(images)
+                for start in range(0, len(ids), CHUNK):
+                    stop = min(start + CHUNK, len(ids))
+                    block[start:stop] = corrupt(images[start:stop], corruption, severity, SEED, ids[start:stop])
+                    if bar is not None:
+                        bar.update(stop - start)
+                blocks[severity] = block
+            order = sorted(blocks)
+            stacked = np.concatenate([blocks[s] for s in order])
+            _atomic_save(folder / f"{corruption}.npy", lambda f: np.save(f, stacked))
+            meta["severities"][corruption] = order
+            _atomic_save(folder / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
+        if bar is not None:
+            bar.close()
+    return folder
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def load_fmnist_c(
+    data_dir: str | Path | None,
+    severities: Sequence[int],
+    corruptions: Sequence[str],
+    n_per_domain: int | None,
+) -> ArrayDataset:
+    """Fashion-MNIST-C from the cache, preparing what is missing first (with a message on stderr)."""
+    root = default_cache_root() if data_dir is None else Path(data_dir)
+    if n_per_domain is not None:
+        balanced_subset(np.repeat(np.arange(NUM_CLASSES), 1000), n_per_domain, NUM_CLASSES)  # validate early
+    folder = cache_folder(root, n_per_domain)
+    n = 10_000 if n_per_domain is None else n_per_domain
+    with _locked(folder, exclusive=False):
+        todo = _missing(_read_meta(folder, n), corruptions, severities)
+    if todo or not (folder / "labels.npy").is_file():
+        count = sum(len(s) for s in todo.values())
+        print(
+            f"unitta: preparing Fashion-MNIST-C in {folder}: {count} (corruption, severity) domains of "
+            f"{n} images, once (about {_duration(count * n * 0.35e-3)}; "
+            f"`python -m unitta.data prepare fmnist-c` does it ahead)",
+            file=sys.stderr,
+            flush=True,
+        )
+        started = time.perf_counter()
+        prepare_fmnist_c(root, severities, corruptions, n_per_domain, progress=sys.stderr.isatty())
+        print(f"unitta: Fashion-MNIST-C ready in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    with _locked(folder, exclusive=False):
+        meta = _read_meta(folder, n)
+        hint = f"The Fashion-MNIST-C cache {folder} looks damaged: delete it and it is rebuilt on next use."
+        dataset = read_npy_domains(
+            folder,
+            "fmnist-c",
+            corruptions,
+            severities,
+            n,
+            lambda c, s: meta["severities"][c].index(s),
+            NUM_CLASSES,
+            None,
+            hint,
+        )
+    dataset.meta["n_per_domain"] = n_per_domain
+    return dataset

@@ -1,0 +1,61 @@
+"""Exponential-moving-average (mean) teachers: CoTTA's and RoTTA's teacher networks.
+
+CoTTA (Wang et al., CVPR'22, eq. 3) and RoTTA (Yuan et al., CVPR'23, sec. 3.3) keep a teacher whose
+weights are an EMA of the student's: theta_t <- m * theta_t + (1 - m) * theta_s after every
+optimisation step. Both references average *parameters only*; normalisation statistics (buffers) of
+the teacher evolve through the teacher's own forwards. ``buffers=True`` also averages floating-point
+buffers, for methods that want it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+__all__ = ["make_teacher", "ema_update_"]
+
+
+def make_teacher(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` with every parameter frozen (``requires_grad=False``).
+
+    The copy keeps ``model``'s train/eval mode and device. Build teachers inside a method's
+    ``setup()`` so that ``reset()`` rebuilds them from the source.
+    """
+    teacher = copy.deepcopy(model)
+    teacher.requires_grad_(False)
+    return teacher
+
+
+@torch.no_grad()
+def ema_update_(teacher: nn.Module, student: nn.Module, momentum: float, buffers: bool = False) -> None:
+    """In place: ``t <- momentum * t + (1 - momentum) * s`` for every parameter (and buffer).
+
+    Args:
+        teacher: the EMA network, updated in place.
+        student: the trained network; must have the same parameter names and shapes.
+        momentum: the teacher's keep rate m in [0, 1] (CoTTA ``MT`` = 0.999; RoTTA 1 - nu = 0.999).
+        buffers: also average floating-point buffers (integer buffers such as BN's
+            ``num_batches_tracked`` are copied from the student).
+    """
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError(f"momentum={momentum!r} must lie in [0, 1]")
+    t_params = dict(teacher.named_parameters())
+    s_params = dict(student.named_parameters())
+    if t_params.keys() != s_params.keys():
+        missing = sorted(set(t_params) ^ set(s_params))[:5]
+        raise ValueError(f"teacher and student have different parameters (e.g. {missing})")
+    for name, t in t_params.items():
+        t.mul_(momentum).add_(s_params[name].detach(), alpha=1.0 - momentum)
+    if not buffers:
+        return
+    s_buffers = dict(student.named_buffers())
+    for name, t in teacher.named_buffers():
+        s = s_buffers.get(name)
+        if s is None or s.shape != t.shape:
+            raise ValueError(f"student has no buffer {name!r} of shape {tuple(t.shape)}")
+        if t.is_floating_point():
+            t.mul_(momentum).add_(s, alpha=1.0 - momentum)
+        else:
+            t.copy_(s)

@@ -1,0 +1,37 @@
+"""BatchNorm with test-batch statistics (the ``BN`` baseline's layer, spec 4.5; also TENT's).
+
+A source BatchNorm with its running statistics removed: every forward normalises with the mean and
+biased variance of the current batch over (N, H, W), exactly ``F.batch_norm(training=True)``
+without running statistics.
+
+Batch of size 1: the statistics are then those of the single sample over its H x W positions (what
+PyTorch's train-mode BatchNorm computes for N = 1, an instance normalisation). When there is only one
+value per channel (N * H * W == 1, e.g. a BatchNorm1d on one sample), batch statistics do not exist
+and the layer falls back to the source running statistics. Either way the output is finite.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class BatchStatsNorm(nn.Module):
+    """Normalise with the current batch's statistics; source statistics only when N*H*W == 1."""
+
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm):
+        super().__init__()
+        self.num_features = bn.num_features
+        self.eps = bn.eps
+        self.weight = bn.weight  # the BN's own affine parameters (shared, so optimisers find them)
+        self.bias = bn.bias
+        if bn.running_mean is None or bn.running_var is None:
+            raise ValueError("BatchStatsNorm needs a BatchNorm with running statistics (track_running_stats=True)")
+        self.register_buffer("source_mean", bn.running_mean.detach().clone())
+        self.register_buffer("source_var", bn.running_var.detach().clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        values_per_channel = x.numel() // max(x.shape[1], 1)
+        if values_per_channel > 1:
+            return F.batch_norm(x, None, None, self.weight, self.bias, training=True, eps=self.eps)
+        return F.batch_norm(x, self.source_mean, self.source_var, self.weight, self.bias, training=False, eps=self.eps)

@@ -1,0 +1,132 @@
+"""UnMix-TNS: test-time normalisation with K mixture components per BatchNorm layer.
+
+Tomar et al., "Un-Mixing Test-Time Normalization Statistics: Combatting Label Temporal Correlation",
+ICLR 2024 (spec/baselines.md section 2.10). Every BatchNorm2d keeps K statistic components
+(mu_k, var_k) instead of one pair. Each test instance i is normalised with statistics that mix its own
+spatial statistics (mu_i, var_i) into every component, weighted by how close it is to that
+component (p_ik = softmax_k(cos(mu_i, mu_k) / tau)), and the components follow the instances they
+attract through a momentum update. Normalisation is per instance, so any batch size >= 1 works.
+
+Deviations from the reference layer (devavratTomar/unmixtns, copied by UniTTA):
+- The momentum M = 1 - (1 - m_bn)^(B / B_max) uses the *actual* batch size B of each forward; the
+  reference fixes B to the configured batch size when the layer is built. Identical on full batches;
+  a short last batch (or B = 1) moves the components proportionally less, as the paper's rescaling
+  intends.
+- The random initialisation draws from an explicit ``torch.Generator`` (reference: global RNG).
+- ``update_stats`` can switch the component update off for a forward (default on: the reference
+  updates in every forward, train or eval, with or without grad).
+- The mixture variance is clamped at 0 before eps is added (it is >= 0 up to rounding).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from unitta.methods.norm.stats import instance_mean_var, normalise
+
+# devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
+INIT_ALPHA = 0.5
+TEMPERATURE = 0.07
+
+
+class UnMixTNS2d(nn.Module):
+    """Drop-in replacement of a BatchNorm2d with K statistic components (spec 2.10).
+
+    Args:
+        bn: the source BatchNorm2d (its running statistics, affine parameters and eps are used).
+        num_components: K >= 1 (UT: 16 for ``unmixtns``, 128 inside ``roid_unmixtns``).
+        max_batch_size: B_max of the momentum rescaling M = 1 - (1 - bn_momentum)^(B / B_max).
+        generator: draws the initial component noise eps_k ~ N(0, 1).
+        bn_momentum: m_bn (reference: the BN layer's momentum, PyTorch's default 0.1).
+    """
+
+    def __init__(
+        self,
+        bn: nn.BatchNorm2d,
+        num_components: int,
+        max_batch_size: int,
+        generator: torch.Generator,
+        bn_momentum: float = 0.1,
+    ):
+        super().__init__()
+        if num_components < 1:
+            raise ValueError(f"num_components={num_components}: expected >= 1")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size={max_batch_size}: expected >= 1")
+        if not 0.0 < bn_momentum <= 1.0:
+            raise ValueError(f"bn_momentum={bn_momentum}: expected in (0, 1]")
+        if bn.running_mean is None or bn.running_var is None:
+            raise ValueError("UnMixTNS2d needs a BatchNorm2d with running statistics (track_running_stats=True)")
+        self.num_features = bn.num_features
+        self.num_components = num_components
+        self.max_batch_size = max_batch_size
+        self.bn_momentum = bn_momentum
+        self.eps = bn.eps
+        self.update_stats = True
+        src_mean = bn.running_mean.detach().clone()
+        src_var = bn.running_var.detach().clone()
+        # Spec 2.10: mu_k = mu_s + sqrt(alpha K / (K - 1)) sigma_s eps_k, var_k = (1 - alpha) var_s,
+        # so that the uniform mixture of the K components has the source mean and variance.
+        alpha = INIT_ALPHA if num_components > 1 else 0.0
+        scale = math.sqrt(alpha * num_components / (num_components - 1)) if num_components > 1 else 0.0
+        noise = torch.randn((num_components, self.num_features), generator=generator, dtype=src_mean.dtype)
+        means = src_mean.unsqueeze(0) + scale * src_var.sqrt().unsqueeze(0) * noise.to(src_mean.device)
+        self.register_buffer("component_means", means)  # (K, C)
+        self.register_buffer("component_vars", ((1.0 - alpha) * src_var).unsqueeze(0).repeat(num_components, 1))
+        self.weight = None if bn.weight is None else nn.Parameter(bn.weight.detach().clone())
+        self.bias = None if bn.bias is None else nn.Parameter(bn.bias.detach().clone())
+
+    def momentum(self, batch_size: int) -> float:
+        """M = 1 - (1 - m_bn)^(B / B_max) (spec 2.10): 0.1 at B = B_max, about 0.0016 at B = 1 of 64."""
+        return 1.0 - (1.0 - self.bn_momentum) ** (batch_size / self.max_batch_size)
+
+    def assignments(self, inst_mean: Tensor) -> Tensor:
+        """p_ik = softmax_k(cos(mu_i, mu_k) / 0.07), (B, K); no gradient (as the reference)."""
+        with torch.no_grad():
+            sim = F.normalize(inst_mean, dim=1) @ F.normalize(self.component_means, dim=1).T
+            return torch.softmax(sim / TEMPERATURE, dim=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"UnMixTNS2d expects (B, C, H, W) input, got shape {tuple(x.shape)}")
+        inst_mean, inst_var = instance_mean_var(x)  # (B, C) each
+        p = self.assignments(inst_mean).unsqueeze(-1)  # (B, K, 1)
+        mixed_means = (1.0 - p) * self.component_means.unsqueeze(0) + p * inst_mean.unsqueeze(1)  # (B, K, C)
+        mixed_vars = (1.0 - p) * self.component_vars.unsqueeze(0) + p * inst_var.unsqueeze(1)
+        mean = mixed_means.mean(dim=1)
+        # variance of the uniform mixture of the K mixed components (law of total variance)
+        var = mixed_vars.mean(dim=1) + mixed_means.pow(2).mean(dim=1) - mean.pow(2)
+        if self.update_stats:
+            with torch.no_grad():
+                m = self.momentum(x.shape[0])
+                pd = p.detach()
+                self.component_means += m * (pd * (inst_mean.detach().unsqueeze(1) - self.component_means)).mean(0)
+                self.component_vars += m * (pd * (inst_var.detach().unsqueeze(1) - self.component_vars)).mean(0)
+        return normalise(x, mean, var, self.eps, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, components={self.num_components}, max_batch_size={self.max_batch_size}"
+
+
+def convert_to_unmixtns(
+    model: nn.Module, num_components: int, max_batch_size: int, generator: torch.Generator
+) -> dict[str, UnMixTNS2d]:
+    """Replace every BatchNorm2d of ``model`` in place by an UnMixTNS2d; BatchNorm1d layers are left in
+    eval mode with their source statistics (the reference's UnMixTNS1d does exactly that).
+    Returns {name: layer}."""
+    from unitta.methods.norm.swap import named_batchnorms, set_submodule
+
+    layers = {}
+    for name, bn in named_batchnorms(model):
+        if isinstance(bn, nn.BatchNorm2d):
+            momentum = bn.momentum if bn.momentum is not None else 0.1
+            layer = UnMixTNS2d(bn, num_components, max_batch_size, generator, bn_momentum=momentum)
+            set_submodule(model, name, layer.to(bn.running_mean.device))
+            layers[name] = layer
+    if not layers:
+        raise ValueError("model has no BatchNorm2d layer to convert to UnMix-TNS")
+    return layers

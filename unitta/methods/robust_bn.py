@@ -1,0 +1,75 @@
+"""Robust BN alone: RoTTA's normalisation layer without its memory or training (Yuan et al., CVPR'23).
+
+Every BatchNorm becomes a Robust BN (``norm/robust_bn.py``) with alpha = 0.05
+(``ADAPTER.RoTTA.ALPHA``, all datasets). Per batch, one train-mode forward: each layer moves its
+global statistics toward the batch's, mu_g <- (1 - alpha) mu_g + alpha mu_b (likewise the variance),
+and normalises with the updated statistics (RoTTA eq. 2-3). No parameter changes. Cost: 1F.
+
+DEVIATION(UT c41bce7): UT's ``rotta_rbn`` adapter is not RoTTA's RBN: its yaml sets
+``NAME: tribe_bbn``, i.e. TRIBE's Balanced BN with gamma = 1 and eta = 0.01 / 0.05 / 0.5 (CIFAR-10 /
+CIFAR-100 / ImageNet), updated on every batch with the batch's pseudo-labels and a
+composition-dependent momentum (baselines.md 2.5, 4.4). The paper's "RBN" numbers come from that
+code. ``variant="reference"`` reproduces it (exactly the ``balanced_bn`` method with gamma = 1 and
+the eta below: eval forward to predict, then a train forward with the pseudo-labels; 2F);
+``variant="rbn"`` (default) is RoTTA's Robust BN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from unitta.methods.balanced_bn import BalancedBN
+from unitta.methods.base import TTAMethod, register_method
+from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.robust_bn import RobustBN
+from unitta.methods.norm.swap import replace_batchnorms
+
+__all__ = ["RobustBNMethod"]
+
+
+@register_method("robust_bn")
+class RobustBNMethod(TTAMethod):
+    """RoTTA's Robust BN statistics alone (default), or UT's ``rotta_rbn`` (``variant="reference"``)."""
+
+    @dataclass(frozen=True)
+    class Config:
+        alpha: float = 0.05  # ADAPTER.RoTTA.ALPHA (RoTTA, all datasets)
+        variant: Literal["rbn", "reference"] = "rbn"  # "reference": UT rotta_rbn = Balanced BN, gamma 1
+        eta: float = 0.01  # reference variant only: UT configs/adapter/cifar10/rotta_rbn.yaml TRIBE.ETA
+
+        def __post_init__(self) -> None:
+            if not 0.0 <= self.alpha <= 1.0:
+                raise ValueError(f"alpha={self.alpha!r} must lie in [0, 1]")
+            if not 0.0 < self.eta <= 1.0:
+                raise ValueError(f"eta={self.eta!r} must lie in (0, 1]")
+
+    presets = {
+        "cifar100": {"eta": 0.05},  # UT configs/adapter/cifar100/rotta_rbn.yaml (reference variant)
+        "imagenet": {"eta": 0.5},  # UT configs/adapter/imagenet/rotta_rbn.yaml (reference variant)
+    }
+
+    def setup(self) -> None:
+        self.model.requires_grad_(False)
+        if self.cfg.variant == "reference":
+            K = self.info.num_classes
+            self.layers = list(
+                replace_batchnorms(self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, 1.0)).values()
+            )
+        else:
+            self.layers = list(replace_batchnorms(self.model, lambda name, bn: RobustBN(bn, self.cfg.alpha)).values())
+        self.model.eval()
+
+    @torch.no_grad()
+    def forward(self, x: Tensor) -> Tensor:
+        if self.cfg.variant == "reference":
+            return BalancedBN.forward(self, x)  # the balanced_bn method's per-batch step, gamma = 1
+        for layer in self.layers:
+            layer.train()
+        logits = self.model(x)
+        for layer in self.layers:
+            layer.eval()
+        return logits

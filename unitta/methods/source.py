@@ -1,0 +1,27 @@
+"""TEST: the source model, unchanged, in eval mode (spec 4.5, ``configs/adapter/*/test.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from unitta.methods.base import TTAMethod, register_method
+
+
+@register_method("test")
+class SourceModel(TTAMethod):
+    """The no-adaptation baseline: the pre-trained model with its source BatchNorm statistics."""
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def setup(self) -> None:
+        self.model.eval()
+        self.model.requires_grad_(False)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model(x)

@@ -1,0 +1,84 @@
+"""TENT: test entropy minimisation (Wang, Shelhamer, Liu, Olshausen, Darrell; ICLR'21).
+
+Every BatchNorm normalises with the current batch's statistics (running statistics dropped) and only
+the BN affine parameters (gamma, beta) adapt, by one optimisation step per batch on the mean
+prediction entropy H(softmax(z)) (paper eq. 1, sec. 3). The prediction returned is the one computed
+*before* the step (TENT's online protocol; tent issue #20; with ``steps`` > 1, the output of the last
+forward, as the original). Everything else is frozen and the model
+stays in eval mode.
+
+Hyper-parameters (baselines.md 2.3; UT ``configs/adapter/*/tent.yaml`` = md = original):
+CIFAR-10/100: Adam lr 1e-3. ImageNet: SGD lr 2.5e-4, momentum 0.9, Nesterov. One step per batch.
+
+Deviations:
+- Batch of size 1: the reference (UT ``TTA.py``) skips such batches entirely. Here they are
+  predicted (BN then normalises with the single sample's statistics over H x W, see
+  ``norm/batch_stats.py``) but no step is taken, so the adaptation trajectory equals the
+  reference's; ``min_update_batch`` sets the threshold.
+- Only BatchNorm affine parameters adapt (as UT); md also adapts LayerNorm/GroupNorm affine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from unitta.methods.base import TTAMethod, register_method
+from unitta.methods.losses import softmax_entropy
+from unitta.methods.norm.batch_stats import BatchStatsNorm
+from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.optim import optimizer_from_config
+
+__all__ = ["Tent"]
+
+
+@register_method("tent")
+class Tent(TTAMethod):
+    """TENT (Wang et al., ICLR'21): entropy minimisation on BN affine parameters with batch statistics."""
+
+    @dataclass(frozen=True)
+    class Config:
+        optimizer: Literal["adam", "sgd"] = "adam"  # UT configs/adapter/cifar10/tent.yaml OPTIM.METHOD
+        lr: float = 1e-3  # UT configs/adapter/cifar10/tent.yaml OPTIM.LR
+        steps: int = 1  # OPTIM.STEPS (UT, md, original)
+        min_update_batch: int = 2  # DEVIATION: smaller batches are predicted without a step (UT skips them)
+
+        def __post_init__(self) -> None:
+            if self.steps < 1:
+                raise ValueError(f"steps={self.steps!r} must be >= 1")
+            if self.min_update_batch < 1:
+                raise ValueError(f"min_update_batch={self.min_update_batch!r} must be >= 1")
+
+    presets = {
+        "imagenet": {"optimizer": "sgd", "lr": 2.5e-4},  # UT/md imagenet tent.yaml; TENT paper sec. 4
+    }
+
+    def setup(self) -> None:
+        self.model.requires_grad_(False)
+        layers = replace_batchnorms(self.model, lambda name, bn: BatchStatsNorm(bn))
+        params = []
+        for layer in layers.values():
+            for p in (layer.weight, layer.bias):
+                if p is not None:
+                    p.requires_grad_(True)
+                    params.append(p)
+        self.model.eval()
+        self.optimizer = optimizer_from_config(params, self.cfg)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[0] < self.cfg.min_update_batch:
+            with torch.no_grad():
+                return self.model(x)
+        prediction = None
+        for _ in range(self.cfg.steps):
+            with torch.enable_grad():
+                logits = self.model(x)
+                loss = softmax_entropy(logits).mean()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.backward(loss)
+                self.optimizer.step()
+            prediction = logits.detach()  # the last forward's output, as the original tent.py
+        return prediction

@@ -1,0 +1,52 @@
+"""UnMix-TNS: mixture-of-components test-time normalisation, no gradient step.
+
+Paper:     Tomar et al., "Un-Mixing Test-Time Normalization Statistics: Combatting Label Temporal
+           Correlation", ICLR 2024 (spec/baselines.md section 2.10).
+Upstream:  devavratTomar/unmixtns; UniTTA's ``unmixtns`` adapter (configs/adapter/*/unmixtns.yaml).
+Algorithm: every BatchNorm2d becomes an UnMixTNS2d layer (``norm/unmixtns.py``) with K components;
+           each instance is normalised with its own mixture of the components and the components
+           follow the stream. One forward per batch, nothing is trained.
+Deviations (from the reference; see norm/unmixtns.py for the layer's):
+- the momentum uses each forward's actual batch size (reference: the configured one);
+- the original runs ImageNet at B = B_max = 16; UniTTA uses B_max = 64 for every dataset, as here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from unitta.methods.base import TTAMethod, register_method
+from unitta.methods.norm.unmixtns import convert_to_unmixtns
+
+
+@register_method("unmixtns")
+class UnMixTNS(TTAMethod):
+    """UnMix-TNS normalisation layers on the source model (Tomar et al., ICLR'24)."""
+
+    @dataclass(frozen=True)
+    class Config:
+        num_components: int = 16  # UT configs/adapter/*/unmixtns.yaml and the original run.sh (K = 16)
+        max_batch_size: int = 64  # UT: B_max = 64 on every dataset (original: 16 on ImageNet)
+
+    presets = {}  # UT uses the same values on CIFAR-10, CIFAR-100 and ImageNet
+
+    def setup(self) -> None:
+        _check_unmix_config(self.cfg.num_components, self.cfg.max_batch_size)
+        self.model.requires_grad_(False)
+        self.layers = convert_to_unmixtns(
+            self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        with torch.no_grad():
+            return self.model(x)
+
+
+def _check_unmix_config(num_components: int, max_batch_size: int) -> None:
+    if num_components < 1:
+        raise ValueError(f"num_components={num_components}: expected an integer >= 1")
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size={max_batch_size}: expected an integer >= 1")

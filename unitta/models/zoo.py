@@ -1,0 +1,250 @@
+"""``load_model``: the embedded ResNet-20 and the paper's robustbench models, offline (spec 4.4).
+
+The paper's models come from RobustBench's "corruptions" threat model. This module builds each
+architecture *without* weights (no network) and loads a local checkpoint in robustbench's layout,
+``{checkpoint_dir}/{dataset}/corruptions/{name}.pt``. robustbench is imported lazily, only when a
+paper model is loaded, with the import fixes of spec/environment.md.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+
+from unitta.methods.norm.swap import named_batchnorms
+from unitta.models.info import ModelInfo
+
+# ImageNet mean/std of torchvision's and robustbench's Standard_R50 (robustbench/model_zoo/imagenet.py).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# torchvision's file for resnet50(pretrained=True) == ResNet50_Weights.IMAGENET1K_V1, which robustbench's
+# Standard_R50 uses (spec/environment.md).
+TORCHVISION_R50_FILE = "resnet50-0676ba61.pth"
+EMBEDDED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "resnet20_fmnist.pt"
+# The reference's CKPT_DIR (spec 4.4), used when checkpoint_dir is None.
+DEFAULT_CHECKPOINT_DIR = "ckpt"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One loadable model: how to build it and its metadata (spec 4.4 table)."""
+
+    family: str  # ModelInfo.dataset
+    rb_dataset: str  # robustbench's dataset folder name
+    build: Callable[[], nn.Module]
+    classifier: str
+    bdn_layer: str
+    num_classes: int
+    input_size: int
+
+
+def import_robustbench():
+    """Import robustbench with the fixes of spec/environment.md (also needed inside Ray workers).
+
+    robustbench 1.1.1 imports ``autoattack``, which PyPI ships as ``pyautoattack``; alias it first.
+    Its ``pkg_resources`` import needs setuptools < 82 (pinned in pyproject.toml).
+    """
+    if "autoattack" not in sys.modules:
+        import pyautoattack
+        import pyautoattack.state
+
+        sys.modules["autoattack"] = pyautoattack
+        sys.modules["autoattack.state"] = pyautoattack.state
+    try:
+        with warnings.catch_warnings():
+            # robustbench 1.1.1 imports pkg_resources and old timm/torch.jit APIs: noise at every import
+            warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
+            import robustbench
+    except ModuleNotFoundError as err:
+        if err.name == "pkg_resources":
+            raise ImportError(
+                "robustbench needs pkg_resources, removed in setuptools 82: pip install 'setuptools>=77.0.3,<82'"
+            ) from err
+        raise
+    return robustbench
+
+
+def _wrn28_10() -> nn.Module:
+    import_robustbench()
+    from robustbench.model_zoo.architectures.wide_resnet import WideResNet
+
+    return WideResNet(depth=28, widen_factor=10)
+
+
+def _augmix_resnext() -> nn.Module:
+    import_robustbench()
+    from robustbench.model_zoo.cifar100 import Hendrycks2020AugMixResNeXtNet
+
+    return Hendrycks2020AugMixResNeXtNet()
+
+
+def _standard_r50() -> nn.Module:
+    import_robustbench()
+    import torchvision
+    from robustbench.model_zoo.architectures.utils_architectures import normalize_model
+
+    return normalize_model(torchvision.models.resnet50(weights=None), IMAGENET_MEAN, IMAGENET_STD)
+
+
+def _resnet20() -> nn.Module:
+    from unitta.models.resnet import resnet20
+
+    return resnet20()
+
+
+# dataset name -> {model name -> entry}; the first model of each dataset is its default.
+_ZOO: dict[str, dict[str, _Entry]] = {
+    "fmnist-c": {
+        # BDN layer: first BN of the first block of the middle stage (issue 3)
+        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32),
+    },
+    "cifar10-c": {
+        "Standard": _Entry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
+    },
+    "cifar100-c": {
+        "Hendrycks2020AugMix_ResNeXt": _Entry(
+            "cifar100", "cifar100", _augmix_resnext, "classifier", "stage_2.0.bn", 100, 32
+        ),
+    },
+    "imagenet-c": {
+        "Standard_R50": _Entry("imagenet", "imagenet", _standard_r50, "model.fc", "model.layer3.0.bn1", 1000, 224),
+    },
+}
+
+
+def list_models() -> dict[str, list[str]]:
+    """{dataset: [model names]}; the first name is the dataset's default."""
+    return {dataset: list(models) for dataset, models in _ZOO.items()}
+
+
+def _entry(dataset: str, name: str | None) -> tuple[str, _Entry]:
+    if dataset not in _ZOO:
+        raise ValueError(f"dataset={dataset!r}: expected one of {', '.join(_ZOO)}")
+    models = _ZOO[dataset]
+    if name is None:
+        name = next(iter(models))
+    if name not in models:
+        raise ValueError(f"name={name!r} for dataset {dataset!r}: expected one of {', '.join(models)}")
+    return name, models[name]
+
+
+def build_model(dataset: str, name: str | None = None) -> tuple[nn.Module, ModelInfo]:
+    """The architecture with random weights (no checkpoint, no network) and its ModelInfo."""
+    name, entry = _entry(dataset, name)
+    model = entry.build()
+    info = ModelInfo(
+        name=name,
+        dataset=entry.family,
+        classifier=entry.classifier,
+        bn_layers=tuple(layer for layer, _ in named_batchnorms(model)),
+        bdn_layer=entry.bdn_layer,
+        num_classes=entry.num_classes,
+        input_size=entry.input_size,
+    )
+    info.check_bn_layer(info.bdn_layer)
+    return model, info
+
+
+def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str | Path | None = None) -> Path:
+    """Where ``load_model`` reads the weights: robustbench's ``{dir}/{dataset}/corruptions/{name}.pt``.
+
+    For ImageNet's Standard_R50 this is the robustbench-layout file if it exists, else torchvision's
+    ``{dir}/resnet50-0676ba61.pth``. The embedded ResNet-20 ignores ``checkpoint_dir``.
+    """
+    name, entry = _entry(dataset, name)
+    if dataset == "fmnist-c":
+        return EMBEDDED_CHECKPOINT
+    checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
+    path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
+    if dataset == "imagenet-c" and not path.exists():
+        return checkpoint_dir / TORCHVISION_R50_FILE
+    return path
+
+
+def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError:
+    _, entry = _entry(dataset, name)
+    rb_path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
+    if dataset == "fmnist-c":
+        return FileNotFoundError(
+            f"embedded checkpoint {EMBEDDED_CHECKPOINT} is missing; retrain it with "
+            "`python -m unitta.models train fmnist` (a few minutes on a CPU)"
+        )
+    if dataset == "imagenet-c":
+        tv_path = checkpoint_dir / TORCHVISION_R50_FILE
+        return FileNotFoundError(
+            f"no checkpoint for {name!r}: expected torchvision's ResNet-50 weights at {tv_path} "
+            f"(or a robustbench-layout state_dict at {rb_path}). On a machine with internet run "
+            "`python -c \"import torchvision; torchvision.models.resnet50(weights='IMAGENET1K_V1')\"` "
+            f"and copy ~/.cache/torch/hub/checkpoints/{TORCHVISION_R50_FILE} to {tv_path}"
+        )
+    return FileNotFoundError(
+        f"no checkpoint for {name!r}: expected {rb_path}. On a machine with internet run "
+        f"`python -c \"from robustbench.utils import load_model; load_model('{name}', model_dir='{checkpoint_dir}', "
+        f"dataset='{entry.rb_dataset}', threat_model='corruptions')\"` and copy {rb_path} here "
+        "(same relative path under the checkpoint directory)"
+    )
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """A checkpoint's state_dict: unwraps 'state_dict'/'model_state_dict', strips 'module.' prefixes."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        # Some zoo checkpoints pickle extra objects (epoch, optimiser state); the file was placed by the user.
+        warnings.warn(f"{path}: not loadable with weights_only=True; loading it as a trusted pickle", stacklevel=3)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    for key in ("state_dict", "model_state_dict"):
+        if isinstance(checkpoint, dict) and key in checkpoint and isinstance(checkpoint[key], dict):
+            checkpoint = checkpoint[key]
+            break
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path}: expected a state_dict (a dict of tensors), got {type(checkpoint).__name__}")
+    return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
+
+
+def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str, path: Path) -> None:
+    if dataset == "imagenet-c":
+        # torchvision's file has bare ResNet keys; a robustbench-layout file has 'model.'/'normalize.' keys.
+        state = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")} or {
+            k: v for k, v in state.items() if not k.startswith("normalize.")
+        }
+        target = model.get_submodule("model")
+    else:
+        target = model
+    missing, unexpected = target.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise ValueError(
+            f"{path} does not fit {type(target).__name__}: missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+        )
+
+
+def load_model(
+    dataset: str = "fmnist-c", name: str | None = None, checkpoint_dir: str | Path | None = None
+) -> tuple[nn.Module, ModelInfo]:
+    """Load a source model in eval mode, offline, with its metadata (spec 4.4).
+
+    dataset: 'fmnist-c' (embedded ResNet-20), 'cifar10-c' ('Standard' WRN-28-10),
+        'cifar100-c' ('Hendrycks2020AugMix_ResNeXt'), 'imagenet-c' ('Standard_R50').
+    name: model name; None picks the dataset's default (the paper's model).
+    checkpoint_dir: robustbench model directory (see ``checkpoint_path``; None: './ckpt', the reference's
+        CKPT_DIR); unused for 'fmnist-c'.
+
+    Every model takes images in [0, 1] (input normalisation is inside the model). A missing checkpoint
+    is a FileNotFoundError naming the path and how to obtain it; nothing is downloaded.
+    """
+    name, _ = _entry(dataset, name)
+    checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
+    path = checkpoint_path(dataset, name, checkpoint_dir)
+    if not path.is_file():
+        raise _missing(dataset, name, checkpoint_dir)
+    model, info = build_model(dataset, name)
+    _load_weights(model, _read_state_dict(path), dataset, path)
+    return model.eval(), replace(info, extra={"checkpoint": str(path)})

@@ -1,0 +1,276 @@
+"""The Parquet result schema, atomic per-cell files, resume bookkeeping and consolidation.
+
+Layout of a sweep's output directory (docs/results.md)::
+
+    <out>/cells/<cell_id>.parquet     one row per finished cell, written atomically (temp file + rename)
+    <out>/logs/<cell_id>.log          what the cell printed, its timing, its traceback if it failed
+    <out>/results.parquet             every cell file consolidated (written at the end of a sweep)
+    <out>/sweep.yaml, manifest.json   the validated config and the run's provenance
+
+A row is ``unitta.evaluate.evaluate``'s row plus the sweep's bookkeeping columns (status, error text,
+timing, host, Ray node, CUDA_VISIBLE_DEVICES, git commit). ``per_domain`` / ``per_class`` are nested
+``list<struct<key, name, n, error>>`` columns. Failed cells carry their coordinates and null metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = [
+    "SCHEMA",
+    "BREAKDOWN_TYPE",
+    "STATUS_OK",
+    "STATUS_FAILED",
+    "METRIC_COLUMNS",
+    "cells_dir",
+    "cell_path",
+    "write_cell_result",
+    "read_cell_result",
+    "load_results",
+    "done_cells",
+    "cell_statuses",
+    "consolidate",
+    "cell_coordinates",
+]
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+
+# One entry of per_domain / per_class (evaluate._breakdown): error in percent over n images.
+BREAKDOWN_TYPE = pa.list_(
+    pa.struct([("key", pa.int64()), ("name", pa.string()), ("n", pa.int64()), ("error", pa.float64())])
+)
+_TS = pa.timestamp("us", tz="UTC")
+
+# Column order = the order documented in docs/results.md.
+SCHEMA = pa.schema(
+    [
+        # identity: what was computed
+        ("cell_id", pa.string()),
+        ("config_hash", pa.string()),
+        ("sweep_name", pa.string()),
+        ("dataset", pa.string()),
+        ("model", pa.string()),
+        ("method", pa.string()),
+        ("method_kwargs", pa.string()),
+        ("setting", pa.string()),
+        ("class_setting", pa.string()),
+        ("domain_setting", pa.string()),
+        ("sampler", pa.string()),
+        ("seed", pa.int64()),
+        ("batch_size", pa.int64()),
+        ("severity", pa.int64()),
+        ("n_per_domain", pa.int64()),
+        ("S", pa.int64()),
+        ("length", pa.int64()),
+        ("factor_overrides", pa.string()),
+        ("domain_alpha", pa.float64()),
+        ("domain_beta", pa.float64()),
+        ("class_alpha", pa.float64()),
+        ("class_beta", pa.float64()),
+        # outcome
+        ("status", pa.string()),
+        ("error_text", pa.string()),
+        # metrics (null when status == 'failed')
+        ("error", pa.float64()),
+        ("n_samples", pa.int64()),
+        ("n_correct", pa.int64()),
+        ("images_reused", pa.int64()),
+        ("domains_discovered", pa.int64()),
+        ("per_domain", BREAKDOWN_TYPE),
+        ("per_class", BREAKDOWN_TYPE),
+        ("method_extra", pa.string()),
+        # cost
+        ("wall_time_s", pa.float64()),
+        ("adapt_time_s", pa.float64()),
+        ("data_time_s", pa.float64()),
+        ("images_per_s", pa.float64()),
+        ("forwards_per_batch", pa.float64()),
+        ("backwards_per_batch", pa.float64()),
+        ("peak_memory_mb", pa.float64()),
+        # where and when
+        ("started_at", _TS),
+        ("finished_at", _TS),
+        ("duration_s", pa.float64()),
+        ("hostname", pa.string()),
+        ("node_id", pa.string()),
+        ("worker_pid", pa.int64()),
+        ("cuda_visible_devices", pa.string()),
+        ("device", pa.string()),
+        ("num_threads", pa.int64()),
+        # versions
+        ("git_commit", pa.string()),
+        ("unitta_version", pa.string()),
+        ("torch_version", pa.string()),
+        ("ray_version", pa.string()),
+        ("python_version", pa.string()),
+    ]
+)
+
+# The columns whose values must not depend on where or when a cell ran (same config + seed on CPU).
+METRIC_COLUMNS = (
+    "error",
+    "n_samples",
+    "n_correct",
+    "images_reused",
+    "domains_discovered",
+    "per_domain",
+    "per_class",
+    "S",
+    "domain_alpha",
+    "domain_beta",
+    "class_alpha",
+    "class_beta",
+)
+
+
+def cells_dir(out_dir: str | Path) -> Path:
+    return Path(out_dir) / "cells"
+
+
+def cell_path(out_dir: str | Path, cell_id: str) -> Path:
+    if not cell_id or "/" in cell_id or cell_id.startswith("."):
+        raise ValueError(f"cell_id={cell_id!r} is not a file-name-safe id")
+    return cells_dir(out_dir) / f"{cell_id}.parquet"
+
+
+def cell_coordinates(cell) -> dict[str, Any]:
+    """The identity columns of ``cell`` (a ``unitta.evaluate.Cell``), for rows of cells that failed."""
+    return {
+        "cell_id": cell.cell_id(),
+        "config_hash": cell.config_hash(),
+        "dataset": cell.dataset,
+        "model": cell.model_name,
+        "method": cell.method,
+        "method_kwargs": json.dumps(cell.method_kwargs, sort_keys=True),
+        "setting": cell.setting,
+        "sampler": cell.sampler,
+        "seed": cell.seed,
+        "batch_size": cell.batch_size,
+        "severity": cell.severity,
+        "n_per_domain": cell.n_per_domain,
+        "S": cell.S,
+        "length": cell.length,
+        "factor_overrides": json.dumps(cell.factors, sort_keys=True),
+        **{key: cell.factors.get(key) for key in ("domain_alpha", "domain_beta", "class_alpha", "class_beta")},
+    }
+
+
+def _to_table(row: dict[str, Any]) -> pa.Table:
+    """One row -> a one-row table with SCHEMA's columns (missing ones null) plus any extra keys."""
+    if "cell_id" not in row or not row["cell_id"]:
+        raise ValueError("row has no 'cell_id'")
+    if row.get("status") not in (STATUS_OK, STATUS_FAILED):
+        raise ValueError(f"row status={row.get('status')!r}: expected {STATUS_OK!r} or {STATUS_FAILED!r}")
+    arrays, fields = [], []
+    for f in SCHEMA:
+        arrays.append(pa.array([row.get(f.name)], type=f.type))
+        fields.append(f)
+    for key in sorted(set(row) - set(SCHEMA.names)):  # e.g. Tune's trial_id: kept, type inferred
+        value = row[key]
+        if isinstance(value, (dict, list)) and not (isinstance(value, list) and value and isinstance(value[0], dict)):
+            value = json.dumps(value, sort_keys=True, default=str)
+        array = pa.array([value])
+        arrays.append(array)
+        fields.append(pa.field(key, array.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
+    """Write ``row`` as ``<out>/cells/<cell_id>.parquet`` atomically (temp file, fsync, rename).
+
+    A reader never sees a half-written file: it sees the old file, the new one, or none. Rewriting a
+    cell replaces its file, so a cell has at most one file.
+    """
+    table = _to_table(row)
+    path = cell_path(out_dir, row["cell_id"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{row['cell_id']}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            pq.write_table(table, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_cell_result(path: str | Path) -> pa.Table:
+    return pq.read_table(path)
+
+
+def _cell_files(out_dir: str | Path) -> list[Path]:
+    directory = cells_dir(out_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
+
+
+def cell_statuses(out_dir: str | Path) -> dict[str, str]:
+    """cell_id -> status of every cell file in ``out_dir``."""
+    out: dict[str, str] = {}
+    for path in _cell_files(out_dir):
+        table = pq.read_table(path, columns=["cell_id", "status"])
+        for cid, status in zip(table.column("cell_id").to_pylist(), table.column("status").to_pylist()):
+            out[cid] = status
+    return out
+
+
+def done_cells(out_dir: str | Path, include_failed: bool = False) -> set[str]:
+    """Ids of the cells that have a result file: status 'ok' only, or any status if ``include_failed``.
+
+    A sweep skips these on resume; failed cells are run again unless ``include_failed``.
+    """
+    return {cid for cid, status in cell_statuses(out_dir).items() if include_failed or status == STATUS_OK}
+
+
+def load_results(out_dir: str | Path):
+    """Every result row of a sweep directory as a ``polars.DataFrame`` (per-cell files, else results.parquet).
+
+    Columns follow SCHEMA (docs/results.md); extra columns written by a tool (e.g. Tune's trial_id)
+    are kept, null where absent.
+    """
+    import polars as pl
+
+    files = _cell_files(out_dir)
+    if not files:
+        consolidated = Path(out_dir) / "results.parquet"
+        if consolidated.is_file():
+            return pl.read_parquet(consolidated)
+        return pl.from_arrow(SCHEMA.empty_table())
+    tables = [pq.read_table(p) for p in files]
+    table = pa.concat_tables(tables, promote_options="permissive")
+    return pl.from_arrow(table)
+
+
+def consolidate(out_dir: str | Path) -> Path:
+    """Write every cell file of ``out_dir`` into ``<out>/results.parquet`` (atomically); returns its path."""
+    import polars as pl
+
+    df = load_results(out_dir)
+    keys = [c for c in ("dataset", "model", "method", "method_kwargs", "setting", "factor_overrides",
+                        "seed", "batch_size", "cell_id") if c in df.columns]
+    if df.height:
+        df = df.sort(keys, nulls_last=True)
+    path = Path(out_dir) / "results.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        df.write_parquet(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    assert isinstance(df, pl.DataFrame)
+    return path

@@ -1,0 +1,205 @@
+"""The UniTTA benchmark: ULMM-driven test streams over (domain, class) states (paper section 3, spec 1).
+
+numpy only (no torch), so the streams can be built and inspected anywhere::
+
+    from unitta.streams import make_stream
+    stream = make_stream(labels, domains, "nui1", dataset="cifar10", sampler="official", seed=425)
+    stream.indices, stream.domains, stream.classes, stream.summary()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from unitta.streams import exact as _exact
+from unitta.streams import official as _official
+from unitta.streams.settings import (
+    SETTINGS_24,
+    SETTINGS_36,
+    Setting,
+    canonical_dataset,
+    default_factors,
+    default_state_cap,
+)
+from unitta.streams.stream import Stream, check_labels_domains, draw_from_pools, group_pools
+
+__all__ = [
+    "SETTINGS_24",
+    "SETTINGS_36",
+    "SAMPLERS",
+    "Setting",
+    "Stream",
+    "default_factors",
+    "default_state_cap",
+    "make_stream",
+    "synthetic_labels",
+]
+
+SAMPLERS = ("official", "exact")
+DEFAULT_SEED = 425  # the reference's cfg.SEED (spec 7.19)
+_FACTOR_KEYS = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
+
+
+def make_stream(
+    labels: np.ndarray,
+    domains: np.ndarray,
+    setting: "str | Setting",
+    *,
+    dataset: str = "cifar10",
+    sampler: str = "official",
+    seed: int = DEFAULT_SEED,
+    domain_alpha: float | None = None,
+    domain_beta: float | None = None,
+    class_alpha: float | None = None,
+    class_beta: float | None = None,
+    S: int | None = None,
+    length: int | None = None,
+    domain_matrix: np.ndarray | None = None,
+    class_matrix: np.ndarray | None = None,
+) -> Stream:
+    """Sample a benchmark stream over a dataset's images.
+
+    Args:
+        labels, domains: int arrays over the dataset's images in dataset order (domain-major); domain ids
+            index the reference corruption order. D and K are max + 1 of each.
+        setting: a 4-character code such as 'nui1' or a Setting.
+        dataset: picks the default factors and S (spec 1.1): cifar10[-c], cifar100[-c], imagenet[-c],
+            fmnist-c (CIFAR-10's values).
+        sampler: 'official' (bit-identical to the reference) or 'exact' (fixed length, no drift).
+        seed: 425 is the reference's seed.
+        domain_alpha, domain_beta, class_alpha, class_beta: override the default factors.
+        S: official only, the per-state cap / quota scale (default per dataset and setting).
+        length: exact only, the stream length (default: the number of images).
+        domain_matrix, class_matrix: exact only, custom row-stochastic transition matrices replacing the
+            ULMMs (class_matrix may be (D, K, K): class transitions depending on the current domain).
+    """
+    s = Setting.parse(setting)
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler={sampler!r}: allowed values are {SAMPLERS}")
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"seed={seed!r}: expected an integer >= 0")
+    seed = int(seed)
+    labels, domains, num_domains, num_classes = check_labels_domains(labels, domains)
+    overrides = dict(zip(_FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)))
+    factors = default_factors(s, dataset)
+    num_states = num_domains * num_classes
+    order, starts = group_pools(labels, domains, num_classes, num_states)
+    pool_sizes = starts[1:] - starts[:-1]
+    meta: dict[str, Any] = {}
+
+    if sampler == "official":
+        for key, value in (("length", length), ("domain_matrix", domain_matrix), ("class_matrix", class_matrix)):
+            if value is not None:
+                raise ValueError(f"{key}: only the 'exact' sampler accepts it (the official stream length is random)")
+        factors.update({k: float(v) for k, v in overrides.items() if v is not None})
+        cap = default_state_cap(s, dataset) if S is None else S
+        plan = _official.make_plan(num_domains, num_classes, factors, cap)
+        states = _official.sample_states(
+            plan, pool_sizes, seed, domain_alpha=factors["domain_alpha"], class_alpha=factors["class_alpha"]
+        )
+        pools = _official.shuffled_pools(order, starts, seed)
+        meta["consistency"] = {"domain": plan.domain_consistent, "class": plan.class_consistent}
+        used_S: int | None = plan.S
+    else:
+        if S is not None:
+            raise ValueError(f"S={S!r}: only the 'official' sampler has a per-state cap; use length= for 'exact'")
+        n_len = len(labels) if length is None else length
+        if int(n_len) != n_len or n_len < 1:
+            raise ValueError(f"length={length!r}: expected an integer >= 1")
+        n_len = int(n_len)
+        factors = _exact_factors(s, factors, overrides, num_domains, num_classes)
+        empty = np.flatnonzero(pool_sizes == 0)
+        if empty.size:
+            pairs = [(int(x) // num_classes, int(x) % num_classes) for x in empty[:5]]
+            raise ValueError(
+                f"labels, domains: {empty.size} (domain, class) pool(s) are empty, e.g. {pairs}; "
+                "the exact sampler needs at least one image per state"
+            )
+        seq_domain, seq_class, seq_pool = np.random.SeedSequence(seed).spawn(3)
+        rng_d, rng_c = np.random.default_rng(seq_domain), np.random.default_rng(seq_class)
+        d_path = _exact.attribute_path(
+            s.domain_corr, factors["domain_alpha"], factors["domain_beta"], num_domains, n_len, rng_d,
+            name="domain", matrix=domain_matrix,
+        )
+        if class_matrix is not None and np.ndim(class_matrix) == 3:
+            t3 = np.asarray(class_matrix, dtype=np.float64)
+            if t3.shape != (num_domains, num_classes, num_classes):
+                raise ValueError(f"class_matrix: expected shape {(num_domains, num_classes, num_classes)}, got {t3.shape}")
+            for d in range(num_domains):
+                _exact.ulmm.check_transition_matrix(t3[d], f"class_matrix[{d}]")
+            c_path = _exact._conditional_chain(t3, d_path, rng_c)
+        else:
+            c_path = _exact.attribute_path(
+                s.class_corr, factors["class_alpha"], factors["class_beta"], num_classes, n_len, rng_c,
+                name="class", matrix=class_matrix,
+            )
+        states = d_path * num_classes + c_path
+        pools = _shuffle_pools_exact(order, starts, np.random.default_rng(seq_pool))
+        used_S = None
+        if domain_matrix is not None or class_matrix is not None:
+            meta["custom_matrices"] = {"domain": domain_matrix is not None, "class": class_matrix is not None}
+
+    indices, n_reused = draw_from_pools(states, pools, starts)
+    return Stream(
+        indices=indices,
+        domains=states // num_classes,
+        classes=states % num_classes,
+        num_domains=num_domains,
+        num_classes=num_classes,
+        setting=s,
+        factors=factors,
+        sampler=sampler,
+        seed=seed,
+        dataset=str(dataset),
+        S=used_S,
+        n_reused=n_reused,
+        meta=meta,
+    )
+
+
+def _exact_factors(
+    s: Setting, defaults: dict[str, float], overrides: dict[str, float | None], num_domains: int, num_classes: int
+) -> dict[str, float]:
+    """The exact sampler's factors: 'i' is exactly i.i.d. (alpha 1/n), '1' is continual (alpha 1)."""
+    factors = dict(defaults)
+    for attr, corr, n in (("domain", s.domain_corr, num_domains), ("class", s.class_corr, num_classes)):
+        key = f"{attr}_alpha"
+        fixed = {"i": 1.0 / n, "1": 1.0}.get(corr)
+        if fixed is not None:
+            if overrides[key] is not None:
+                raise ValueError(
+                    f"{key}={overrides[key]!r}: the exact sampler fixes the correlation of a "
+                    f"{'i.i.d.' if corr == 'i' else 'continual'} {attr} setting; "
+                    f"use a non-i.i.d. ('n') {attr} setting to choose alpha"
+                )
+            factors[key] = fixed
+        elif overrides[key] is not None:
+            factors[key] = float(overrides[key])
+        if overrides[f"{attr}_beta"] is not None:
+            factors[f"{attr}_beta"] = float(overrides[f"{attr}_beta"])
+    return factors
+
+
+def _shuffle_pools_exact(order: np.ndarray, starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Every state's pool shuffled with a numpy Generator (random keys, sorted within each state)."""
+    sizes = starts[1:] - starts[:-1]
+    state_of = np.repeat(np.arange(len(sizes)), sizes)
+    perm = np.lexsort((rng.random(len(order)), state_of))
+    return order[perm]
+
+
+def synthetic_labels(dataset: str, num_domains: int = 15) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and domain ids with the real pool sizes of a paper dataset, no images needed.
+
+    CIFAR-10-C / fmnist-c: 10,000 per domain, label j mod 10; CIFAR-100-C: j mod 100; ImageNet-C:
+    50,000 per domain, class-major, label floor(j / 50) (the reference sampler README's rules).
+    """
+    ds = canonical_dataset(dataset)
+    per_domain, num_classes = {"cifar10": (10_000, 10), "cifar100": (10_000, 100), "imagenet": (50_000, 1000)}[ds]
+    j = np.arange(per_domain, dtype=np.int64)
+    within = j // (per_domain // num_classes) if ds == "imagenet" else j % num_classes
+    labels = np.tile(within, num_domains)
+    domains = np.repeat(np.arange(num_domains, dtype=np.int64), per_domain)
+    return labels, domains

@@ -1,0 +1,148 @@
+"""Benchmark scenarios (settings), their notation and the default factors per dataset (spec 1.1).
+
+A setting is a class attribute and a domain attribute, each (correlation, imbalance) with
+correlation in {i: i.i.d., n: non-i.i.d., 1: continual} and imbalance in {1: balanced, u: imbalanced}.
+Its canonical id is the 4-character code <class corr><class imb><domain corr><domain imb>, e.g.
+``nui1`` = class (n,u), domain (i,1). 36 codes exist; the paper's grid uses the 24 with class
+correlation in {i, n}.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+CORRELATIONS = ("i", "n", "1")
+IMBALANCES = ("1", "u")
+_CORR_WORD = {"i": "i.i.d.", "n": "non-i.i.d.", "1": "continual"}
+_IMB_WORD = {"1": "balanced", "u": "imbalanced"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One benchmark scenario, e.g. ``Setting.parse('nui1')``: class (n,u) x domain (i,1)."""
+
+    class_corr: str
+    class_imb: str
+    domain_corr: str
+    domain_imb: str
+
+    def __post_init__(self) -> None:
+        for field, value, allowed in (
+            ("class_corr", self.class_corr, CORRELATIONS),
+            ("class_imb", self.class_imb, IMBALANCES),
+            ("domain_corr", self.domain_corr, CORRELATIONS),
+            ("domain_imb", self.domain_imb, IMBALANCES),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{field}={value!r}: allowed values are {allowed}")
+
+    @classmethod
+    def parse(cls, code: "str | Setting") -> "Setting":
+        """A Setting from its 4-character code (or a Setting, returned as is)."""
+        if isinstance(code, Setting):
+            return code
+        if not isinstance(code, str) or len(code) != 4:
+            raise ValueError(
+                f"setting={code!r}: expected a 4-character code <class corr><class imb><domain corr><domain imb>"
+                f" with corr in {CORRELATIONS} and imb in {IMBALANCES}, e.g. 'nui1'"
+            )
+        try:
+            return cls(*code)
+        except ValueError as err:
+            raise ValueError(f"setting={code!r}: {err}; e.g. 'nui1'") from None
+
+    @property
+    def code(self) -> str:
+        return self.class_corr + self.class_imb + self.domain_corr + self.domain_imb
+
+    @property
+    def class_notation(self) -> str:
+        """The paper's notation, e.g. '(n,u)'."""
+        return f"({self.class_corr},{self.class_imb})"
+
+    @property
+    def domain_notation(self) -> str:
+        return f"({self.domain_corr},{self.domain_imb})"
+
+    @property
+    def name(self) -> str:
+        """Readable name, e.g. 'class non-i.i.d. imbalanced, domain i.i.d. balanced'."""
+        return (
+            f"class {_CORR_WORD[self.class_corr]} {_IMB_WORD[self.class_imb]}, "
+            f"domain {_CORR_WORD[self.domain_corr]} {_IMB_WORD[self.domain_imb]}"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.code} (class {self.class_notation}, domain {self.domain_notation})"
+
+
+def _grid(class_corrs: tuple[str, ...]) -> tuple[Setting, ...]:
+    # The reference's npz key order: class corr, class imb, domain corr (i, n, 1), domain imb.
+    return tuple(
+        Setting(cc, ci, dc, di) for cc, ci, dc, di in itertools.product(class_corrs, IMBALANCES, CORRELATIONS, IMBALANCES)
+    )
+
+
+SETTINGS_24: tuple[Setting, ...] = _grid(("i", "n"))  # the paper's grid (class-continual excluded)
+SETTINGS_36: tuple[Setting, ...] = _grid(CORRELATIONS)
+
+# Dataset names accepted by make_stream, mapped to the paper dataset whose factors and S apply.
+# fmnist-c has exactly 1000 images per (domain, class) like CIFAR-10-C, so it uses CIFAR-10's values.
+DATASET_ALIASES: dict[str, str] = {
+    "cifar10": "cifar10",
+    "cifar10-c": "cifar10",
+    "cifar100": "cifar100",
+    "cifar100-c": "cifar100",
+    "imagenet": "imagenet",
+    "imagenet-c": "imagenet",
+    "fmnist-c": "cifar10",
+}
+
+# Class i.i.d. alpha_1 = 1/K printed with 3 decimals by `bc` in sh/run.sh (spec 1.1).
+_CLASS_IID_ALPHA = {"cifar10": 0.1, "cifar100": 0.01, "imagenet": 0.001}
+
+
+def canonical_dataset(dataset: str) -> str:
+    """'cifar10' | 'cifar100' | 'imagenet' for any accepted dataset name, or a ValueError."""
+    key = str(dataset).lower()
+    if key not in DATASET_ALIASES:
+        raise ValueError(f"dataset={dataset!r}: allowed values are {sorted(DATASET_ALIASES)}")
+    return DATASET_ALIASES[key]
+
+
+def default_factors(setting: "str | Setting", dataset: str = "cifar10") -> dict[str, float]:
+    """The factors sh/run.sh passes for a setting (spec 1.1 table), as floats.
+
+    Domain alpha_1: i 0.067, n 0.85, 1 1.0; class alpha_1: i 1/K (3 decimals), n 0.95, 1 1.0;
+    beta: 1.0 balanced, 5.0 (domain) / 10.0 (class) imbalanced.
+    """
+    s = Setting.parse(setting)
+    ds = canonical_dataset(dataset)
+    domain_alpha = {"i": 0.067, "n": 0.85, "1": 1.0}[s.domain_corr]  # sh/run.sh
+    class_alpha = {"i": _CLASS_IID_ALPHA[ds], "n": 0.95, "1": 1.0}[s.class_corr]  # sh/run.sh
+    return {
+        "domain_alpha": domain_alpha,
+        "domain_beta": 5.0 if s.domain_imb == "u" else 1.0,  # sh/run.sh
+        "class_alpha": class_alpha,
+        "class_beta": 10.0 if s.class_imb == "u" else 1.0,  # sh/run.sh
+    }
+
+
+def default_state_cap(setting: "str | Setting", dataset: str = "cifar10") -> int:
+    """The reference's max_state_samples S per dataset and setting (spec 1.1, sh/run.sh).
+
+    CIFAR-10: 1000; CIFAR-100: 100; ImageNet: 100 for class n x domain n, 50 for class n x domain (i,1),
+    10 otherwise.
+    """
+    s = Setting.parse(setting)
+    ds = canonical_dataset(dataset)
+    if ds == "cifar10":
+        return 1000
+    if ds == "cifar100":
+        return 100
+    if s.class_corr == "n" and s.domain_corr == "n":
+        return 100
+    if s.class_corr == "n" and s.domain_corr == "i" and s.domain_imb == "1":
+        return 50
+    return 10

@@ -1,0 +1,520 @@
+"""Ray Tune over the stream factors and the BDN domain-prediction layer: ``python -m unitta.tune CONFIG.yaml``.
+
+Examples::
+
+    python -m unitta.tune sweeps/tune_factors.yaml                 # paper figure 3 on the embedded fmnist-c
+    python -m unitta.tune sweeps/tune_bdn_layer.yaml --output results/bdn_layer
+    python -m unitta.tune sweeps/tune_stress.yaml --address auto   # on a running Ray cluster
+
+Each trial is one point of the search space (correlation factor alpha_1 and imbalance factor beta of
+domains and classes, spec 1.1 / paper Cor. 1; the BDN prediction layer, spec 2.5) and runs one cell
+per method through ``unitta.sweep.run_cell`` (two cells for a 'gap' objective: both methods on the
+same stream). The driver writes every cell's row, with the trial columns (``docs/analysis.md``),
+as its own Parquet file under ``<out>/cells/`` (the sweep's schema), so ``analysis/heatmaps.py``
+reads tune and sweep results alike. Re-running skips points whose cells are already done.
+
+Points outside the feasible region (the stream sampler refuses the factors: ``make_stream`` raises
+ValueError, paper Cor. 1) are not run: their rows are written with status 'failed', an
+``error_text`` that starts with 'infeasible:' and ``tune_feasible = False``, and the trial reports
+a NaN objective (Optuna then records the trial as failed and moves on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import itertools
+import json
+import logging
+import math
+import os
+import pickle
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from unitta.evaluate import Cell
+from unitta.tune_config import FACTORS, ConfigError, RangeSpec, TuneConfig, load_tune_config
+
+__all__ = [
+    "TRIAL_COLUMNS",
+    "expand_grid",
+    "trial_cells",
+    "infeasibility",
+    "trial_rows",
+    "run_tune",
+    "main",
+]
+
+log = logging.getLogger("unitta.tune")
+
+# Columns a tune row carries on top of the sweep's schema (docs/analysis.md).
+TRIAL_COLUMNS = (
+    "trial_id",
+    "tune_name",
+    "tune_objective",
+    "tune_objective_value",
+    "tune_feasible",
+    "param_domain_alpha",
+    "param_domain_beta",
+    "param_class_alpha",
+    "param_class_beta",
+    "param_layer",
+    "param_layer_index",
+    "tune_default_layer",
+    "tune_algorithm",
+)
+_INFEASIBLE = "infeasible: "
+
+
+# ---------------------------------------------------------------------- search space -> cells
+def _values(cfg: TuneConfig, name: str, layers: list[str]) -> list[Any]:
+    if name == "layer":
+        return list(layers)
+    spec = getattr(cfg.space, name)
+    return spec.grid() if isinstance(spec, RangeSpec) else [float(v) for v in spec]
+
+
+def expand_grid(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
+    """The grid points of a grid search, each a {dimension: value} dict over the searched dimensions.
+
+    'product': the cartesian product. 'one_at_a_time': each dimension varied alone, the others left
+    at the base cell's values (they are omitted from the point); the base point itself comes once.
+    """
+    names = cfg.space.searched()
+    if cfg.search.grid == "product":
+        return [dict(zip(names, combo)) for combo in itertools.product(*(_values(cfg, n, layers) for n in names))]
+    points: list[dict[str, Any]] = []
+    for name in names:
+        points += [{name: v} for v in _values(cfg, name, layers)]
+    return points
+
+
+def _base_cell(cfg: TuneConfig) -> Cell:
+    fields = dict(cfg.cell)
+    fields.setdefault("num_threads", max(1, int(cfg.resources.num_cpus)))
+    return Cell(**fields)
+
+
+def trial_cells(cfg: TuneConfig, point: dict[str, Any]) -> list[Cell]:
+    """The cells of one trial: one per method (the two of a 'gap' objective), factors and layer applied."""
+    base = _base_cell(cfg)
+    factors = {**base.factors, **{k: float(v) for k, v in point.items() if k in FACTORS}}
+    cells = []
+    for method in cfg.trial_methods:
+        kwargs = dict(base.method_kwargs)
+        if point.get("layer") is not None:
+            kwargs["layer"] = point["layer"]
+        cells.append(replace(base, method=method, factors=factors, method_kwargs=kwargs))
+    return cells
+
+
+def _grid_trials(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
+    """Grid points as trials, duplicates (same cells) removed; with several methods, one trial per method."""
+    seen: set[tuple[str, ...]] = set()
+    trials = []
+    methods: list[str | None] = list(cfg.methods) if cfg.objective.metric == "error" else [None]
+    for method in methods:
+        for point in expand_grid(cfg, layers):
+            trial = dict(point) if method is None else {"method": method, **point}
+            key = tuple(c.cell_id() for c in trial_cells(_with_method(cfg, method), point))
+            if key not in seen:
+                seen.add(key)
+                trials.append(trial)
+    return trials
+
+
+def _with_method(cfg: TuneConfig, method: str | None) -> TuneConfig:
+    """The config restricted to one method (a grid trial of the 'error' objective runs one method)."""
+    if method is None:
+        return cfg
+    return cfg.model_copy(update={"methods": [method]})
+
+
+# ---------------------------------------------------------------------- feasibility
+def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
+    """Why the stream sampler refuses the cell's setting and factors, or None if it accepts them.
+
+    Asks ``make_stream`` itself (its Cor. 1 / range checks), on a stand-in dataset with one image
+    per (domain, class) state, so the region is exactly the sampler's and costs milliseconds.
+    """
+    import numpy as np
+
+    from unitta.streams import make_stream
+
+    labels = np.tile(np.arange(num_classes, dtype=np.int64), num_domains)
+    domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
+    size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
+    try:
+        make_stream(
+            labels, domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
+            **cell.factors, **size,
+        )
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+# ---------------------------------------------------------------------- one trial (runs in a Ray worker)
+def _objective(cfg: TuneConfig, rows: list[dict[str, Any]]) -> float:
+    errors = [r.get("error") if r.get("status") == "ok" else None for r in rows]
+    if any(e is None or not math.isfinite(e) for e in errors):
+        return float("nan")
+    if cfg.objective.metric == "gap":
+        return float(errors[0] - errors[1])
+    return float(errors[0])
+
+
+def _failed_row(cell: Cell, message: str) -> dict[str, Any]:
+    """A row for a cell that was not run (infeasible point): identity columns, status and reason."""
+    from unitta.results import STATUS_FAILED, cell_coordinates
+    from unitta.streams.settings import default_factors
+
+    row = {**cell_coordinates(cell), "status": STATUS_FAILED, "error_text": message}
+    # The factor columns hold the values the stream would have used (defaults + overrides), as for
+    # a row that ran, so that the analysis can place the point on its factor axis.
+    resolved = {**default_factors(cell.setting, cell.dataset), **cell.factors}
+    row.update({k: float(resolved[k]) for k in FACTORS})
+    return row
+
+
+def trial_rows(
+    cfg: TuneConfig,
+    point: dict[str, Any],
+    dataset=None,
+    done_rows: dict[str, dict[str, Any]] | None = None,
+    num_domains: int = 15,
+    num_classes: int = 10,
+    layers: tuple[str, ...] = (),
+    default_layer: str | None = None,
+) -> tuple[float, list[dict[str, Any]], bool]:
+    """Run one trial: (objective value, one row per cell, feasible?). Plain Python, no Ray needed.
+
+    Cells already done (``done_rows``, keyed by cell id) are reused, not re-run. ``layers``: the
+    model's BatchNorm layers in module order and ``default_layer`` its default BDN layer (recorded
+    with the rows so that the analysis can order and mark the layers).
+    """
+    layers = list(layers)
+    from unitta.sweep import run_cell
+
+    method = point.get("method")
+    params = {k: v for k, v in point.items() if k != "method"}
+    cells = trial_cells(_with_method(cfg, method), params)
+    why = infeasibility(cells[0], num_domains, num_classes)
+    rows = []
+    for cell in cells:
+        if why is not None:
+            rows.append(_failed_row(cell, _INFEASIBLE + why))
+        elif done_rows and cell.cell_id() in done_rows:
+            rows.append(dict(done_rows[cell.cell_id()]))
+        else:
+            rows.append(run_cell(cell, dataset=dataset))
+    value = _objective(cfg, rows)
+    for row in rows:
+        row.update(
+            tune_name=cfg.name,
+            tune_objective=cfg.objective.metric if cfg.objective.metric == "error" else
+            f"gap({cfg.objective.gap[0]} - {cfg.objective.gap[1]})",
+            tune_objective_value=value,
+            tune_feasible=why is None,
+            **{f"param_{k}": (float(params[k]) if k in params else None) for k in FACTORS},
+            param_layer=params.get("layer"),
+            param_layer_index=layers.index(params["layer"]) if params.get("layer") in layers else None,
+            tune_default_layer=default_layer,
+            tune_algorithm=cfg.search.algorithm,
+        )
+    return value, rows, why is None
+
+
+def _trainable(config: dict[str, Any], cfg_json: str, dataset, done_rows, meta: dict[str, Any]):
+    """The Ray Tune function trainable: one trial, one final report (a returned dict)."""
+    cfg = TuneConfig.model_validate_json(cfg_json)
+    point = config.get("point", config)
+    value, rows, feasible = trial_rows(cfg, point, dataset, done_rows, **meta)
+    errors = {f"error_{r['method']}": (r.get("error") if r.get("status") == "ok" else float("nan")) for r in rows}
+    return {
+        "objective": value,
+        "feasible": feasible,
+        **errors,
+        # Rows travel to the driver pickled: they hold timestamps and nested lists that Tune's
+        # loggers would flatten or stringify.
+        "rows_pickle": base64.b64encode(pickle.dumps(rows)).decode("ascii"),
+    }
+
+
+# ---------------------------------------------------------------------- driver
+def _load_bn_layers(cfg: TuneConfig) -> tuple[list[str], list[str], str | None]:
+    """(searched layers, all BatchNorm layers in module order, default BDN layer) of the cell's model."""
+    if cfg.space.layer is None:
+        return [], [], None
+    from unitta.models import load_model
+
+    base = _base_cell(cfg)
+    _, info = load_model(base.dataset, base.model, checkpoint_dir=base.checkpoint_dir)
+    if cfg.space.layer == "all":
+        searched = list(info.bn_layers)
+    else:
+        searched = [info.check_bn_layer(name) for name in cfg.space.layer]
+    return searched, list(info.bn_layers), info.bdn_layer
+
+
+def _check_methods(cfg: TuneConfig, source: str, layers: list[str]) -> None:
+    """Method names and overrides (the searched layer too) checked against the registry before any trial."""
+    from unitta.config import _hint
+    from unitta.methods import build_config, list_methods, method_class
+
+    registered = list_methods()
+    base = _base_cell(cfg)
+    for name in cfg.trial_methods:
+        if name not in registered:
+            raise ConfigError(
+                f"{source}: unknown method {name!r}{_hint(name, registered)}; registered methods: {', '.join(registered)}"
+            )
+        kwargs = dict(base.method_kwargs)
+        if layers:
+            kwargs["layer"] = layers[0]
+        try:
+            build_config(method_class(name), base.dataset, **kwargs)
+        except (TypeError, ValueError) as exc:
+            extra = " (space.layer needs a method with a 'layer' hyper-parameter: unitta, bdn)" if layers else ""
+            raise ConfigError(f"{source}: method {name!r}: {exc}{extra}") from None
+
+
+def _init_ray(address: str | None, local_cluster: bool, num_cpus: int | None = None) -> None:
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return
+    if local_cluster:
+        # A fresh local cluster, whatever RAY_ADDRESS says (for laptops and tests).
+        os.environ.pop("RAY_ADDRESS", None)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+
+
+def _done_rows(out: Path) -> dict[str, dict[str, Any]]:
+    """Rows of the cells already done in ``out`` (status 'ok'), keyed by cell id."""
+    from unitta.results import done_cells, load_results
+
+    done = done_cells(out)
+    if not done:
+        return {}
+    df = load_results(out)
+    df = df.filter(df["cell_id"].is_in(list(done)))
+    return {row["cell_id"]: row for row in df.to_dicts()}
+
+
+def run_tune(
+    cfg: TuneConfig,
+    out: Path,
+    *,
+    address: str | None = None,
+    local_cluster: bool = False,
+    source: str = "tune config",
+):
+    """Run the search, write every trial's rows under ``out/cells``; return all tune rows (polars)."""
+    import ray
+    from ray import tune
+
+    from unitta.data import load_dataset
+    from unitta.results import load_results, write_cell_result
+
+    try:
+        layers, all_layers, default_layer = _load_bn_layers(cfg)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: space.layer: {exc}") from None
+    _check_methods(cfg, source, layers)
+    out = Path(out).resolve()
+    (out / "cells").mkdir(parents=True, exist_ok=True)
+    (out / "tune_config.json").write_text(cfg.model_dump_json(indent=2))
+
+    base = _base_cell(cfg)
+    dataset = load_dataset(base.dataset, data_dir=base.data_dir, severity=base.severity, n_per_domain=base.n_per_domain)
+    num_domains, num_classes = dataset.num_domains, dataset.num_classes
+    done = _done_rows(out)
+
+    metric, mode = "objective", cfg.objective.mode
+    if cfg.search.algorithm == "grid":
+        trials = _grid_trials(cfg, layers)
+        todo = [t for t in trials if not _trial_done(cfg, t, done)]
+        log.info("%d grid trials, %d already done, %d to run", len(trials), len(trials) - len(todo), len(todo))
+        param_space = {"point": tune.grid_search(todo)} if todo else None
+        search_alg, num_samples = None, 1
+    else:
+        param_space = _optuna_space(cfg, layers)
+        points, rewards = _previous_points(cfg, done)
+        todo = max(0, cfg.search.num_samples - len(points))
+        log.info("optuna: %d trials in total, %d already done, %d to run", cfg.search.num_samples, len(points), todo)
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+
+        import optuna
+
+        search_alg = OptunaSearch(
+            points_to_evaluate=points or None,
+            evaluated_rewards=rewards or None,
+            sampler=optuna.samplers.TPESampler(seed=cfg.search.seed),
+        )
+        search_alg = ConcurrencyLimiter(search_alg, max_concurrent=cfg.search.max_concurrent)
+        num_samples = todo
+
+    if todo:
+        _init_ray(address, local_cluster, num_cpus=None)
+        trainable = tune.with_parameters(
+            _trainable,
+            cfg_json=cfg.model_dump_json(),
+            dataset=dataset,
+            done_rows=done,
+            meta={
+                "num_domains": num_domains,
+                "num_classes": num_classes,
+                "layers": tuple(all_layers),
+                "default_layer": default_layer,
+            },
+        )
+        resources = {"cpu": cfg.resources.num_cpus, "gpu": cfg.resources.num_gpus}
+        tuner = tune.Tuner(
+            tune.with_resources(trainable, resources),
+            param_space=param_space,
+            tune_config=tune.TuneConfig(
+                metric=metric,
+                mode=mode,
+                search_alg=search_alg,
+                num_samples=num_samples,
+                max_concurrent_trials=cfg.search.max_concurrent,
+            ),
+            run_config=tune.RunConfig(
+                name=cfg.name,
+                storage_path=str(out / "tune"),
+                callbacks=[_RowWriter(out, write_cell_result, set(done))],
+                verbose=0,
+            ),
+        )
+        tuner.fit()
+    rows = load_results(out)
+    if "trial_id" in rows.columns:
+        rows = rows.filter(rows["trial_id"].is_not_null())
+    return rows
+
+
+def _trial_done(cfg: TuneConfig, trial: dict[str, Any], done: dict[str, Any]) -> bool:
+    method = trial.get("method")
+    params = {k: v for k, v in trial.items() if k != "method"}
+    return all(c.cell_id() in done for c in trial_cells(_with_method(cfg, method), params))
+
+
+def _optuna_space(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
+    from ray import tune
+
+    space: dict[str, Any] = {}
+    for name in cfg.space.searched():
+        if name == "layer":
+            space[name] = tune.choice(layers)
+            continue
+        spec = getattr(cfg.space, name)
+        if isinstance(spec, RangeSpec):
+            space[name] = (tune.loguniform if spec.log else tune.uniform)(spec.low, spec.high)
+        else:
+            space[name] = tune.choice([float(v) for v in spec])
+    return space
+
+
+def _previous_points(cfg: TuneConfig, done: dict[str, dict[str, Any]]) -> tuple[list[dict], list[float]]:
+    """Points of this tune run already evaluated (from the result rows), for Optuna's warm start."""
+    names = cfg.space.searched()
+    points: dict[str, tuple[dict, float]] = {}
+    for row in done.values():
+        if row.get("tune_name") != cfg.name or row.get("tune_objective_value") is None:
+            continue
+        value = float(row["tune_objective_value"])
+        point = {n: row.get(f"param_{n}") for n in names}
+        if not math.isfinite(value) or any(v is None for v in point.values()):
+            continue
+        points[json.dumps(point, sort_keys=True)] = (point, value)
+    return [p for p, _ in points.values()], [v for _, v in points.values()]
+
+
+def _tune_callback_base():
+    from ray.tune import Callback
+
+    return Callback
+
+
+class _RowWriter(_tune_callback_base()):  # type: ignore[misc]
+    """Runs in the driver: writes each finished trial's rows as Parquet (atomic, one file per cell)."""
+
+    def __init__(self, out: Path, write, done: set[str]):
+        self.out, self.write, self.done = out, write, done
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        rows = pickle.loads(base64.b64decode(result["rows_pickle"]))
+        for row in rows:
+            if row["cell_id"] in self.done:
+                continue  # a reused cell: its file is already there
+            row["trial_id"] = trial.trial_id
+            self.write(self.out, row)
+            if row.get("status") == "ok":
+                self.done.add(row["cell_id"])
+
+
+# ---------------------------------------------------------------------- report
+def summary_lines(rows, cfg: TuneConfig, top: int = 10) -> list[str]:
+    """The best trials and the infeasible points, as printable lines."""
+    import polars as pl
+
+    if rows.height == 0:
+        return ["no trial rows"]
+    params = [f"param_{n}" for n in cfg.space.searched()]
+    keep = [c for c in ["method", *params, "error", "tune_objective_value", "status", "tune_feasible"] if c in rows.columns]
+    trials = rows.select(keep)
+    feasible = trials.filter(pl.col("tune_objective_value").is_not_nan() & pl.col("tune_objective_value").is_not_null())
+    lines = [f"{rows.height} rows, {feasible.height} with an objective ({cfg.objective.metric}, {cfg.objective.mode})"]
+    best = feasible.sort("tune_objective_value", descending=cfg.objective.mode == "max").head(top)
+    with pl.Config(tbl_rows=top, tbl_cols=-1, tbl_width_chars=160):
+        lines.append(str(best))
+    infeasible = trials.filter(~pl.col("tune_feasible"))
+    if infeasible.height:
+        lines.append(f"{infeasible.height} infeasible point(s) (not run; see error_text):")
+        with pl.Config(tbl_rows=20, tbl_cols=-1, tbl_width_chars=160):
+            lines.append(str(infeasible.select([c for c in ["method", *params] if c in infeasible.columns])))
+    failed = rows.filter((pl.col("status") != "ok") & pl.col("tune_feasible"))
+    if failed.height:
+        lines.append(f"{failed.height} failed cell(s):")
+        for r in failed.select("cell_id", "error_text").iter_rows():
+            lines.append(f"  {r[0]}: {str(r[1]).splitlines()[-1] if r[1] else ''}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m unitta.tune",
+        description="Ray Tune over the stream factors and the BDN prediction layer (docs/analysis.md).",
+        epilog="examples:\n  python -m unitta.tune sweeps/tune_factors.yaml\n"
+        "  python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --local-cluster",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("config", help="tune YAML (sweeps/tune_*.yaml)")
+    parser.add_argument("--output", help="result directory (default: the config's output, or results/<name>)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--local-cluster", action="store_true", help="start a fresh local Ray cluster")
+    group.add_argument("--address", help="address of a running Ray cluster (e.g. 'auto')")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        cfg = load_tune_config(args.config)
+        out = Path(args.output or cfg.output or Path("results") / cfg.name)
+        rows = run_tune(cfg, out, address=args.address, local_cluster=args.local_cluster, source=args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in summary_lines(rows, cfg):
+        print(line)
+    print(f"results: {out}/cells  (python analysis/heatmaps.py {out})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

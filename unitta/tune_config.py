@@ -1,0 +1,312 @@
+"""The YAML schema of ``python -m unitta.tune`` (pydantic), validated once at load time.
+
+A tune config names a base cell (every ``unitta.evaluate.Cell`` field except the ones searched),
+the methods, the search space (the four stream factors of spec 1.1 and the BDN domain-prediction
+layer of spec 2.5), the search algorithm and the objective. Example (``sweeps/tune_factors.yaml``)::
+
+    name: tune_factors
+    cell: {dataset: fmnist-c, setting: nnnu, S: 20}
+    methods: [bn, unitta]
+    space:
+      domain_alpha: [0.5, 0.7, 0.85, 0.95]          # a grid ...
+      class_beta: {low: 1, high: 50, log: true, num: 6}   # ... or a range (num: grid points)
+      layer: all                                    # every BatchNorm layer of the model
+    search: {algorithm: grid, grid: one_at_a_time}
+    objective: {metric: error, mode: min}
+
+Unknown keys are refused with a "did you mean" hint; ``load_tune_config`` raises ``ConfigError``
+(the CLI turns it into one line on stderr and exit code 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "FACTORS",
+    "ConfigError",
+    "RangeSpec",
+    "SearchSpec",
+    "ObjectiveSpec",
+    "TuneConfig",
+    "load_tune_config",
+    "parse_tune_config",
+]
+
+# The four stream factors a Cell can override (spec 1.1; Cell.factors keys).
+FACTORS: tuple[str, ...] = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
+
+# Cell fields the tune config sets elsewhere (methods, space) and so refuses in ``cell``.
+_SEARCHED_CELL_FIELDS = ("method",)
+
+
+from unitta.config import ConfigError  # noqa: E402  (one error type for sweep and tune configs)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RangeSpec(_Strict):
+    """A continuous range: sampled by Optuna, or ``num`` evenly spaced grid points (log-spaced if log)."""
+
+    low: float
+    high: float
+    log: bool = False
+    num: int | None = Field(default=None, ge=2)
+
+    @model_validator(mode="after")
+    def _check(self) -> "RangeSpec":
+        if not self.low < self.high:
+            raise ValueError(f"range needs low < high, got low={self.low}, high={self.high}")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log range needs low > 0, got low={self.low}")
+        return self
+
+    def grid(self) -> list[float]:
+        """The ``num`` grid points of this range (both ends included)."""
+        if self.num is None:
+            raise ValueError("a range in a grid search needs 'num' (the number of grid points)")
+        if self.log:
+            a, b = math.log(self.low), math.log(self.high)
+            return [round(math.exp(a + (b - a) * i / (self.num - 1)), 6) for i in range(self.num)]
+        return [round(self.low + (self.high - self.low) * i / (self.num - 1), 6) for i in range(self.num)]
+
+
+FactorSpec = list[float] | RangeSpec
+
+
+class SpaceSpec(_Strict):
+    """What is searched: any of the four factors and the BDN prediction layer.
+
+    layer: 'all' (every BatchNorm layer of the model, ModelInfo.bn_layers), or a list of layer names;
+    passed to the method as its ``layer`` override (the unitta / bdn methods, spec 2.5).
+    """
+
+    domain_alpha: FactorSpec | None = None
+    domain_beta: FactorSpec | None = None
+    class_alpha: FactorSpec | None = None
+    class_beta: FactorSpec | None = None
+    layer: Literal["all"] | list[str] | None = None
+
+    @field_validator("domain_alpha", "class_alpha")
+    @classmethod
+    def _alpha_range(cls, v: FactorSpec | None) -> FactorSpec | None:
+        for x in _spec_bounds(v):
+            if not 0.0 < x <= 1.0:
+                raise ValueError(f"a correlation factor alpha_1 must lie in (0, 1] (spec 1.1), got {x}")
+        return v
+
+    @field_validator("domain_beta", "class_beta")
+    @classmethod
+    def _beta_range(cls, v: FactorSpec | None) -> FactorSpec | None:
+        for x in _spec_bounds(v):
+            if x < 1.0:
+                raise ValueError(f"an imbalance factor beta must be >= 1 (spec 1.1), got {x}")
+        return v
+
+    def searched(self) -> list[str]:
+        """Names of the searched dimensions, factors first, in a fixed order."""
+        names = [f for f in FACTORS if getattr(self, f) is not None]
+        if self.layer is not None:
+            names.append("layer")
+        return names
+
+
+def _spec_bounds(v: FactorSpec | None) -> list[float]:
+    if v is None:
+        return []
+    if isinstance(v, RangeSpec):
+        return [v.low, v.high]
+    if not v:
+        raise ValueError("a grid of values must not be empty")
+    return list(v)
+
+
+class SearchSpec(_Strict):
+    """How the space is searched.
+
+    algorithm: 'grid' (every point, Ray Tune grid search) or 'optuna' (TPE, Ray Tune's OptunaSearch).
+    grid: 'product' (cartesian product of the dimensions) or 'one_at_a_time' (vary one dimension,
+        keep the others at the base cell's values: the paper's figure 3 protocol).
+    num_samples: optuna trials in total (already-done trials in the output directory count).
+    seed: seeds the Optuna sampler.
+    max_concurrent: trials running at once.
+    """
+
+    algorithm: Literal["grid", "optuna"] = "grid"
+    grid: Literal["product", "one_at_a_time"] = "product"
+    num_samples: int = Field(default=16, ge=1)
+    seed: int = 0
+    max_concurrent: int = Field(default=2, ge=1)
+
+
+class ObjectiveSpec(_Strict):
+    """What a trial reports and which way is better.
+
+    metric: 'error' (the stream error of the trial's method, %) or 'gap' (error(gap[0]) - error(gap[1]),
+        both methods run on the same stream: a positive gap means gap[0] is worse).
+    mode: 'min' or 'max' ('max' with a stress search: where does the method break?).
+    """
+
+    metric: Literal["error", "gap"] = "error"
+    mode: Literal["min", "max"] = "min"
+    gap: tuple[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ObjectiveSpec":
+        if self.metric == "gap" and self.gap is None:
+            raise ValueError("objective.metric 'gap' needs objective.gap: [METHOD_A, METHOD_B]")
+        if self.metric == "error" and self.gap is not None:
+            raise ValueError("objective.gap is only used with objective.metric: gap")
+        return self
+
+
+class ResourcesSpec(_Strict):
+    """Ray resources per trial (fractional GPUs allowed)."""
+
+    num_cpus: float = Field(default=1, gt=0)
+    num_gpus: float = Field(default=0, ge=0)
+
+
+class TuneConfig(_Strict):
+    """A whole tune config (see the module docstring)."""
+
+    name: str
+    output: str | None = None
+    cell: dict[str, Any] = Field(default_factory=dict)
+    methods: list[str] = Field(default_factory=list)
+    space: SpaceSpec
+    search: SearchSpec = SearchSpec()
+    objective: ObjectiveSpec = ObjectiveSpec()
+    resources: ResourcesSpec = ResourcesSpec()
+
+    @field_validator("cell")
+    @classmethod
+    def _cell_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
+        from unitta.evaluate import Cell
+
+        allowed = [f.name for f in dataclasses.fields(Cell) if f.name not in _SEARCHED_CELL_FIELDS]
+        for key in v:
+            if key in _SEARCHED_CELL_FIELDS:
+                raise ValueError(f"{key!r} is set by 'methods' (or objective.gap), not in 'cell'")
+            if key not in allowed:
+                raise ValueError(f"unknown key {key!r}{_hint(key, allowed)}; allowed: {', '.join(allowed)}")
+        bad = set(v.get("factors", {})) - set(FACTORS)
+        if bad:
+            raise ValueError(f"unknown factor(s) {sorted(bad)} in cell.factors; allowed: {', '.join(FACTORS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "TuneConfig":
+        if not self.space.searched():
+            raise ValueError("space is empty: search at least one of " + ", ".join([*FACTORS, "layer"]))
+        if self.objective.metric == "gap":
+            if self.methods:
+                raise ValueError("with objective.metric 'gap' the methods come from objective.gap; drop 'methods'")
+        elif not self.methods:
+            raise ValueError("'methods' must list at least one method")
+        if self.search.algorithm == "optuna" and len(self.methods) > 1:
+            raise ValueError(
+                "an optuna search optimises one objective: give one method (or objective.metric: gap); "
+                f"got methods={self.methods}"
+            )
+        if self.search.algorithm == "grid":
+            for name in FACTORS:
+                spec = getattr(self.space, name)
+                if isinstance(spec, RangeSpec) and spec.num is None:
+                    raise ValueError(f"space.{name}: a range in a grid search needs 'num' (grid points)")
+        return self
+
+    @property
+    def trial_methods(self) -> list[str]:
+        """Methods each trial runs: one (metric error) or the two of the gap."""
+        return list(self.objective.gap) if self.objective.metric == "gap" else list(self.methods)
+
+
+def _hint(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _is_tag(part: Any) -> bool:
+    """pydantic's union-branch markers in an error location, e.g. 'list[float]'."""
+    return isinstance(part, str) and ("[" in part or "(" in part)
+
+
+def _model_fields(loc: tuple) -> list[str]:
+    """The field names of the (nested) pydantic model that the error location ``loc`` points into."""
+    import typing
+
+    current: Any = TuneConfig
+    for part in loc[:-1]:
+        if _is_tag(part):
+            members = [a for a in typing.get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
+            current = next((m for m in members if m.__name__ in part), None)
+        elif isinstance(current, type) and issubclass(current, BaseModel) and str(part) in current.model_fields:
+            current = current.model_fields[str(part)].annotation
+        else:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+_TYPE_ERRORS = ("_type", "literal_error", "_parsing")
+
+
+def _format_errors(exc: ValidationError, where: str) -> str:
+    errors = exc.errors()
+    # A union field reports one error per branch: when one branch has a real problem (unknown key,
+    # bad value), the other branches' "wrong type" complaints are noise.
+    def field_of(err: dict) -> tuple:
+        out = []
+        for p in err["loc"]:
+            if _is_tag(p):
+                break
+            out.append(p)
+        return tuple(out)
+
+    real = {field_of(e) for e in errors if not e["type"].endswith(_TYPE_ERRORS)}
+    lines = []
+    for err in errors:
+        if err["type"].endswith(_TYPE_ERRORS) and any(field_of(err)[: len(r)] == r for r in real if r):
+            continue
+        loc = tuple(err["loc"])
+        path = ".".join(str(p) for p in loc if not _is_tag(p))
+        if err["type"] == "extra_forbidden":
+            allowed = _model_fields(loc)
+            lines.append(f"unknown key {path}{_hint(str(loc[-1]), allowed)}; allowed: {', '.join(allowed)}")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            lines.append(f"{path}: {msg}" if path else msg)
+    return f"{where}: " + "; ".join(dict.fromkeys(lines))
+
+
+def parse_tune_config(raw: Any, where: str = "tune config") -> TuneConfig:
+    """Validate an already-parsed YAML mapping; ConfigError (one message) on any problem."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        return TuneConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, where)) from None
+
+
+def load_tune_config(path: str | Path) -> TuneConfig:
+    """Read and validate a tune YAML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_tune_config(raw, where=str(path))
