@@ -55,8 +55,8 @@ SETTING_CAPTION = (
 _METHOD_RANK = {
     name: i
     for i, name in enumerate(
-        ["source", "test", "bn", "tent", "eata", "sar", "cotta", "lame", "note", "rotta", "rbn", "tribe",
-         "balanced_bn", "unmixtns", "roid", "deyo", "cofa", "bdn", "unitta_bdn", "unitta_cofa", "unitta"]
+        ["source", "test", "bn", "tent", "cotta", "note", "lame", "rotta", "robust_bn", "balanced_bn", "tribe",
+         "roid", "roid_unmixtns", "unmixtns", "cofa_nofilter", "cofa", "bdn_nofilter", "bdn", "unitta"]
     )
 }
 

@@ -171,6 +171,7 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
     fig, axes = plt.subplots(1, ncols, figsize=(3.6 * ncols + 0.6, 3.5), squeeze=False)
     methods = sorted(rows["method"].unique().to_list())
     colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
+    markers = {m: "osD^vP*X"[i % 8] for i, m in enumerate(methods)}  # overlapping lines stay visible
     optuna = "tune_algorithm" in rows.columns and (rows["tune_algorithm"] == "optuna").any()
     for ax, f in zip(axes[0], factors):
         others = [g for g in FACTOR_LABELS if g != f and g in rows.columns]
@@ -183,7 +184,7 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
         for m in methods:
             pts = sub.filter((pl.col("method") == m) & (pl.col("status") == "ok")).sort(f)
             if pts.height:
-                style = dict(marker="o", ms=4, color=colours[m], label=m)
+                style = dict(marker=markers[m], ms=5, mfc="none", mew=1.2, color=colours[m], label=m, alpha=0.9)
                 if optuna:
                     ax.plot(pts[f].to_list(), pts["error"].to_list(), linestyle="none", alpha=0.8, **style)
                 else:
@@ -228,7 +229,7 @@ def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:
     ok = rows.filter(pl.col("status") == "ok")
     top = ok["error"].max() if ok.height else 100.0
     width = 0.8 / max(1, len(methods))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.42 * len(layers) * max(1, len(methods)) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(max(6.0, (0.3 + 0.12 * len(methods)) * len(layers) + 2), 4.2))
     for k, m in enumerate(methods):
         xs = np.arange(len(layers)) + (k - (len(methods) - 1) / 2) * width
         colour = plt.get_cmap("tab10")(k % 10)
@@ -242,20 +243,21 @@ def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:
                 ax.text(x, top / 2, "failed", rotation=90, ha="center", va="center", fontsize=6.5, color="#a01010")
             else:
                 ax.bar(x, top, width, label="missing", **_MISSING)
-    ax.set_xticks(range(len(layers)), layers, rotation=60, ha="right", fontsize=7.5, family="monospace")
+    labels = [f"{layer} (default)" if layer == default else str(layer) for layer in layers]
+    ax.set_xticks(range(len(layers)), labels, rotation=60, ha="right", fontsize=7.5, family="monospace")
     for tick, layer in zip(ax.get_xticklabels(), layers):
         if layer == default:
             tick.set_fontweight("bold")
-            tick.set_text(layer + " (default)")
-    if default in layers:
-        ax.set_xticklabels([lab + " (default)" if lab == default else lab for lab in layers])
     ax.set_xlabel("BDN domain-prediction layer (BatchNorm layers in module order)", fontsize=8.5)
     ax.set_ylabel("error (%)", fontsize=8.5)
     ok_err = ok["error"].to_list()
     if ok_err:
         lo, hi = min(ok_err), max(ok_err)
         pad = max(1.0, 0.15 * (hi - lo))
-        ax.set_ylim(max(0.0, lo - 3 * pad), hi + pad)  # the differences between layers are small: zoom
+        bottom = max(0.0, lo - 3 * pad)  # the differences between layers are small: zoom in
+        ax.set_ylim(bottom, hi + pad)
+        if bottom > 0:
+            ax.set_ylabel(f"error (%)  [axis starts at {bottom:.0f}]", fontsize=8.5)
     ax.grid(axis="y", alpha=0.3)
     handles = {}
     for h, lab in zip(*ax.get_legend_handles_labels()):

@@ -268,7 +268,10 @@ class _Progress:
         from tqdm.auto import tqdm
 
         self.ok = self.failed = 0
-        self.bar = tqdm(total=total, desc=name, unit="cell", disable=not enabled, dynamic_ncols=True)
+        # not a terminal (e.g. `ray job submit` logs): a line every 30 s instead of a live bar
+        interactive = sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc=name, unit="cell", disable=not enabled, dynamic_ncols=True,
+                        mininterval=0.1 if interactive else 30.0)
 
     def update(self, status: str | None, running: int) -> None:
         if status == STATUS_OK:
@@ -301,9 +304,13 @@ def _connect_ray(address: str | None, num_cpus: int | None = None):
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
     if address is not None:
         kwargs["address"] = address
-    from ray._private.services import canonicalize_bootstrap_address
+    try:  # the address ray.init would join: --address, RAY_ADDRESS, or a `ray start` cluster on this machine
+        from ray._private.services import canonicalize_bootstrap_address
 
-    if canonicalize_bootstrap_address(address) is None:  # no cluster to join: start a local one
+        joining = canonicalize_bootstrap_address(address) is not None
+    except ImportError:  # a Ray without this helper: join only what is named
+        joining = (address or os.environ.get("RAY_ADDRESS") or "local") != "local"
+    if not joining:  # no cluster to join: start a local one
         kwargs.update(include_dashboard=False, num_cpus=num_cpus)
     ray.init(**kwargs)
     return ray, True
@@ -510,7 +517,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--local", action="store_true", help="run the cells in this process, one after another (no Ray)")
     p.add_argument("--fresh", action="store_true",
                    help="start over in a new directory '<output>-<timestamp>' when the output already has results")
-    p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, a local `ray start`, or a new local Ray)")
+    p.add_argument("--address", help="Ray cluster address; 'local' starts a new local Ray "
+                   "(default: RAY_ADDRESS, else a cluster started with `ray start` on this machine, else a new local Ray)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a new local Ray (default: all)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p

@@ -384,12 +384,13 @@ def run_tune(
                 mode=mode,
                 search_alg=search_alg,
                 num_samples=num_samples,
-                max_concurrent_trials=cfg.search.max_concurrent,
+                # optuna: the ConcurrencyLimiter above already bounds it
+                max_concurrent_trials=cfg.search.max_concurrent if search_alg is None else None,
             ),
             run_config=tune.RunConfig(
                 name=cfg.name,
                 storage_path=str(out / "tune"),
-                callbacks=[_RowWriter(out, write_cell_result, set(done))],
+                callbacks=[_RowWriter(out, write_cell_result, set(done), total=len(todo) if isinstance(todo, list) else todo)],
                 verbose=0,
             ),
         )
@@ -446,11 +447,15 @@ def _tune_callback_base():
 class _RowWriter(_tune_callback_base()):  # type: ignore[misc]
     """Runs in the driver: writes each finished trial's rows as Parquet (atomic, one file per cell)."""
 
-    def __init__(self, out: Path, write, done: set[str]):
-        self.out, self.write, self.done = out, write, done
+    def __init__(self, out: Path, write, done: set[str], total: int):
+        self.out, self.write, self.done, self.total, self.finished = out, write, done, total, 0
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         rows = pickle.loads(base64.b64decode(result["rows_pickle"]))
+        self.finished += 1
+        point = {k: v for k, v in trial.config.get("point", trial.config).items()}
+        state = "infeasible" if not result.get("feasible", True) else f"objective {result.get('objective'):.3g}"
+        log.info("trial %d/%d %s: %s", self.finished, self.total, point, state)
         for row in rows:
             if row["cell_id"] in self.done:
                 continue  # a reused cell: its file is already there

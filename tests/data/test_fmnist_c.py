@@ -97,8 +97,8 @@ def test_cli_prepares_all_severities_and_draws_a_grid(tmp_path, capsys):
     assert meta["severities"] == {c: [1, 2, 3, 4, 5] for c in CORRUPTIONS}
     assert np.load(tmp_path / "FashionMNIST-C-n10" / "snow.npy").shape == (50, 32, 32, 3)
     out = tmp_path / "grid.png"
-    args = ["show", "fmnist-c", "--out", str(out), "--severity", "3", "--n-per-domain", "10", "--data-dir", str(tmp_path)]
-    assert main(args) == 0
+    common = ["--n-per-domain", "10", "--data-dir", str(tmp_path)]
+    assert main(["show", "fmnist-c", "--out", str(out), "--severity", "3"] + common) == 0
     assert out.stat().st_size > 10_000
     assert main(["show", "fmnist-c", "--out", str(out), "--n-per-domain", "15", "--data-dir", str(tmp_path)]) == 2
     assert "n_per_domain=15" in capsys.readouterr().err

@@ -150,7 +150,6 @@ def test_array_dataset_batch_matches_the_uint8_array_and_pickles():
 
 
 def _write_imagenet_c(root, corruptions, severities, wnids, per_class, size=(40, 30)):
-    rng = np.random.default_rng(1)
     for c in corruptions:
         for s in severities:
             for k, wnid in enumerate(wnids):
@@ -159,9 +158,9 @@ def _write_imagenet_c(root, corruptions, severities, wnids, per_class, size=(40,
                 for j in range(per_class):
                     # flat colour encodes (class, file index, severity); JPEG keeps flat colours near-exact
                     colour = np.array([40 * k + 20, 40 * j + 20, 40 * s], dtype=np.uint8)
-                    Image.fromarray(np.broadcast_to(colour, size[::-1] + (3,)).copy()).save(folder / f"img_{j:03d}.JPEG")
+                    pixels = np.broadcast_to(colour, size[::-1] + (3,)).copy()
+                    Image.fromarray(pixels).save(folder / f"img_{j:03d}.JPEG")
     (root / "ImageNet-C" / corruptions[0] / str(severities[0]) / wnids[0] / "notes.txt").write_text("not an image")
-    _ = rng
 
 
 @pytest.fixture(scope="module")

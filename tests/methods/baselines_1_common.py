@@ -23,7 +23,8 @@ N_TRAIN = 6000
 
 
 class SmallNet(nn.Module):
-    """conv-BN-ReLU x 3, each of stride 2 (32 -> 4 pixels), and a linear ``fc`` on the flattened map."""
+    """conv-BN-ReLU x 3, each of stride 2 (32 -> 4 pixels), and a linear ``fc`` on the flattened 4 x 4 map
+    (adaptively pooled, so smaller inputs such as UT's 16/32-pixel augmentation crops also work)."""
 
     def __init__(self, width: int = 8, num_classes: int = 10):
         super().__init__()
@@ -39,7 +40,7 @@ class SmallNet(nn.Module):
         x = F.relu(self.bn1(self.conv1(x)))
         x = F.relu(self.bn2(self.conv2(x)))
         x = F.relu(self.bn3(self.conv3(x)))
-        return self.fc(x.flatten(1))  # (B, 2 * width * 4 * 4) for 32 x 32 inputs
+        return self.fc(F.adaptive_avg_pool2d(x, 4).flatten(1))  # (B, 2 * width * 4 * 4); identity pool at 32 px
 
 
 def info_for(model: nn.Module) -> ModelInfo:
@@ -71,7 +72,7 @@ def _trained_state() -> dict[str, Tensor]:
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
     model.train()
-    for _ in range(3):
+    for _ in range(2):  # two epochs: about 17 % clean error, about 1 s of CPU
         order = torch.randperm(N_TRAIN, generator=g)
         for i in range(0, N_TRAIN, 100):
             idx = order[i : i + 100]

@@ -41,7 +41,8 @@ def _write_config(path: Path, name: str, settings=REFERENCE_SETTINGS) -> Path:
 def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(reference, tmp_path):
     config = _write_config(tmp_path / "kill.yaml", "kill")
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "unitta.sweep", str(config), "--output", str(out), "--num-cpus", "2", "--no-progress"]
+    cmd = [sys.executable, "-m", "unitta.sweep", str(config), "--output", str(out), "--address", "local",
+           "--num-cpus", "2", "--no-progress"]
     log = open(tmp_path / "driver1.log", "wb")
     driver = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
     cells = out / "cells"

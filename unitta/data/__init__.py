@@ -10,6 +10,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from unitta.data.arrays import ArrayDataset
 from unitta.data.base import CORRUPTIONS, CorruptedDataset
 from unitta.data.fmnist_c import prepare_fmnist_c
@@ -25,10 +27,14 @@ def default_data_dir() -> Path:
 
 
 def _severities(severity: int | Sequence[int]) -> list[int]:
-    values = [severity] if isinstance(severity, (int,)) and not isinstance(severity, bool) else list(severity)
-    if not values or any(isinstance(s, bool) or s not in (1, 2, 3, 4, 5) for s in values) or len(set(values)) < len(values):
+    try:
+        values = [severity] if isinstance(severity, (int, np.integer)) else list(severity)
+    except TypeError:
+        values = []
+    valid = all(not isinstance(s, bool) and s in (1, 2, 3, 4, 5) for s in values)
+    if not values or not valid or len(set(values)) < len(values):
         raise ValueError(f"severity={severity!r}: expected an integer in 1..5 or a list of distinct ones")
-    return values
+    return [int(s) for s in values]
 
 
 def _corruptions(corruptions: Sequence[str] | None) -> list[str]:
@@ -67,8 +73,10 @@ def load_dataset(
         raise ValueError(f"name={name!r}: expected one of {', '.join(DATASETS)}")
     severities = _severities(severity)
     chosen = _corruptions(corruptions)
-    if n_per_domain is not None and (isinstance(n_per_domain, bool) or not isinstance(n_per_domain, int) or n_per_domain <= 0):
-        raise ValueError(f"n_per_domain={n_per_domain!r}: expected None or a positive integer")
+    if n_per_domain is not None:
+        if isinstance(n_per_domain, bool) or not isinstance(n_per_domain, (int, np.integer)) or n_per_domain <= 0:
+            raise ValueError(f"n_per_domain={n_per_domain!r}: expected None or a positive integer")
+        n_per_domain = int(n_per_domain)
     if name == "fmnist-c":
         from unitta.data.fmnist_c import load_fmnist_c
 

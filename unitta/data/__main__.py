@@ -43,10 +43,13 @@ def _show(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dataset = load_dataset(args.dataset, data_dir=args.data_dir, severity=args.severity[0], n_per_domain=args.n_per_domain)
+    dataset = load_dataset(
+        args.dataset, data_dir=args.data_dir, severity=args.severity[0], n_per_domain=args.n_per_domain
+    )
     n = len(dataset) // dataset.num_domains
     first = dataset.labels[:n]
-    columns = [int(np.flatnonzero(first == k)[0]) for k in range(min(dataset.num_classes, args.columns)) if (first == k).any()]
+    classes = [k for k in range(dataset.num_classes) if (first == k).any()][: args.columns]
+    columns = [int(np.flatnonzero(first == k)[0]) for k in classes]
     fig, axes = plt.subplots(
         dataset.num_domains, len(columns), figsize=(0.9 * len(columns) + 1.6, 0.9 * dataset.num_domains), squeeze=False
     )

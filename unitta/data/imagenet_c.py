@@ -94,9 +94,8 @@ def _list_domain(folder: Path, hint: str) -> tuple[list[str], list[str]]:
         raise FileNotFoundError(f"{folder} holds no class (wnid) folders. {hint}")
     files = []
     for wnid in wnids:
-        names = sorted(
-            e.name for e in os.scandir(folder / wnid) if e.is_file() and os.path.splitext(e.name)[1].lower() in _EXTENSIONS
-        )
+        entries = os.scandir(folder / wnid)
+        names = sorted(e.name for e in entries if e.is_file() and os.path.splitext(e.name)[1].lower() in _EXTENSIONS)
         if not names:
             raise FileNotFoundError(f"{folder / wnid} holds no .JPEG files. {hint}")
         files.extend(f"{wnid}/{name}" for name in names)

@@ -45,7 +45,7 @@ __all__ = [
     "device_generator",
 ]
 
-REFERENCE_AUG_SIZE = 32  # UT core/adapter/cotta.py hard-coded img size; UT configs/adapter/imagenet/rotta.yaml INPUT.SIZE
+REFERENCE_AUG_SIZE = 32  # UT core/adapter/cotta.py hard-coded size; UT imagenet/rotta.yaml INPUT.SIZE
 _GRAY = (0.2989, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
 
 

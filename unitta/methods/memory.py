@@ -5,7 +5,8 @@
 - ``PBRSMemory``: NOTE's prediction-balanced reservoir sampling
   (Gong et al., NeurIPS'22, sec. 3.2 and Alg. 1; baselines.md 2.7).
 
-Both store one image per entry (the tensor as given, on its device) with its pseudo-label; neither
+Both store one image per entry (a copy, on the tensor's device, so that no incoming batch is kept
+alive through a view) with its pseudo-label; neither
 ever sees a true label. Both promise class balance *with respect to the pseudo-labels*:
 CSTU never holds more than ceil(capacity / K) items of one class; PBRS, once full, only ever grows a
 class that is not among the largest, so the class counts of classes seen often enough end up within
@@ -68,7 +69,7 @@ class CSTUMemory:
         )
 
     def add(self, x: Tensor, label: int, uncertainty: float) -> bool:
-        """Offer one item (x without batch dimension); returns whether it was stored."""
+        """Offer one item (x without batch dimension, copied when stored); returns whether it was stored."""
         if not 0 <= label < self.num_classes:
             raise ValueError(f"label={label!r} must lie in [0, {self.num_classes})")
         new_score = self.score(0, uncertainty)
@@ -77,7 +78,7 @@ class CSTUMemory:
         else:
             stored = self._evict_from([label], new_score)
         if stored:
-            self.classes[label].append(_Item(x, float(uncertainty)))
+            self.classes[label].append(_Item(x.detach().clone(), float(uncertainty)))
         for items in self.classes:
             for item in items:
                 item.age += 1
@@ -86,7 +87,7 @@ class CSTUMemory:
     def add_batch(self, x: Tensor, labels: Tensor, uncertainties: Tensor) -> None:
         """Offer every sample of a batch, in order."""
         for xi, label, unc in zip(x, labels.tolist(), uncertainties.tolist()):
-            self.add(xi.detach(), int(label), float(unc))
+            self.add(xi, int(label), float(unc))
 
     def _majority_classes(self) -> list[int]:
         counts = self.class_counts()
@@ -148,19 +149,19 @@ class PBRSMemory:
         return [len(items) for items in self.classes]
 
     def add(self, x: Tensor, label: int) -> bool:
-        """Offer one item (x without batch dimension); returns whether it was stored."""
+        """Offer one item (x without batch dimension, copied when stored); returns whether it was stored."""
         if not 0 <= label < self.num_classes:
             raise ValueError(f"label={label!r} must lie in [0, {self.num_classes})")
         self.seen[label] += 1
         if len(self) >= self.capacity and not self._make_room(label):
             return False
-        self.classes[label].append(x)
+        self.classes[label].append(x.detach().clone())
         return True
 
     def add_batch(self, x: Tensor, labels: Tensor) -> None:
         """Offer every sample of a batch, in order."""
         for xi, label in zip(x, labels.tolist()):
-            self.add(xi.detach(), int(label))
+            self.add(xi, int(label))
 
     def _randrange(self, n: int) -> int:
         return int(torch.randint(n, (1,), generator=self.generator, device=self.generator.device).item())

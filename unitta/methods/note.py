@@ -93,7 +93,7 @@ class NOTE(TTAMethod):
             logits = self.model(x)
         labels = logits.argmax(dim=1).tolist()
         for xi, label in zip(x, labels):
-            self.memory.add(xi.detach(), label)
+            self.memory.add(xi, label)
             self.samples_seen += 1
             if self.cfg.update_every and self.samples_seen % self.cfg.update_every == 0:
                 self._update()

@@ -100,7 +100,7 @@ class RoTTA(TTAMethod):
             labels = p.argmax(dim=1)
             uncertainty = -(p * torch.log(p + 1e-6)).sum(dim=1)  # RoTTA's entropy (log(p + 1e-6))
         for xi, label, unc in zip(x, labels.tolist(), uncertainty.tolist()):
-            self.memory.add(xi.detach(), label, unc)
+            self.memory.add(xi, label, unc)
             self.samples_seen += 1
             if self.samples_seen % self.cfg.update_every == 0:
                 self._update()

@@ -34,10 +34,6 @@ import numpy as np
 from unitta.streams import ulmm
 from unitta.streams.settings import Setting
 
-# Dense rows are kept (and updated in place, like the reference's matrix) when the matrix fits this budget.
-_ROW_CACHE_BYTES = 64 * 2**20
-# From this many states on, choice() locates its draws without the full sequential cumsum (proved exact).
-_FAST_CHOICE_MIN_STATES = 2048
 
 
 @dataclass(frozen=True)
@@ -122,97 +118,60 @@ def shuffled_pools(order: np.ndarray, starts: np.ndarray, seed: int) -> np.ndarr
 class _Rows:
     """The reference's transition matrix, one row at a time, with its in-place history replayed exactly.
 
-    Small state spaces keep every materialised row (updated in place, like the reference's dense
-    matrix). Large ones recompute a row when it is needed: the Kronecker products, then the zeroed
-    columns (multiplying by a 0/1 mask is exact), then every renormalisation divisor in order.
+    A row is never stored: a refill recomputes it from the Kronecker products (``ulmm.kron_row``), the
+    columns zeroed so far (multiplying by a 0/1 mask is exact) and every renormalisation divisor of
+    that row in order. Zeroing commutes with the scalar divisions (0 / x = 0 and other entries are
+    untouched), so this is exactly the row the reference holds in its dense DK x DK matrix.
     """
 
-    def __init__(self, plan: OfficialPlan, cache: bool) -> None:
+    def __init__(self, plan: OfficialPlan) -> None:
         self.plan = plan
         self.k = plan.num_classes
         self.n = plan.num_domains * plan.num_classes
-        self.cache: dict[int, list] | None = {} if cache else None  # s -> [row, n zeroed columns applied]
         self.divisors: dict[int, list[float]] = {}  # s -> every renormalisation divisor, in order
-        self.zeroed_cols: list[int] = []  # columns zeroed so far (quota mode), in order
         self.keep = np.ones(self.n)  # 0.0 at zeroed columns
+        self.n_zeroed = 0
         self.zeroed_rows: set[int] = set()
-        # Rows of a continual domain (T_D = identity) are zero outside their own domain's block.
-        self.block_only = [int(np.count_nonzero(r)) == 1 for r in plan.t_domain]
+        # A continual domain's rows (T_D = identity) are zero outside one domain block.
+        self.block_of = [int(np.flatnonzero(r)[0]) if np.count_nonzero(r) == 1 else -1 for r in plan.t_domain]
 
     def zero_column(self, s: int) -> None:
-        self.zeroed_cols.append(s)
         self.keep[s] = 0.0
+        self.n_zeroed += 1
 
-    def get(self, s: int) -> np.ndarray:
+    def refill_info(self, s: int) -> tuple[float, int, np.ndarray | None]:
+        """(row sum before this refill's renormalisation, offset, normalised cdf from the offset on).
+
+        Records the renormalisation (spec 1.5: ``if sum(p) != 1: p /= sum(p)`` in place). A zero sum
+        (dead end) returns cdf None. searchsorted(full cdf, u) == offset + searchsorted(cdf, u) for u < 1.
+        """
         if s in self.zeroed_rows:
-            return np.zeros(self.n)
-        if self.cache is not None and s in self.cache:
-            entry = self.cache[s]
-            if entry[1] < len(self.zeroed_cols):
-                entry[0][self.zeroed_cols[entry[1] :]] = 0.0
-                entry[1] = len(self.zeroed_cols)
-            return entry[0]
+            return 0.0, 0, None
         d, k = divmod(s, self.k)
-        if self.block_only[d]:
-            dd = int(np.flatnonzero(self.plan.t_domain[d])[0])
+        blk = self.block_of[d]
+        if blk >= 0:
             row = np.zeros(self.n)
-            np.multiply(self.plan.t_domain[d, dd], self.plan.t_class[k], out=row[dd * self.k : (dd + 1) * self.k])
+            lo, hi = blk * self.k, (blk + 1) * self.k
+            np.multiply(self.plan.t_domain[d, blk], self.plan.t_class[k], out=row[lo:hi])
         else:
             row = ulmm.kron_row(self.plan.t_domain, self.plan.t_class, d, k)
-        if self.zeroed_cols:
+            lo, hi = 0, self.n
+        if self.n_zeroed:
             row *= self.keep
-        # Zeroing commutes with the scalar divisions (0 / x = 0 and the other entries are untouched), so
-        # replaying the divisions after all zeroings gives exactly the row the reference holds.
-        for div in self.divisors.get(s, ()):
+        divisors = self.divisors.setdefault(s, [])
+        for div in divisors:
             row /= div
-        if self.cache is not None:
-            self.cache[s] = [row, len(self.zeroed_cols)]
-        return row
-
-    def renormalise(self, s: int, row: np.ndarray, total: float) -> None:
-        row /= total  # in place, as the reference does (spec 7.23); cached rows keep it
-        self.divisors.setdefault(s, []).append(total)
-
-
-_CHUNK = 32
-
-
-def fast_legacy_indices(p: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
-    """``searchsorted(cumsum(p) / cumsum(p)[-1], uniforms, side='right')`` without the O(n) sequential cumsum.
-
-    numpy's cumsum is a dependent chain of n additions (about 10 ns each here), the bottleneck for
-    ImageNet's 15,000-entry rows. This locates each uniform with chunk sums and a short local cumsum,
-    then proves the answer: any summation order of n non-negative terms is within gamma_n = n 2^-53
-    (relative) of the exact sum, so when both neighbours of the found position lie more than a margin
-    covering both orders' errors away from the threshold, the exact sequential cdf gives the same index.
-    Otherwise (probability about 1e-10 per draw) it falls back to the exact cumsum.
-    """
-    n = len(p)
-    nch = -(-n // _CHUNK)
-    if nch * _CHUNK != n:
-        padded = np.zeros(nch * _CHUNK)
-        padded[:n] = p
-    else:
-        padded = p
-    blocks = padded.reshape(nch, _CHUNK)
-    chunk_tot = blocks.sum(axis=1)
-    ends = np.cumsum(chunk_tot)
-    total = ends[-1]
-    t = uniforms * total
-    j = np.minimum(np.searchsorted(ends, t, side="right"), nch - 1)
-    before = np.concatenate(([0.0], ends))[j]
-    local = before[:, None] + np.cumsum(blocks[j], axis=1)  # (size, CHUNK) approximate cdf * total
-    k = np.count_nonzero(local <= t[:, None], axis=1)
-    idx = j * _CHUNK + k
-    rows = np.arange(len(t))
-    below = np.where(k > 0, local[rows, np.maximum(k - 1, 0)], before)
-    above = np.where(k < _CHUNK, local[rows, np.minimum(k, _CHUNK - 1)], np.inf)
-    margin = total * (8.0 * (n + 8) * 2.0**-53 + 2.0**-50)  # twice the bound derived above
-    if np.all(t - below > margin) and np.all(above - t > margin) and np.all(idx < n):
-        return idx
-    cdf = np.cumsum(p)
-    cdf /= cdf[-1]
-    return cdf.searchsorted(uniforms, side="right")
+        total = row.sum()  # numpy's pairwise sum over the full row, as the reference
+        if total == 0:
+            return 0.0, 0, None
+        if total != 1:
+            row /= total
+            divisors.append(total)
+        # Zeros before the block leave the running sum at exactly 0 and zeros after it at its last
+        # value, so the block's own cumsum holds every value a uniform in [0, 1) can select.
+        cdf = np.cumsum(row[lo:hi])
+        cdf /= cdf[-1]
+        return float(total), lo, cdf
 
 
 def sample_states(
@@ -222,8 +181,6 @@ def sample_states(
     *,
     domain_alpha: float,
     class_alpha: float,
-    row_cache: bool | None = None,
-    force_fast: bool = False,
 ) -> np.ndarray:
     """The reference's state sequence s = d*K + k (spec 1.5-1.6), from ``numpy.random.RandomState(seed)``."""
     D, K, S = plan.num_domains, plan.num_classes, plan.S
@@ -237,9 +194,7 @@ def sample_states(
     if pool_sizes[0] == 0:
         raise ValueError("labels: the pool of the start state (domain 0, class 0) is empty; the reference requires it")
     rs = np.random.RandomState(seed)
-    if row_cache is None:
-        row_cache = DK * DK * 8 <= _ROW_CACHE_BYTES
-    rows = _Rows(plan, cache=row_cache)
+    rows = _Rows(plan)
     valid = (np.asarray(pool_sizes) > 0).tolist()
     n_valid = sum(valid)
     count = [0] * DK
@@ -253,13 +208,12 @@ def sample_states(
     ccount = [0] * K
 
     def refill(s: int) -> list[int]:
-        row = rows.get(s)
-        total = row.sum()
-        if total == 0:
+        total, lo, cdf = rows.refill_info(s)
+        if cdf is None:
             if valid[s]:
                 raise RuntimeError(f"state {s} is valid but its transition row is all zero")
             # Dead end: one uniform draw among the valid states (spec 1.5), restricted to the next domain
-            # (continual domain) and/or next class (continual class).
+            # when domains are continual.
             cand = np.flatnonzero(np.asarray(valid))
             if domain_alpha == 1.0:
                 cand = cand[cand // K == s // K + 1]
@@ -268,11 +222,8 @@ def sample_states(
             buf = bufs[s] if bufs[s] is not None else [0] * P
             buf[0] = int(rs.choice(cand, size=1)[0])
             return buf
-        if total != 1:
-            rows.renormalise(s, row, total)
-        if DK < _FAST_CHOICE_MIN_STATES and not force_fast:
-            return legacy_choice_with_p(rs, row, P).tolist()
-        return fast_legacy_indices(row, rs.random_sample(P)).tolist()
+        # legacy RandomState.choice(DK, P, p=row): uniforms through the normalised cdf (see legacy_choice_with_p)
+        return (cdf.searchsorted(rs.random_sample(P), side="right") + lo).tolist()
 
     seq: list[int] = []
     append = seq.append

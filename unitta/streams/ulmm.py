@@ -26,7 +26,7 @@ def check_num_states(n: int, name: str = "n") -> int:
 def check_factors(alpha_1: float, beta: float, n: int, *, name: str = "") -> None:
     """Validate a (correlation, imbalance) factor pair: alpha_1 in [1/n, 1], beta >= 1 (spec 1.1)."""
     check_num_states(n)
-    pre = f"{name}_" if name else ""
+    pre = f"{name}_" if name else ""  # e.g. domain_alpha
     if not np.isfinite(beta) or beta < 1.0:
         raise ValueError(f"{pre}beta={beta!r}: the imbalance factor must be a finite number >= 1")
     # 0.067 for 15 domains is the reference's i.i.d. value and lies a hair above 1/15 = 0.0667.

@@ -1,0 +1,204 @@
+"""The official sampler reproduces the reference UniTTA sampler bit for bit (spec 1.2-1.8)."""
+
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from unitta.streams import SETTINGS_24, make_stream, synthetic_labels
+from unitta.streams.official import legacy_choice_with_p
+
+REF = Path(__file__).resolve().parents[3] / "shared" / "reference" / "sampler"
+if not REF.exists():  # the shared folder sits beside the repository in the project's workspace
+    REF = Path("/work/shared/reference/sampler")
+needs_ref = pytest.mark.skipif(not (REF / "official_cifar10.npz").exists(), reason="reference sampler output not present")
+
+
+@pytest.fixture(scope="module")
+def cifar10():
+    return synthetic_labels("cifar10")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with np.load(REF / "official_cifar10.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    summary = json.loads((REF / "official_summary.json").read_text())["datasets"]["cifar10"]["seeds"]["425"]
+    return arrays, summary["settings"]
+
+
+@pytest.mark.parametrize("n,size,zeros", [(150, 1000, 0), (150, 1000, 40), (15000, 10, 0), (15000, 100, 7000), (7, 3, 0)])
+def test_legacy_choice_arithmetic_equals_randomstate_choice(n, size, zeros):
+    """cdf = cumsum(p); cdf /= cdf[-1]; searchsorted(cdf, random_sample(size), 'right') is RandomState.choice."""
+    rng = np.random.default_rng(n + size + zeros)
+    p = rng.random(n) ** 3
+    p[rng.choice(n, size=zeros, replace=False)] = 0.0
+    p /= p.sum()
+    for seed in (0, 425, 2**31):
+        a, b = np.random.RandomState(seed), np.random.RandomState(seed)
+        for _ in range(3):
+            np.testing.assert_array_equal(legacy_choice_with_p(a, p, size), b.choice(n, size=size, p=p))
+        assert a.random_sample() == b.random_sample()  # same amount of the stream consumed
+
+
+@needs_ref
+@pytest.mark.parametrize("code", [s.code for s in SETTINGS_24])
+def test_cifar10_reference_streams_bit_for_bit(code, cifar10, reference):
+    arrays, meta = reference
+    stream = make_stream(*cifar10, code, dataset="cifar10", sampler="official", seed=425)
+    np.testing.assert_array_equal(stream.indices, arrays[code].astype(np.int64))
+    info = meta[code]
+    assert hashlib.sha256(stream.indices.astype("<i8").tobytes()).hexdigest() == info["sha256_int64le"]
+    assert stream.indices[:20].tolist() == info["first20_indices"]
+    assert np.stack([stream.domains[:50], stream.classes[:50]], 1).tolist() == info["first50_states"]
+    assert np.bincount(stream.domains, minlength=15).tolist() == info["domain_counts"]
+    assert stream.S == info["max_state_samples"] == 1000
+    assert stream.meta["consistency"] == info["factors_consistency"]
+    assert stream.factors == {
+        "domain_alpha": info["factors"]["cor_factor_max_domain"],
+        "domain_beta": info["factors"]["imb_factor_domain"],
+        "class_alpha": info["factors"]["cor_factor_max_class"],
+        "class_beta": info["factors"]["imb_factor_class"],
+    }
+
+
+def test_spec_validation_vectors(cifar10):
+    """spec 1.8: the first 12 states of CIFAR-10 i1i1 and n1n1."""
+    s = make_stream(*cifar10, "i1i1")
+    assert s.domains[:12].tolist() == [0, 11, 4, 1, 2, 12, 2, 10, 9, 13, 11, 7]
+    assert s.classes[:12].tolist() == [0, 3, 4, 1, 2, 1, 1, 3, 2, 4, 2, 9]
+    s = make_stream(*cifar10, "n1n1")
+    assert s.domains[:12].tolist() == [0, 0, 0, 0, 0, 3, 3, 3, 3, 3, 3, 3]
+    assert s.classes[:12].tolist() == [0, 0, 0, 3, 3, 3, 3, 3, 3, 3, 3, 3]
+
+
+# spec 1.8, CIFAR-100 column: length / domain0:domain14 / class0:class99
+CIFAR100 = {
+    "i1i1": (110896, 7377, 7459, 1140, 1085), "i1iu": (75600, 10000, 2000, 766, 717),
+    "i1n1": (103957, 6737, 7071, 1048, 1029), "i1nu": (58264, 7800, 1520, 634, 587),
+    "i111": (150000, 10000, 10000, 1461, 1507), "i11u": (75600, 10000, 2000, 746, 769),
+    "iui1": (58875, 3885, 3885, 1500, 150), "iuiu": (29703, 3925, 784, 756, 76),
+    "iun1": (58875, 4009, 3910, 1500, 150), "iunu": (29703, 3941, 809, 756, 76),
+    "iu11": (58875, 3925, 3925, 1500, 150), "iu1u": (29703, 3925, 784, 756, 76),
+    "n1i1": (84405, 5612, 5646, 1083, 853), "n1iu": (75600, 10000, 2000, 911, 876),
+    "n1n1": (27804, 1820, 1785, 482, 444), "n1nu": (14331, 2000, 383, 156, 63),
+    "n111": (150000, 10000, 10000, 1238, 1857), "n11u": (75600, 10000, 2000, 418, 1136),
+    "nui1": (37197, 2566, 2496, 887, 101), "nuiu": (29703, 3925, 784, 739, 68),
+    "nun1": (24937, 1538, 1719, 639, 66), "nunu": (13183, 1802, 351, 568, 40),
+    "nu11": (58875, 3925, 3925, 1068, 183), "nu1u": (29703, 3925, 784, 598, 49),
+}
+
+
+def _head_tail(stream):
+    d = np.bincount(stream.domains, minlength=stream.num_domains)
+    c = np.bincount(stream.classes, minlength=stream.num_classes)
+    return (len(stream), int(d[0]), int(d[-1]), int(c[0]), int(c[-1]))
+
+
+def test_cifar100_matches_the_spec_table():
+    labels, domains = synthetic_labels("cifar100")
+    got = {code: _head_tail(make_stream(labels, domains, code, dataset="cifar100-c")) for code in CIFAR100}
+    assert got == CIFAR100
+
+
+@pytest.mark.parametrize(
+    "code,expected",
+    [("i11u", (76000, 10000, 2000, 57, 69)), ("i1nu", (21618, 2588, 556, 27, 20))],
+)
+def test_imagenet_matches_the_spec_table(code, expected):
+    """ImageNet-C layout: 50,000 per domain, label floor(j/50); rows computed on demand (no 1.8 GB matrix)."""
+    labels, domains = synthetic_labels("imagenet")
+    stream = make_stream(labels, domains, code, dataset="imagenet-c")
+    assert _head_tail(stream) == expected
+    assert stream.S == 10
+
+
+def test_real_label_order_gives_the_same_states_and_rank_mapped_indices(cifar10, reference):
+    """The state sequence depends only on the RNG and pool sizes; indices map by rank within a pool (README)."""
+    labels, domains = cifar10
+    rng = np.random.default_rng(1)
+    perm = np.concatenate([d * 10000 + rng.permutation(10000) for d in range(15)])
+    shuffled = labels[perm]  # same pool sizes, labels no longer j mod 10
+    a = make_stream(labels, domains, "nunu")
+    b = make_stream(shuffled, domains, "nunu")
+    np.testing.assert_array_equal(a.domains, b.domains)
+    np.testing.assert_array_equal(a.classes, b.classes)
+    assert np.array_equal(shuffled[b.indices], b.classes) and np.array_equal(domains[b.indices], b.domains)
+
+    def rank(lab, idx):  # rank of each image within its (domain, class) pool, in dataset order
+        state = domains * 10 + lab
+        order = np.argsort(state, kind="stable")
+        r = np.empty(len(lab), dtype=np.int64)
+        r[order] = np.arange(len(lab)) - np.searchsorted(state[order], state[order])
+        return r[idx]
+
+    np.testing.assert_array_equal(rank(labels, a.indices), rank(shuffled, b.indices))
+
+
+def test_no_global_random_state_is_touched(cifar10):
+    np.random.seed(7)
+    random.seed(7)
+    before_np, before_py = np.random.get_state()[1].copy(), random.getstate()
+    make_stream(*cifar10, "nui1")
+    assert np.array_equal(np.random.get_state()[1], before_np) and random.getstate() == before_py
+
+
+def test_reuse_and_drift_reported(cifar10):
+    s = make_stream(*cifar10, "i111")
+    counts = np.bincount(s.domains * 10 + s.classes, minlength=150)
+    assert int((counts > 1000).sum()) == 76  # spec 1.8: 76 of 150 states drawn more than their pool
+    assert s.n_reused == int(np.maximum(counts - 1000, 0).sum()) > 0
+    # spec 1.8: quota settings drift; i1iu's last quarter holds only the 8 head domains
+    summary = make_stream(*cifar10, "i1iu").summary()
+    assert summary["domain_counts_per_quarter"][3] == [5511, 4439, 3451, 2461, 1734, 953, 343, 23] + [0] * 7
+    assert summary["domain_quarter_drift_tv"] > 0.2
+    q4 = make_stream(*cifar10, "iui1").summary()["class_counts_per_quarter"][3]
+    assert np.abs(np.array(q4) - [8254, 4802, 2138, 124, 0, 0, 0, 0, 0, 0]).max() <= 3  # quarter edges differ
+
+
+def test_fmnist_c_uses_cifar10_factors(cifar10):
+    a = make_stream(*cifar10, "nuiu", dataset="fmnist-c")
+    b = make_stream(*cifar10, "nuiu", dataset="cifar10")
+    assert a.S == 1000 and a.factors == b.factors and np.array_equal(a.indices, b.indices)
+
+
+def test_overrides_are_used(cifar10):
+    s = make_stream(*cifar10, "nunu", S=200, class_beta=2.0, domain_alpha=0.9)
+    assert s.S == 200 and s.factors["class_beta"] == 2.0 and s.factors["domain_alpha"] == 0.9
+    assert np.bincount(s.domains * 10 + s.classes).max() == 200  # C,C: stops when a state reaches S
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"setting": "xx11"}, "setting='xx11'"),
+        ({"setting": "nui"}, "4-character"),
+        ({"setting": "nui1", "sampler": "fast"}, "sampler='fast'"),
+        ({"setting": "nui1", "S": 0}, "S=0"),
+        ({"setting": "nui1", "length": 100}, "length"),
+        ({"setting": "nui1", "class_beta": 0.5}, r"class_beta=0.5.*>= 1"),
+        ({"setting": "nui1", "domain_alpha": 0.01}, r"domain_alpha=0.01.*\[0.0666667, 1\]"),
+        ({"setting": "1111"}, "class-continual"),
+        ({"setting": "nui1", "dataset": "mnist"}, "dataset='mnist'"),
+    ],
+)
+def test_bad_input(cifar10, kwargs, match):
+    setting = kwargs.pop("setting")
+    with pytest.raises(ValueError, match=match):
+        make_stream(*cifar10, setting, **kwargs)
+
+
+def test_bad_arrays():
+    with pytest.raises(ValueError, match="n >= 2 classes"):
+        make_stream(np.zeros(20, dtype=int), np.arange(20) % 2, "nui1")
+    with pytest.raises(ValueError, match="n >= 2 domains"):
+        make_stream(np.arange(20) % 2, np.zeros(20, dtype=int), "nui1")
+    with pytest.raises(ValueError, match="empty"):
+        make_stream(np.array([], dtype=int), np.array([], dtype=int), "nui1")
+    with pytest.raises(ValueError, match="start state"):
+        make_stream(np.array([1, 1, 0, 1]), np.array([0, 0, 1, 1]), "nui1")
+    with pytest.raises(ValueError, match="integer"):
+        make_stream(np.array([0.5, 1.0]), np.array([0, 1]), "nui1")
