@@ -47,8 +47,9 @@ CLASS_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu")  # the 4 class settings
 DOMAIN_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu", "11", "1u")  # the 6 domain settings
 
 SETTING_CAPTION = (
-    "Setting code = <class corr><class imb><domain corr><domain imb>; corr: i = i.i.d., n = non-i.i.d., "
-    "1 = continual; imb: 1 = balanced, u = imbalanced (e.g. nui1 = class (n,u), domain (i,1))."
+    "Setting code = class correlation, class imbalance, domain correlation, domain imbalance; "
+    "correlation i = i.i.d., n = non-i.i.d., 1 = continual; imbalance 1 = balanced, u = imbalanced "
+    "(e.g. nui1 = class (n,u), domain (i,1))."
 )
 
 # Baselines first in roughly the paper's order, UniTTA variants last; unknown names alphabetically between.

@@ -165,19 +165,29 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
 
     For factor f the plotted rows are those whose other factors sit at their most common value (the
     base point of a one-at-a-time search); infeasible and failed points are drawn as red crosses on
-    the x axis; the base value is a dashed vertical line. Optuna searches are drawn as points.
+    the x axis; the base value is a dashed vertical line. Optuna searches are drawn as points over
+    all trials; for a 'gap' objective the gap itself is plotted (one point per trial, best starred).
     """
+    from matplotlib.transforms import blended_transform_factory
+
     ncols = len(factors)
     fig, axes = plt.subplots(1, ncols, figsize=(3.6 * ncols + 0.6, 3.5), squeeze=False)
+    optuna = "tune_algorithm" in rows.columns and (rows["tune_algorithm"] == "optuna").any()
+    objective = rows["tune_objective"].drop_nulls().first() if "tune_objective" in rows.columns else None
+    gap = bool(objective and objective.startswith("gap"))
+    if gap:  # one row per trial, its objective as the value
+        rows = rows.unique(subset="trial_id", keep="first", maintain_order=True).with_columns(
+            pl.col("tune_objective_value").alias("error"),
+            pl.when(pl.col("tune_objective_value").is_nan()).then(pl.lit("failed")).otherwise(pl.lit("ok")).alias("status"),
+            pl.lit(objective).alias("method"),
+        )
     methods = sorted(rows["method"].unique().to_list())
     colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
     markers = {m: "osD^vP*X"[i % 8] for i, m in enumerate(methods)}  # overlapping lines stay visible
-    optuna = "tune_algorithm" in rows.columns and (rows["tune_algorithm"] == "optuna").any()
     for ax, f in zip(axes[0], factors):
-        others = [g for g in FACTOR_LABELS if g != f and g in rows.columns]
         sub = rows
         if not optuna:
-            for g in others:
+            for g in (g for g in FACTOR_LABELS if g != f and g in rows.columns):
                 base = _mode(rows[g])
                 if base is not None:
                     sub = sub.filter((pl.col(g) - base).abs() < 1e-9)
@@ -185,25 +195,29 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
             pts = sub.filter((pl.col("method") == m) & (pl.col("status") == "ok")).sort(f)
             if pts.height:
                 style = dict(marker=markers[m], ms=5, mfc="none", mew=1.2, color=colours[m], label=m, alpha=0.9)
-                if optuna:
-                    ax.plot(pts[f].to_list(), pts["error"].to_list(), linestyle="none", alpha=0.8, **style)
-                else:
-                    ax.plot(pts[f].to_list(), pts["error"].to_list(), linewidth=1.5, **style)
+                ax.plot(pts[f].to_list(), pts["error"].to_list(), linestyle="none" if optuna else "-", **style)
+        if gap:
+            ok = sub.filter(pl.col("status") == "ok")
+            if ok.height:
+                best = ok.sort("error", descending=True).row(0, named=True)
+                ax.plot([best[f]], [best["error"]], "*", color="black", ms=11, label="best trial")
+            ax.axhline(0, color="black", linewidth=0.8)
         bad = sub.filter(pl.col("status") != "ok")
-        if bad.height:
+        if bad.height:  # on the x axis whatever the y range
             ax.plot(bad[f].to_list(), [0.0] * bad.height, "x", color="#c01010", ms=7, mew=2, clip_on=False,
-                    label="infeasible / failed")
+                    transform=blended_transform_factory(ax.transData, ax.transAxes), label="infeasible / failed")
         base = _mode(rows[f]) if not optuna else None
         if base is not None and rows.filter(pl.col(f) != base).height:
             ax.axvline(base, color="grey", linestyle="--", linewidth=1, label="default")
         ax.set_xlabel(FACTOR_LABELS[f], fontsize=8.5)
-        ax.set_ylabel("error (%)", fontsize=8.5)
-        ax.set_ylim(bottom=0)
+        ax.set_ylabel(f"{objective} (pp)" if gap else "error (%)", fontsize=8.5)
+        if not gap:
+            ax.set_ylim(bottom=0)
         if f.endswith("beta") and rows[f].drop_nulls().max() / max(rows[f].drop_nulls().min(), 1e-9) > 20:
             ax.set_xscale("log")
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7.5)
-    handles, labels = {}, []
+    handles = {}
     for ax in axes[0]:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lab, h)

@@ -23,23 +23,32 @@ from __future__ import annotations
 
 import argparse
 import base64
-import itertools
 import json
 import logging
 import math
 import os
 import pickle
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from unitta.evaluate import Cell
-from unitta.tune_config import FACTORS, ConfigError, RangeSpec, TuneConfig, load_tune_config
+from unitta.tune_config import (
+    FACTORS,
+    ConfigError,
+    RangeSpec,
+    TuneConfig,
+    base_cell,
+    expand_grid,
+    grid_trials,
+    load_tune_config,
+    trial_cells,
+    with_method,
+)
 
 __all__ = [
     "TRIAL_COLUMNS",
-    "expand_grid",
+    "expand_grid",  # re-exported from unitta.tune_config
     "trial_cells",
     "infeasibility",
     "trial_rows",
@@ -66,70 +75,6 @@ TRIAL_COLUMNS = (
     "tune_algorithm",
 )
 _INFEASIBLE = "infeasible: "
-
-
-# ---------------------------------------------------------------------- search space -> cells
-def _values(cfg: TuneConfig, name: str, layers: list[str]) -> list[Any]:
-    if name == "layer":
-        return list(layers)
-    spec = getattr(cfg.space, name)
-    return spec.grid() if isinstance(spec, RangeSpec) else [float(v) for v in spec]
-
-
-def expand_grid(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
-    """The grid points of a grid search, each a {dimension: value} dict over the searched dimensions.
-
-    'product': the cartesian product. 'one_at_a_time': each dimension varied alone, the others left
-    at the base cell's values (they are omitted from the point); the base point itself comes once.
-    """
-    names = cfg.space.searched()
-    if cfg.search.grid == "product":
-        return [dict(zip(names, combo)) for combo in itertools.product(*(_values(cfg, n, layers) for n in names))]
-    points: list[dict[str, Any]] = []
-    for name in names:
-        points += [{name: v} for v in _values(cfg, name, layers)]
-    return points
-
-
-def _base_cell(cfg: TuneConfig) -> Cell:
-    fields = dict(cfg.cell)
-    fields.setdefault("num_threads", max(1, int(cfg.resources.num_cpus)))
-    return Cell(**fields)
-
-
-def trial_cells(cfg: TuneConfig, point: dict[str, Any]) -> list[Cell]:
-    """The cells of one trial: one per method (the two of a 'gap' objective), factors and layer applied."""
-    base = _base_cell(cfg)
-    factors = {**base.factors, **{k: float(v) for k, v in point.items() if k in FACTORS}}
-    cells = []
-    for method in cfg.trial_methods:
-        kwargs = dict(base.method_kwargs)
-        if point.get("layer") is not None:
-            kwargs["layer"] = point["layer"]
-        cells.append(replace(base, method=method, factors=factors, method_kwargs=kwargs))
-    return cells
-
-
-def _grid_trials(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
-    """Grid points as trials, duplicates (same cells) removed; with several methods, one trial per method."""
-    seen: set[tuple[str, ...]] = set()
-    trials = []
-    methods: list[str | None] = list(cfg.methods) if cfg.objective.metric == "error" else [None]
-    for method in methods:
-        for point in expand_grid(cfg, layers):
-            trial = dict(point) if method is None else {"method": method, **point}
-            key = tuple(c.cell_id() for c in trial_cells(_with_method(cfg, method), point))
-            if key not in seen:
-                seen.add(key)
-                trials.append(trial)
-    return trials
-
-
-def _with_method(cfg: TuneConfig, method: str | None) -> TuneConfig:
-    """The config restricted to one method (a grid trial of the 'error' objective runs one method)."""
-    if method is None:
-        return cfg
-    return cfg.model_copy(update={"methods": [method]})
 
 
 # ---------------------------------------------------------------------- feasibility
@@ -195,21 +140,21 @@ def trial_rows(
     model's BatchNorm layers in module order and ``default_layer`` its default BDN layer (recorded
     with the rows so that the analysis can order and mark the layers).
     """
-    layers = list(layers)
     from unitta.sweep import run_cell
 
+    layers = list(layers)
     method = point.get("method")
     params = {k: v for k, v in point.items() if k != "method"}
-    cells = trial_cells(_with_method(cfg, method), params)
+    cells = trial_cells(with_method(cfg, method), params)
     why = infeasibility(cells[0], num_domains, num_classes)
     rows = []
     for cell in cells:
         if why is not None:
-            rows.append(_failed_row(cell, _INFEASIBLE + why))
+            rows.append({**_failed_row(cell, _INFEASIBLE + why), "sweep_name": cfg.name})
         elif done_rows and cell.cell_id() in done_rows:
             rows.append(dict(done_rows[cell.cell_id()]))
         else:
-            rows.append(run_cell(cell, dataset=dataset))
+            rows.append(run_cell(cell, dataset=dataset, sweep_name=cfg.name))
     value = _objective(cfg, rows)
     for row in rows:
         row.update(
@@ -250,7 +195,7 @@ def _load_bn_layers(cfg: TuneConfig) -> tuple[list[str], list[str], str | None]:
         return [], [], None
     from unitta.models import load_model
 
-    base = _base_cell(cfg)
+    base = base_cell(cfg)
     _, info = load_model(base.dataset, base.model, checkpoint_dir=base.checkpoint_dir)
     if cfg.space.layer == "all":
         searched = list(info.bn_layers)
@@ -265,7 +210,7 @@ def _check_methods(cfg: TuneConfig, source: str, layers: list[str]) -> None:
     from unitta.methods import build_config, list_methods, method_class
 
     registered = list_methods()
-    base = _base_cell(cfg)
+    base = base_cell(cfg)
     for name in cfg.trial_methods:
         if name not in registered:
             raise ConfigError(
@@ -316,7 +261,6 @@ def run_tune(
     source: str = "tune config",
 ):
     """Run the search, write every trial's rows under ``out/cells``; return all tune rows (polars)."""
-    import ray
     from ray import tune
 
     from unitta.data import load_dataset
@@ -331,14 +275,14 @@ def run_tune(
     (out / "cells").mkdir(parents=True, exist_ok=True)
     (out / "tune_config.json").write_text(cfg.model_dump_json(indent=2))
 
-    base = _base_cell(cfg)
+    base = base_cell(cfg)
     dataset = load_dataset(base.dataset, data_dir=base.data_dir, severity=base.severity, n_per_domain=base.n_per_domain)
     num_domains, num_classes = dataset.num_domains, dataset.num_classes
     done = _done_rows(out)
 
     metric, mode = "objective", cfg.objective.mode
     if cfg.search.algorithm == "grid":
-        trials = _grid_trials(cfg, layers)
+        trials = grid_trials(cfg, layers)
         todo = [t for t in trials if not _trial_done(cfg, t, done)]
         log.info("%d grid trials, %d already done, %d to run", len(trials), len(trials) - len(todo), len(todo))
         param_space = {"point": tune.grid_search(todo)} if todo else None
@@ -404,7 +348,7 @@ def run_tune(
 def _trial_done(cfg: TuneConfig, trial: dict[str, Any], done: dict[str, Any]) -> bool:
     method = trial.get("method")
     params = {k: v for k, v in trial.items() if k != "method"}
-    return all(c.cell_id() in done for c in trial_cells(_with_method(cfg, method), params))
+    return all(c.cell_id() in done for c in trial_cells(with_method(cfg, method), params))
 
 
 def _optuna_space(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
@@ -522,4 +466,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # import under the package name so Ray ships the trainable by reference to unitta.tune, not by value
+    from unitta.tune import main as _main
+
+    sys.exit(_main())

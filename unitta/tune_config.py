@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import math
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from unitta.config import ConfigError  # one error type for sweep and tune configs
+from unitta.evaluate import Cell
 
 __all__ = [
     "FACTORS",
@@ -38,6 +42,11 @@ __all__ = [
     "TuneConfig",
     "load_tune_config",
     "parse_tune_config",
+    "expand_grid",
+    "grid_trials",
+    "trial_cells",
+    "base_cell",
+    "with_method",
 ]
 
 # The four stream factors a Cell can override (spec 1.1; Cell.factors keys).
@@ -47,7 +56,6 @@ FACTORS: tuple[str, ...] = ("domain_alpha", "domain_beta", "class_alpha", "class
 _SEARCHED_CELL_FIELDS = ("method",)
 
 
-from unitta.config import ConfigError  # noqa: E402  (one error type for sweep and tune configs)
 
 
 class _Strict(BaseModel):
@@ -191,8 +199,6 @@ class TuneConfig(_Strict):
     @field_validator("cell")
     @classmethod
     def _cell_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
-        from unitta.evaluate import Cell
-
         allowed = [f.name for f in dataclasses.fields(Cell) if f.name not in _SEARCHED_CELL_FIELDS]
         for key in v:
             if key in _SEARCHED_CELL_FIELDS:
@@ -310,3 +316,67 @@ def load_tune_config(path: str | Path) -> TuneConfig:
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return parse_tune_config(raw, where=str(path))
+
+
+# ---------------------------------------------------------------------- search space -> cells
+def _values(cfg: TuneConfig, name: str, layers: list[str]) -> list[Any]:
+    if name == "layer":
+        return list(layers)
+    spec = getattr(cfg.space, name)
+    return spec.grid() if isinstance(spec, RangeSpec) else [float(v) for v in spec]
+
+
+def expand_grid(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
+    """The grid points of a grid search, each a {dimension: value} dict over the searched dimensions.
+
+    'product': the cartesian product. 'one_at_a_time': each dimension varied alone, the others left
+    at the base cell's values (they are omitted from the point); the base point itself comes once.
+    """
+    names = cfg.space.searched()
+    if cfg.search.grid == "product":
+        return [dict(zip(names, combo)) for combo in itertools.product(*(_values(cfg, n, layers) for n in names))]
+    points: list[dict[str, Any]] = []
+    for name in names:
+        points += [{name: v} for v in _values(cfg, name, layers)]
+    return points
+
+
+def base_cell(cfg: TuneConfig) -> Cell:
+    fields = dict(cfg.cell)
+    fields.setdefault("num_threads", max(1, int(cfg.resources.num_cpus)))
+    return Cell(**fields)
+
+
+def trial_cells(cfg: TuneConfig, point: dict[str, Any]) -> list[Cell]:
+    """The cells of one trial: one per method (the two of a 'gap' objective), factors and layer applied."""
+    base = base_cell(cfg)
+    factors = {**base.factors, **{k: float(v) for k, v in point.items() if k in FACTORS}}
+    cells = []
+    for method in cfg.trial_methods:
+        kwargs = dict(base.method_kwargs)
+        if point.get("layer") is not None:
+            kwargs["layer"] = point["layer"]
+        cells.append(dataclasses.replace(base, method=method, factors=factors, method_kwargs=kwargs))
+    return cells
+
+
+def grid_trials(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
+    """Grid points as trials, duplicates (same cells) removed; with several methods, one trial per method."""
+    seen: set[tuple[str, ...]] = set()
+    trials = []
+    methods: list[str | None] = list(cfg.methods) if cfg.objective.metric == "error" else [None]
+    for method in methods:
+        for point in expand_grid(cfg, layers):
+            trial = dict(point) if method is None else {"method": method, **point}
+            key = tuple(c.cell_id() for c in trial_cells(with_method(cfg, method), point))
+            if key not in seen:
+                seen.add(key)
+                trials.append(trial)
+    return trials
+
+
+def with_method(cfg: TuneConfig, method: str | None) -> TuneConfig:
+    """The config restricted to one method (a grid trial of the 'error' objective runs one method)."""
+    if method is None:
+        return cfg
+    return cfg.model_copy(update={"methods": [method]})

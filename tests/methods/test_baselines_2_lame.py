@@ -12,7 +12,7 @@ from unitta.methods.lame import affinity_matrix, laplacian_optimization
 
 @pytest.fixture(scope="module")
 def noisy():
-    """Model, a mildly shifted test set (Gaussian noise only: source error ~0.3) and labels."""
+    """Model, a mildly shifted test set (Gaussian noise only: source error ~0.22) and labels."""
     torch.set_num_threads(1)
     model, x, y = trained_model()
     return model, shift(x, contrast=1.0, brightness=0.0, noise=0.15), y
@@ -45,7 +45,7 @@ def test_outputs_are_distributions_and_neighbours_agree_more(noisy):
         err_src += error(source[idx], y[idx])
         err_lame += error(out, y[idx])
         n += 1
-    # 640 predictions: the standard error of an error rate is <= 0.02, the observed gaps are ~0.2
+    # 640 predictions: the standard error of an error rate is <= 0.02, the observed gaps are 0.14 (error) and 0.21 (agreement)
     assert agree_lame / n > agree_src / n + 0.1
     assert err_lame / n < err_src / n - 0.05
 

@@ -198,7 +198,29 @@ def test_bad_arrays():
         make_stream(np.arange(20) % 2, np.zeros(20, dtype=int), "nui1")
     with pytest.raises(ValueError, match="empty"):
         make_stream(np.array([], dtype=int), np.array([], dtype=int), "nui1")
+    labels, domains = synthetic_labels("cifar10")
+    keep = ~((labels == 0) & (domains == 0))
     with pytest.raises(ValueError, match="start state"):
-        make_stream(np.array([1, 1, 0, 1]), np.array([0, 0, 1, 1]), "nui1")
+        make_stream(labels[keep], domains[keep], "nui1")
+    with pytest.raises(ValueError, match=r"domain_alpha=0.067.*\[0.5, 1\]"):  # 2 domains: i.i.d. is 0.5
+        make_stream(np.array([0, 1, 0, 1]), np.array([0, 0, 1, 1]), "nui1")
     with pytest.raises(ValueError, match="integer"):
         make_stream(np.array([0.5, 1.0]), np.array([0, 1]), "nui1")
+
+
+def test_empty_pool_states_are_never_entered(cifar10):
+    """Like the reference, a state with an empty pool is invalid from the start and rejected (spec 1.2)."""
+    labels, domains = cifar10
+    keep = ~((labels == 5) & (domains == 3))
+    for code in ("nui1", "n1iu", "iuiu"):
+        s = make_stream(labels[keep], domains[keep], code)
+        assert not np.any((s.domains == 3) & (s.classes == 5))
+        assert np.array_equal(labels[keep][s.indices], s.classes)
+
+
+def test_streams_module_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, unitta.streams; assert 'torch' not in sys.modules, 'torch imported'"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

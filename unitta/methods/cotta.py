@@ -2,7 +2,7 @@
 
 Three networks, all normalising with the current batch's statistics (running statistics dropped):
 the student (every weight and bias trainable), a teacher (EMA of the student) and a frozen source
-anchor. Per batch (paper sec. 3, eq. 1-5; baselines.md 2.4):
+anchor. Per batch (paper sec. 3; baselines.md 2.4):
 
     z_s = student(x)
     if mean_i max_c softmax(anchor(x_i)) < AP:   z_t = mean of teacher(aug_n(x)), n = 1..32
@@ -127,7 +127,7 @@ class CoTTA(TTAMethod):
 
     @torch.no_grad()
     def _stochastic_restore(self) -> None:
-        """Each weight element returns to its source value with probability ``restore_prob`` (eq. 5)."""
+        """Each weight element returns to its source value with probability ``restore_prob`` (paper sec. 3, stochastic restoration)."""
         if self.cfg.restore_prob <= 0:
             return
         for name, p in self.params.items():

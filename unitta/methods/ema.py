@@ -1,6 +1,6 @@
 """Exponential-moving-average (mean) teachers: CoTTA's and RoTTA's teacher networks.
 
-CoTTA (Wang et al., CVPR'22, eq. 3) and RoTTA (Yuan et al., CVPR'23, sec. 3.3) keep a teacher whose
+CoTTA (Wang et al., CVPR'22, sec. 3) and RoTTA (Yuan et al., CVPR'23, sec. 3.3) keep a teacher whose
 weights are an EMA of the student's: theta_t <- m * theta_t + (1 - m) * theta_s after every
 optimisation step. Both references average *parameters only*; normalisation statistics (buffers) of
 the teacher evolve through the teacher's own forwards. ``buffers=True`` also averages floating-point

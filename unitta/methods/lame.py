@@ -95,7 +95,8 @@ def affinity_matrix(features: Tensor, kind: str, knn: int) -> Tensor:
 
 def laplacian_optimization(unary: Tensor, kernel: Tensor, max_steps: int) -> Tensor:
     """Minimise E(Y) = sum[u * Y - (W Y) * Y + Y log Y] over row-stochastic Y by the fixed point
-    Y <- softmax(-u + W Y) (the LAME paper's concave-convex bound optimisation), starting at softmax(-u). Returns Y (B, K)."""
+    Y <- softmax(-u + W Y) (the LAME paper's concave-convex bound optimisation), starting at
+    softmax(-u). Returns Y (B, K)."""
     y = (-unary).softmax(dim=1)
     old_energy = float("inf")
     for step in range(max_steps):

@@ -1,9 +1,9 @@
 """Class-balanced memory banks of the memory-based baselines.
 
 - ``CSTUMemory``: RoTTA's category-balanced sampling with timeliness and uncertainty
-  (Yuan et al., CVPR'23, sec. 3.2 and Alg. 1; baselines.md 2.5).
+  (Yuan et al., CVPR'23, sec. 3.2; baselines.md 2.5).
 - ``PBRSMemory``: NOTE's prediction-balanced reservoir sampling
-  (Gong et al., NeurIPS'22, sec. 3.2 and Alg. 1; baselines.md 2.7).
+  (Gong et al., NeurIPS'22, sec. 3.2; baselines.md 2.7).
 
 Both store one image per entry (a copy, on the tensor's device, so that no incoming batch is kept
 alive through a view) with its pseudo-label; neither
@@ -34,8 +34,8 @@ class _Item:
 class CSTUMemory:
     """RoTTA's CSTU bank: capacity N, per-class quota N/K, heuristic score of timeliness and uncertainty.
 
-    Score of an item (RoTTA eq. 5): lambda_t / (1 + exp(-age / N)) + lambda_u * H / log K, where H is
-    the teacher's entropy of the item. Inserting an item predicted as class c (RoTTA Alg. 1):
+    Score of an item (RoTTA sec. 3.2): lambda_t / (1 + exp(-age / N)) + lambda_u * H / log K, where H is
+    the teacher's entropy of the item. Inserting an item predicted as class c (baselines.md 2.5):
 
     - c under quota and the bank not full: add it;
     - c under quota, bank full: remove the highest-score item of the majority classes (those with the
@@ -122,7 +122,7 @@ class PBRSMemory:
     """NOTE's prediction-balanced reservoir sampling bank of capacity N.
 
     Each class c counts n_c, the items predicted as c seen so far. Inserting an item of class c when
-    the bank is full (NOTE Alg. 1):
+    the bank is full (NOTE sec. 3.2; baselines.md 2.7):
 
     - if c is not among the largest classes: remove a random item of a random largest class, add it;
     - else: with probability m_c / n_c (m_c = stored items of class c) replace a random stored item

@@ -5,10 +5,10 @@ momentum 0.01); only the BN affine parameters adapt. Predictions come from the m
 (IABN on the running statistics, corrected per instance); each prediction's argmax goes with its
 image into a prediction-balanced reservoir (PBRS, ``memory.py``, capacity 64). Every 64 samples the
 model runs in train mode on the whole memory (which also moves the IABN running statistics) and
-takes one step on the mean entropy of its predictions (paper sec. 3, Alg. 1; baselines.md 2.7).
+takes one step on the mean entropy of its predictions (paper sec. 3; baselines.md 2.7).
 
 Hyper-parameters: memory 64, update every 64 samples, k = 4, BN momentum 0.01, and the paper's /
-original code's optimiser: Adam, lr 1e-4 (NOTE ``--lr 0.0001``), on every dataset.
+original code's optimiser: Adam, lr 1e-4, on every dataset (baselines.md 2.7).
 
 Deviations:
 - DEVIATION(UT c41bce7): UT uses SGD (lr 1e-4, momentum 0.9, Nesterov) instead of NOTE's Adam
@@ -47,13 +47,13 @@ class NOTE(TTAMethod):
 
     @dataclass(frozen=True)
     class Config:
-        optimizer: Literal["adam", "sgd"] = "adam"  # NOTE paper / original main.py (UT: sgd)
-        lr: float = 1e-4  # NOTE original --lr 0.0001; UT configs/adapter/*/note.yaml OPTIM.LR 1e-4
-        memory_size: int = 64  # NOTE --memory_size 64; UT reuses ADAPTER.RoTTA.MEMORY_SIZE
-        update_every: int = 64  # NOTE --update_every_x 64 (samples); 0 = once per batch (UT)
-        iabn_k: float = 4.0  # NOTE --iabn_k 4; UT core/utils/iabn.py k = 4
-        bn_momentum: float = 0.01  # NOTE --bn_momentum 0.01; UT likewise
-        skip_threshold: int = 1  # NOTE --skip_thres 1: layers with H*W <= 1 skip the instance term
+        optimizer: Literal["adam", "sgd"] = "adam"  # NOTE paper / original code, baselines.md 2.7 (UT: sgd)
+        lr: float = 1e-4  # original and UT configs/adapter/*/note.yaml OPTIM.LR (baselines.md 2.7)
+        memory_size: int = 64  # original; UT reuses ADAPTER.RoTTA.MEMORY_SIZE (baselines.md 2.7)
+        update_every: int = 64  # original update_every_x (samples); 0 = once per batch (UT)
+        iabn_k: float = 4.0  # original and UT core/utils/iabn.py k = 4
+        bn_momentum: float = 0.01  # original and UT (baselines.md 2.7)
+        skip_threshold: int = 1  # layers with H*W <= 1 skip the instance term (needs H*W >= 2)
 
         def __post_init__(self) -> None:
             if self.memory_size < 1:

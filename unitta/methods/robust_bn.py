@@ -3,7 +3,7 @@
 Every BatchNorm becomes a Robust BN (``norm/robust_bn.py``) with alpha = 0.05
 (``ADAPTER.RoTTA.ALPHA``, all datasets). Per batch, one train-mode forward: each layer moves its
 global statistics toward the batch's, mu_g <- (1 - alpha) mu_g + alpha mu_b (likewise the variance),
-and normalises with the updated statistics (RoTTA eq. 2-3). No parameter changes. Cost: 1F.
+and normalises with the updated statistics (RoTTA sec. 3.1). No parameter changes. Cost: 1F.
 
 DEVIATION(UT c41bce7): UT's ``rotta_rbn`` adapter is not RoTTA's RBN: its yaml sets
 ``NAME: tribe_bbn``, i.e. TRIBE's Balanced BN with gamma = 1 and eta = 0.01 / 0.05 / 0.5 (CIFAR-10 /

@@ -5,7 +5,7 @@ the RBN affine parameters; the teacher is an EMA of the student (all parameters,
 predicts. Incoming samples go through a category-balanced memory (CSTU, ``memory.py``); every 64
 samples (counted in samples, not batches) both networks run in train mode on the memory (which
 updates their RBN statistics) and the student takes one step on the timeliness-weighted
-teacher->student cross-entropy (paper sec. 3, eq. 2-8, Alg. 1; baselines.md 2.5):
+teacher->student cross-entropy (paper sec. 3; baselines.md 2.5):
 
     z = teacher.eval()(x); p = softmax(z)               # the prediction returned
     for each sample: offer (x_i, argmax p_i, H(p_i)) to CSTU; every 64th sample: update
@@ -114,7 +114,7 @@ class RoTTA(TTAMethod):
             teacher_logits = self.teacher(memory_x)  # train mode: updates the teacher's RBN statistics
         with torch.enable_grad():
             student_logits = self.model(self.augment(memory_x, self.device_generator))
-            weight = torch.exp(-ages) / (1.0 + torch.exp(-ages))  # timeliness (RoTTA eq. 8)
+            weight = torch.exp(-ages) / (1.0 + torch.exp(-ages))  # timeliness reweighting (RoTTA sec. 3.3)
             ce = -(teacher_logits.softmax(dim=1) * student_logits.log_softmax(dim=1)).sum(dim=1)
             loss = (ce * weight).mean()
             self.optimizer.zero_grad(set_to_none=True)

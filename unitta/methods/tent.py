@@ -2,7 +2,7 @@
 
 Every BatchNorm normalises with the current batch's statistics (running statistics dropped) and only
 the BN affine parameters (gamma, beta) adapt, by one optimisation step per batch on the mean
-prediction entropy H(softmax(z)) (paper eq. 1, sec. 3). The prediction returned is the one computed
+prediction entropy H(softmax(z)) (paper sec. 3; baselines.md 2.3). The prediction returned is the one computed
 *before* the step (TENT's online protocol; tent issue #20; with ``steps`` > 1, the output of the last
 forward, as the original). Everything else is frozen and the model
 stays in eval mode.

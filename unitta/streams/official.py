@@ -8,12 +8,13 @@ calls on private ``random.Random(seed)`` and ``numpy.random.RandomState(seed)`` 
 yield the same numbers as the seeded global generators) with three speed-ups that do not change a
 single bit:
 
-* rows of the Kronecker matrix are computed on demand (``ulmm.kron_row``: the same float64 products)
-  and, for large state spaces, recomputed from their history (zeroed columns, the exact divisors of
-  every in-place renormalisation) instead of being stored: no 1.8 GB matrix for ImageNet;
+* no DK x DK matrix (1.8 GB for ImageNet): a row is recomputed when a refill needs it, from the same
+  float64 products (``ulmm.kron_row``), the columns zeroed so far and the exact divisors of every
+  in-place renormalisation of that row (``_Rows``);
 * legacy ``RandomState.choice(n, size, p=row)`` is done by hand with its own arithmetic
   (cdf = cumsum(p); cdf /= cdf[-1]; searchsorted(cdf, random_sample(size), side='right')), skipping
-  its O(n) input checks (a test compares it against ``RandomState.choice`` itself);
+  its O(n) input checks (a test compares it against ``RandomState.choice`` itself); for a continual
+  domain the cumsum runs over the one non-zero domain block only (zeros add exactly nothing);
 * the state sequence is produced first and mapped to images afterwards (pool visit v of a state
   takes the pool's (v mod size)-th shuffled item, which is what the round-robin queue does).
 
@@ -27,14 +28,15 @@ from __future__ import annotations
 
 import functools
 import random
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from unitta.streams import ulmm
-from unitta.streams.settings import Setting
 
-
+# Memory for the cdfs of recently refilled rows (about 550 dense ImageNet rows of 15,000 states).
+_CDF_CACHE_BYTES = 64 * 2**20
 
 @dataclass(frozen=True)
 class OfficialPlan:
@@ -83,11 +85,16 @@ def make_plan(num_domains: int, num_classes: int, factors: dict[str, float], S: 
     )
 
 
-def legacy_choice_with_p(rs: np.random.RandomState, p: np.ndarray, size: int) -> np.ndarray:
-    """``rs.choice(len(p), size, p=p)`` with legacy RandomState's arithmetic, without its input checks."""
+def legacy_cdf(p: np.ndarray) -> np.ndarray:
+    """The cdf legacy ``RandomState.choice`` builds from p: cumsum, then divided by its last value."""
     cdf = np.cumsum(p)
     cdf /= cdf[-1]
-    return cdf.searchsorted(rs.random_sample(size), side="right")
+    return cdf
+
+
+def legacy_choice_with_p(rs: np.random.RandomState, p: np.ndarray, size: int) -> np.ndarray:
+    """``rs.choice(len(p), size, p=p)`` with legacy RandomState's arithmetic, without its input checks."""
+    return legacy_cdf(p).searchsorted(rs.random_sample(size), side="right")
 
 
 @functools.lru_cache(maxsize=4)
@@ -103,7 +110,7 @@ def _pool_permutations(seed: int, sizes: bytes) -> np.ndarray:
         pos = list(range(size))
         rnd.shuffle(pos)
         out.extend(pos)
-    perm = np.asarray(out, dtype=np.int64)
+    perm = np.fromiter(out, dtype=np.int64, count=len(out))
     perm.setflags(write=False)
     return perm
 
@@ -118,26 +125,35 @@ def shuffled_pools(order: np.ndarray, starts: np.ndarray, seed: int) -> np.ndarr
 class _Rows:
     """The reference's transition matrix, one row at a time, with its in-place history replayed exactly.
 
-    A row is never stored: a refill recomputes it from the Kronecker products (``ulmm.kron_row``), the
+    A row is not stored: a refill recomputes it from the Kronecker products (``ulmm.kron_row``), the
     columns zeroed so far (multiplying by a 0/1 mask is exact) and every renormalisation divisor of
     that row in order. Zeroing commutes with the scalar divisions (0 / x = 0 and other entries are
     untouched), so this is exactly the row the reference holds in its dense DK x DK matrix.
+
+    What is kept is the cdf of recently refilled rows whose sum is exactly 1 after the refill: until a
+    column of the row is zeroed, the reference's next refill of that state sees the same row, skips the
+    renormalisation and builds the same cdf. This matters when most successors are rejected (late in
+    quota settings) and one state refills over and over. Bounded by ``cache_bytes`` (oldest out first).
     """
 
-    def __init__(self, plan: OfficialPlan) -> None:
+    def __init__(self, plan: OfficialPlan, cache_bytes: int = _CDF_CACHE_BYTES) -> None:
         self.plan = plan
         self.k = plan.num_classes
         self.n = plan.num_domains * plan.num_classes
         self.divisors: dict[int, list[float]] = {}  # s -> every renormalisation divisor, in order
         self.keep = np.ones(self.n)  # 0.0 at zeroed columns
         self.n_zeroed = 0
+        self.block_zeroed = [0] * plan.num_domains  # zeroed columns per domain block
         self.zeroed_rows: set[int] = set()
         # A continual domain's rows (T_D = identity) are zero outside one domain block.
         self.block_of = [int(np.flatnonzero(r)[0]) if np.count_nonzero(r) == 1 else -1 for r in plan.t_domain]
+        self.cache: OrderedDict[int, tuple[int, int, np.ndarray]] = OrderedDict()  # s -> (version, lo, cdf)
+        self.cache_left = cache_bytes
 
     def zero_column(self, s: int) -> None:
         self.keep[s] = 0.0
         self.n_zeroed += 1
+        self.block_zeroed[s // self.k] += 1
 
     def refill_info(self, s: int) -> tuple[float, int, np.ndarray | None]:
         """(row sum before this refill's renormalisation, offset, normalised cdf from the offset on).
@@ -149,6 +165,13 @@ class _Rows:
             return 0.0, 0, None
         d, k = divmod(s, self.k)
         blk = self.block_of[d]
+        version = self.block_zeroed[blk] if blk >= 0 else self.n_zeroed  # zeroings that can touch this row
+        hit = self.cache.get(s)
+        if hit is not None:
+            if hit[0] == version:
+                self.cache.move_to_end(s)
+                return 1.0, hit[1], hit[2]
+            self._drop(s)
         if blk >= 0:
             row = np.zeros(self.n)
             lo, hi = blk * self.k, (blk + 1) * self.k
@@ -169,9 +192,17 @@ class _Rows:
             divisors.append(total)
         # Zeros before the block leave the running sum at exactly 0 and zeros after it at its last
         # value, so the block's own cumsum holds every value a uniform in [0, 1) can select.
-        cdf = np.cumsum(row[lo:hi])
-        cdf /= cdf[-1]
+        cdf = legacy_cdf(row[lo:hi])
+        if row.sum() == 1:  # the next refill sees this very row and does not renormalise it
+            while self.cache and self.cache_left < cdf.nbytes:
+                self._drop(next(iter(self.cache)))
+            if self.cache_left >= cdf.nbytes:
+                self.cache[s] = (version, lo, cdf)
+                self.cache_left -= cdf.nbytes
         return float(total), lo, cdf
+
+    def _drop(self, s: int) -> None:
+        self.cache_left += self.cache.pop(s)[2].nbytes
 
 
 def sample_states(
@@ -181,6 +212,7 @@ def sample_states(
     *,
     domain_alpha: float,
     class_alpha: float,
+    cdf_cache_bytes: int = _CDF_CACHE_BYTES,
 ) -> np.ndarray:
     """The reference's state sequence s = d*K + k (spec 1.5-1.6), from ``numpy.random.RandomState(seed)``."""
     D, K, S = plan.num_domains, plan.num_classes, plan.S
@@ -194,18 +226,12 @@ def sample_states(
     if pool_sizes[0] == 0:
         raise ValueError("labels: the pool of the start state (domain 0, class 0) is empty; the reference requires it")
     rs = np.random.RandomState(seed)
-    rows = _Rows(plan)
+    rows = _Rows(plan, cdf_cache_bytes)
     valid = (np.asarray(pool_sizes) > 0).tolist()
     n_valid = sum(valid)
-    count = [0] * DK
     used = [0] * DK
     bufs: list[list[int] | None] = [None] * DK
     mode = plan.mode
-    quota = plan.quota.ravel().tolist()
-    dquota = plan.quota.sum(axis=1).tolist()
-    cquota = plan.quota.sum(axis=0).tolist()
-    dcount = [0] * D
-    ccount = [0] * K
 
     def refill(s: int) -> list[int]:
         total, lo, cdf = rows.refill_info(s)
@@ -225,45 +251,46 @@ def sample_states(
         # legacy RandomState.choice(DK, P, p=row): uniforms through the normalised cdf (see legacy_choice_with_p)
         return (cdf.searchsorted(rs.random_sample(P), side="right") + lo).tolist()
 
+    # Stop rules (spec 1.6) as countdowns: every visit decrements the budget of the visited state's group
+    # (CC and QQ: the state, cap S resp. its quota; DQ: its domain's total quota; CQ: its class's).
+    if mode == "DQ":
+        group_of, left = [s // K for s in range(DK)], plan.quota.sum(axis=1).tolist()
+    elif mode == "CQ":
+        group_of, left = [s % K for s in range(DK)], plan.quota.sum(axis=0).tolist()
+    else:
+        group_of, left = list(range(DK)), ([S] * DK if mode == "CC" else plan.quota.ravel().tolist())
+    state_counter = [n_valid]
+
+    def close(s: int) -> bool:
+        """The visit that exhausted a budget: close the state/domain/class; True when the stream ends."""
+        if mode == "CC":
+            return True  # the first state to reach S ends the stream
+        if mode == "QQ":
+            members = [s]
+            rows.zero_column(s)  # T[:, s] = 0
+        elif mode == "DQ":
+            members = list(range((s // K) * K, (s // K) * K + K))
+        else:
+            members = list(range(s % K, DK, K))
+        for x in members:
+            if valid[x]:
+                valid[x] = False
+                state_counter[0] -= 1
+            if mode != "QQ":
+                rows.zeroed_rows.add(x)  # T[rows of the closed domain/class] = 0
+        # The reference also requires trace(T) == 0, which holds once every state with a pool is closed.
+        return state_counter[0] == 0
+
     seq: list[int] = []
     append = seq.append
     s = 0
     while True:
         append(s)
-        c = count[s] + 1
-        count[s] = c
-        if mode == "CC":
-            if c >= S:
-                break
-        elif mode == "QQ":
-            if c >= quota[s]:
-                valid[s] = False
-                n_valid -= 1
-                rows.zero_column(s)
-                if n_valid == 0:
-                    break
-        elif mode == "DQ":
-            d = s // K
-            dcount[d] += 1
-            if dcount[d] >= dquota[d]:
-                for x in range(d * K, d * K + K):
-                    if valid[x]:
-                        valid[x] = False
-                        n_valid -= 1
-                    rows.zeroed_rows.add(x)
-                if n_valid == 0:
-                    break
-        else:  # "CQ"
-            k = s % K
-            ccount[k] += 1
-            if ccount[k] >= cquota[k]:
-                for x in range(k, DK, K):
-                    if valid[x]:
-                        valid[x] = False
-                        n_valid -= 1
-                    rows.zeroed_rows.add(x)
-                if n_valid == 0:
-                    break
+        g = group_of[s]
+        budget = left[g] - 1
+        left[g] = budget
+        if budget <= 0 and close(s):
+            break
         # Next state: consume this state's buffer, refilling every P draws; reject invalid successors.
         while True:
             u = used[s]

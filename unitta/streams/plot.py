@@ -9,8 +9,9 @@ import numpy as np
 from unitta.streams.stream import Stream
 
 
-def plot_stream(stream: Stream, path: str | Path, *, max_points: int = 60_000) -> Path:
-    """Write a PNG with the domain and class sequences over stream position and their histograms.
+def plot_stream(stream: Stream, path: str | Path, *, max_points: int = 60_000, zoom: int = 400) -> Path:
+    """Write a PNG: domain and class over the whole stream with their histograms, and a zoom on the first
+    ``zoom`` positions where individual runs are visible.
 
     Long streams are thinned to ``max_points`` evenly spaced positions for the timelines (the histograms
     use every position). matplotlib is imported here only, so ``unitta.streams`` stays light.
@@ -24,7 +25,7 @@ def plot_stream(stream: Stream, path: str | Path, *, max_points: int = 60_000) -
     step = max(1, n // max_points)
     t = np.arange(0, n, step)
     fig, axes = plt.subplots(
-        2, 2, figsize=(13, 6.5), gridspec_kw={"width_ratios": [4, 1]}, constrained_layout=True
+        3, 2, figsize=(13, 9), gridspec_kw={"width_ratios": [4, 1]}, constrained_layout=True
     )
     summary = stream.summary()
     title = (
@@ -37,12 +38,12 @@ def plot_stream(stream: Stream, path: str | Path, *, max_points: int = 60_000) -
     ):
         ax = axes[row, 0]
         colour = stream.domains[t] if attr == "class" else stream.classes[t]
-        ax.scatter(t, seq[t], c=colour, s=1.0, marker="s", linewidths=0, cmap="tab20", rasterized=True)
+        ax.scatter(t, seq[t], c=colour, s=2.5, marker="s", linewidths=0, cmap="tab10", rasterized=True)
         ax.set_xlim(0, n)
         ax.set_ylim(-0.5, count - 0.5)
         ax.invert_yaxis()
         ax.set_ylabel(f"{attr} id (head at top)")
-        ax.set_xlabel("stream position" + (f" (every {step}th shown)" if step > 1 else ""))
+        ax.set_xlabel("stream position" + (f" (1 in {step} positions shown)" if step > 1 else ""))
         for q in (n // 4, n // 2, 3 * n // 4):
             ax.axvline(q, color="0.6", lw=0.6, ls="--")
         hist = np.bincount(seq, minlength=count)
@@ -50,6 +51,26 @@ def plot_stream(stream: Stream, path: str | Path, *, max_points: int = 60_000) -
         axes[row, 1].set_ylim(-0.5, count - 0.5)
         axes[row, 1].invert_yaxis()
         axes[row, 1].set_xlabel(f"{attr} count (head/tail {summary[f'{attr}_head_tail_ratio']:.2f})")
+    z = np.arange(min(zoom, n))
+    ax = axes[2, 0]
+    ax.step(z, stream.domains[z], where="post", color="tab:blue", lw=1.2, label="domain")
+    ax.set_ylabel("domain id", color="tab:blue")
+    ax.set_ylim(-0.5, stream.num_domains - 0.5)
+    ax.invert_yaxis()
+    ax2 = ax.twinx()
+    ax2.step(z, stream.classes[z], where="post", color="tab:orange", lw=1.0, label="class")
+    ax2.set_ylabel("class id", color="tab:orange")
+    ax2.set_ylim(-0.5, stream.num_classes - 0.5)
+    ax2.invert_yaxis()
+    ax.set_xlim(0, len(z))
+    ax.set_xlabel("stream position")
+    ax.set_title(f"first {len(z)} positions (blue: domain, orange: class)", fontsize=9)
+    quarters = np.asarray(summary["class_counts_per_quarter"], dtype=float)
+    quarters /= np.maximum(quarters.sum(axis=1, keepdims=True), 1)
+    axes[2, 1].imshow(quarters.T, aspect="auto", cmap="viridis", interpolation="nearest")
+    axes[2, 1].set_xticks(range(4), [f"Q{i + 1}" for i in range(4)])
+    axes[2, 1].set_ylabel("class id")
+    axes[2, 1].set_title(f"class mix per quarter (drift TV {summary['class_quarter_drift_tv']:.3f})", fontsize=9)
     axes[0, 0].set_title("domain over time (colour: class)", fontsize=9)
     axes[1, 0].set_title("class over time (colour: domain)", fontsize=9)
     out = Path(path)

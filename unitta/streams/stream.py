@@ -117,18 +117,6 @@ def check_labels_domains(labels: np.ndarray, domains: np.ndarray) -> tuple[np.nd
     return labels, domains, num_domains, num_classes
 
 
-def group_pools(labels: np.ndarray, domains: np.ndarray, num_classes: int, num_states: int) -> tuple[np.ndarray, np.ndarray]:
-    """Dataset indices grouped by state s = d*K + k, each group in dataset order.
-
-    Returns (order, starts): the indices of state s are order[starts[s]:starts[s+1]].
-    """
-    state = domains * num_classes + labels
-    order = np.argsort(state, kind="stable").astype(np.int64)
-    starts = np.zeros(num_states + 1, dtype=np.int64)
-    np.cumsum(np.bincount(state, minlength=num_states), out=starts[1:])
-    return order, starts
-
-
 def draw_from_pools(states: np.ndarray, pools: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, int]:
     """Map a state sequence to dataset indices: the v-th visit of state s takes pools[s][v mod |pool s|].
 

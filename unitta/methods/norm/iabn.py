@@ -1,4 +1,4 @@
-"""Instance-aware BN (IABN): NOTE's normalisation layer (Gong et al., NeurIPS'22, sec. 3.1, eq. 3-6).
+"""Instance-aware BN (IABN): NOTE's normalisation layer (Gong et al., NeurIPS'22, sec. 3.1; baselines.md 2.7).
 
 For a sample's instance statistics (mu_i, sigma2_i; unbiased variance over its L = H*W positions)
 and the "batch" statistics (mu_B, sigma2_B):
@@ -12,8 +12,8 @@ and the "batch" statistics (mu_B, sigma2_B):
 (mu_B, sigma2_B) are the running statistics in eval mode and the unbiased statistics of the current
 batch in train mode; a train forward also updates the running statistics with ``momentum``, as a
 PyTorch BatchNorm does. k = 4 and momentum = 0.01 in NOTE's and UT's configs. Layers with
-L <= ``skip_threshold`` (1, NOTE's ``skip_thres``; e.g. a BatchNorm1d on (B, C)) use (mu_B, sigma2_B)
-alone, since instance statistics need L >= 2.
+L <= ``skip_threshold`` (default 1; e.g. a BatchNorm1d on (B, C)) use (mu_B, sigma2_B) alone, since
+instance statistics need L >= 2.
 
 A train-mode batch with a single value per channel (N * L == 1) has no unbiased variance: the layer
 then normalises with the running statistics and leaves them unchanged, so the output stays finite.
