@@ -17,6 +17,36 @@ if not REF.exists():  # the shared folder sits beside the repository in the proj
 needs_ref = pytest.mark.skipif(not (REF / "official_cifar10.npz").exists(), reason="reference sampler output not present")
 
 
+# sha256 of each full CIFAR-10 reference stream (seed 425) as int64 little-endian, from
+# shared/reference/sampler/official_summary.json: bit-exactness is checked even without the npz.
+REFERENCE_SHA256 = {
+    "i1i1": "a53883706253c2163d508f282aa1403c48a356754ea164c364c8768c7bd04020",
+    "i1iu": "fc62cd119b02f584ccd350c82867fb88cc8ca011ab1619fde4922ca09f8ebbea",
+    "i1n1": "d4ba6baddb372541b7e4ef4264eb14ea16ed9dacfdf137b39238f374e7eba0a4",
+    "i1nu": "9a0bb40d755a0522aff31b4f69ea2c49f6ebd07b77df474eac25432b73c1fac8",
+    "i111": "52b9192f4b8bb3c87471ffe72d5929803c31a59b1f274e1e2c72ec70e4a343a5",
+    "i11u": "a8992f60b4a4cf9b5a444d8bdf42c082d7250ed8a2c5d9d7eeeb18a0a7fb58c4",
+    "iui1": "f867e0f60f581e3aebc717817f9d6e3e775ddd7830e2ba1e6551f1c9ce3df8de",
+    "iuiu": "6d51cf5ff405ff898726c12683792c6061cf3387983dc39d4661e9d5637732fc",
+    "iun1": "5cd003fb481955153563d0cd652a62c95e0314e196078fd832fe75d606478fd5",
+    "iunu": "6b3c2185d4612757c9ed08c5dbc4a30ba9f64587fc0e2b8a03ccca5f9704a199",
+    "iu11": "b14e622068dc45643ce2655553a6623b86a721ef637833c5e2f9c42c93fe47ed",
+    "iu1u": "808750b952c98020206b39682ffc5d46e71310049d1d32306eb063aadb49ca0e",
+    "n1i1": "3bc7ef22c5b2e5fd12a4bc15ce257ee8cf7324d79e4bf960a85de3c84d59398b",
+    "n1iu": "07aec6a87e9b25fc09ccc970fa9f4e8ec829b57f06d8e46f73007ab7cfaf7b2b",
+    "n1n1": "6c27e66a0990f42a8104f8c04cbec886a090d2e53c812a763870c8712c4d2d5d",
+    "n1nu": "b6df127ede8fdb2fdd16dbdac3805b6e4f0c074076a53f0d60886faea74bb3ef",
+    "n111": "14576d03440ec80c235a42e379aac351d4bd715a9ad4bf25ed416ec4e5c07b37",
+    "n11u": "4a78e796627f4ec8df3ea9706a6bb504574ec723344f1c8fa5d29f65ef4cc35a",
+    "nui1": "90250d840c01212c361e80a7fb501002af495eed28e92fb293896eefe1501d79",
+    "nuiu": "562f881b69f3797ef05227c1e6c36bc228a3c94b2dc63bb52704f922068b7a4e",
+    "nun1": "f1628e231e525aeefa72ff51957cb7663717827ad70038cf49cb1e4254e17918",
+    "nunu": "6c33cb6099fd85c9a2659534fab9547b6e1b06cb8ce49cf84cf46c6ed1af1b9e",
+    "nu11": "9fc9acdbb972581fc04fdb6b0d562ffa6549d084d310baf1f0487cf3152444f7",
+    "nu1u": "515353c606828c3c5aa4f2593676c1d56bb3efb0e756bcab4fa1b0adffd79042",
+}
+
+
 @pytest.fixture(scope="module")
 def cifar10():
     return synthetic_labels("cifar10")
@@ -42,6 +72,13 @@ def test_legacy_choice_arithmetic_equals_randomstate_choice(n, size, zeros):
         for _ in range(3):
             np.testing.assert_array_equal(legacy_choice_with_p(a, p, size), b.choice(n, size=size, p=p))
         assert a.random_sample() == b.random_sample()  # same amount of the stream consumed
+
+
+@pytest.mark.parametrize("code", [s.code for s in SETTINGS_24])
+def test_cifar10_reference_sha256(code, cifar10):
+    """Runs anywhere: the sha256 of the full index sequence equals the reference's."""
+    stream = make_stream(*cifar10, code, dataset="cifar10", sampler="official", seed=425)
+    assert hashlib.sha256(stream.indices.astype("<i8").tobytes()).hexdigest() == REFERENCE_SHA256[code]
 
 
 @needs_ref
@@ -116,7 +153,7 @@ def test_imagenet_matches_the_spec_table(code, expected):
     assert stream.S == 10
 
 
-def test_real_label_order_gives_the_same_states_and_rank_mapped_indices(cifar10, reference):
+def test_real_label_order_gives_the_same_states_and_rank_mapped_indices(cifar10):
     """The state sequence depends only on the RNG and pool sizes; indices map by rank within a pool (README)."""
     labels, domains = cifar10
     rng = np.random.default_rng(1)
@@ -224,3 +261,19 @@ def test_streams_module_does_not_import_torch():
 
     code = "import sys, unitta.streams; assert 'torch' not in sys.modules, 'torch imported'"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.parametrize("code", ["iui1", "i1iu", "iuiu", "nunu", "iu11"])
+def test_cdf_cache_changes_nothing(code, cifar10):
+    """The cdf cache (rows whose sum is exactly 1) is a pure speed-up: disabled, the states are the same."""
+    from unitta.streams import official
+    from unitta.streams.settings import default_factors
+
+    labels, domains = cifar10
+    f = default_factors(code, "cifar10")
+    plan = official.make_plan(15, 10, f, 1000)
+    sizes = np.bincount(domains * 10 + labels, minlength=150)
+    kw = {"domain_alpha": f["domain_alpha"], "class_alpha": f["class_alpha"]}
+    cached = official.sample_states(plan, sizes, 425, **kw)
+    uncached = official.sample_states(plan, sizes, 425, cdf_cache_bytes=0, **kw)
+    np.testing.assert_array_equal(cached, uncached)

@@ -58,8 +58,11 @@ def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(refer
     log.close()
     done_before = sorted(p.name for p in cells.glob("*.parquet"))
     assert 1 <= len(done_before) < 8, done_before
-    # Ray's processes share the driver's fate (they die with it); none may linger
-    assert _procs.stop(family) == []
+    # Ray's GCS, raylet and workers share the driver's fate (they die with it). Ray 2.60's dashboard
+    # and runtime-env agents outlive a SIGKILLed driver, so they are stopped here.
+    names = {pid: (_procs.cmdline(pid) or ["?"])[0] for pid in family}
+    lingering = _procs.stop(family, timeout=15)
+    assert {names[p] for p in lingering} <= {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}, [names[p] for p in lingering]
 
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -47,13 +47,15 @@ class LAME(TTAMethod):
         max_steps: int = 100  # fiveai/LAME laplacian_optimization
         force_symmetry: bool = False  # UT and md: W is not symmetrised
 
+        def __post_init__(self) -> None:
+            if self.knn < 1:
+                raise ValueError(f"knn={self.knn!r} must be >= 1")
+            if self.max_steps < 1:
+                raise ValueError(f"max_steps={self.max_steps!r} must be >= 1")
+
     presets = {}  # UT uses the same values on every dataset
 
     def setup(self) -> None:
-        if self.cfg.knn < 1:
-            raise ValueError(f"knn={self.cfg.knn}: expected an integer >= 1")
-        if self.cfg.max_steps < 1:
-            raise ValueError(f"max_steps={self.cfg.max_steps}: expected an integer >= 1")
         self.model.requires_grad_(False)
         self.model = FeatureModel(self.model, self.info.classifier)
         self.model.eval()

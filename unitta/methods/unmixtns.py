@@ -31,10 +31,15 @@ class UnMixTNS(TTAMethod):
         num_components: int = 16  # UT configs/adapter/*/unmixtns.yaml and the original run.sh (K = 16)
         max_batch_size: int = 64  # UT: B_max = 64 on every dataset (original: 16 on ImageNet)
 
+        def __post_init__(self) -> None:
+            if self.num_components < 1:
+                raise ValueError(f"num_components={self.num_components!r} must be >= 1")
+            if self.max_batch_size < 1:
+                raise ValueError(f"max_batch_size={self.max_batch_size!r} must be >= 1")
+
     presets = {}  # UT uses the same values on CIFAR-10, CIFAR-100 and ImageNet
 
     def setup(self) -> None:
-        _check_unmix_config(self.cfg.num_components, self.cfg.max_batch_size)
         self.model.requires_grad_(False)
         self.layers = convert_to_unmixtns(
             self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator
@@ -44,9 +49,3 @@ class UnMixTNS(TTAMethod):
         with torch.no_grad():
             return self.model(x)
 
-
-def _check_unmix_config(num_components: int, max_batch_size: int) -> None:
-    if num_components < 1:
-        raise ValueError(f"num_components={num_components}: expected an integer >= 1")
-    if max_batch_size < 1:
-        raise ValueError(f"max_batch_size={max_batch_size}: expected an integer >= 1")

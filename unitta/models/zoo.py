@@ -186,9 +186,10 @@ def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError
         )
     return FileNotFoundError(
         f"no checkpoint for {name!r}: expected {rb_path}. On a machine with internet run "
-        f"`python -c \"from robustbench.utils import load_model; load_model('{name}', model_dir='{checkpoint_dir}', "
-        f"dataset='{entry.rb_dataset}', threat_model='corruptions')\"` and copy {rb_path} here "
-        "(same relative path under the checkpoint directory)"
+        f"`python -c \"from unitta.models.zoo import import_robustbench; import_robustbench(); "
+        f"from robustbench.utils import load_model; load_model('{name}', model_dir='ckpt', "
+        f"dataset='{entry.rb_dataset}', threat_model='corruptions')\"` (robustbench downloads it to "
+        f"ckpt/{entry.rb_dataset}/corruptions/{name}.pt) and copy that file to {rb_path}"
     )
 
 

@@ -128,12 +128,7 @@ def make_stream(
             name="domain", matrix=domain_matrix,
         )
         if class_matrix is not None and np.ndim(class_matrix) == 3:
-            t3 = np.asarray(class_matrix, dtype=np.float64)
-            if t3.shape != (num_domains, num_classes, num_classes):
-                raise ValueError(f"class_matrix: expected shape {(num_domains, num_classes, num_classes)}, got {t3.shape}")
-            for d in range(num_domains):
-                _exact.ulmm.check_transition_matrix(t3[d], f"class_matrix[{d}]")
-            c_path = _exact._conditional_chain(t3, d_path, rng_c)
+            c_path = _exact.conditional_class_path(class_matrix, d_path, num_domains, num_classes, rng_c)
         else:
             c_path = _exact.attribute_path(
                 s.class_corr, factors["class_alpha"], factors["class_beta"], num_classes, n_len, rng_c,

@@ -81,10 +81,23 @@ def _matrix_chain(t: np.ndarray, length: int, rng: np.random.Generator) -> np.nd
     return out
 
 
-def _conditional_chain(
-    t_by_domain: np.ndarray, domains: np.ndarray, rng: np.random.Generator
+def conditional_class_path(
+    class_matrix: np.ndarray, domains: np.ndarray, num_domains: int, num_classes: int, rng: np.random.Generator
 ) -> np.ndarray:
-    """A class path whose transition at step t uses the class matrix of domain d_t (shape (D, K, K))."""
+    """A class path whose transition at step t uses the class matrix of domain d_t (paper section 3.3).
+
+    ``class_matrix`` has shape (D, K, K), one row-stochastic matrix per domain; the start is drawn from
+    the stationary distribution of the first domain's matrix.
+    """
+    t3 = np.asarray(class_matrix, dtype=np.float64)
+    if t3.shape != (num_domains, num_classes, num_classes):
+        raise ValueError(f"class_matrix: expected shape {(num_domains, num_classes, num_classes)}, got {t3.shape}")
+    for d in range(num_domains):
+        ulmm.check_transition_matrix(t3[d], f"class_matrix[{d}]")
+    return _conditional_chain(t3, domains, rng)
+
+
+def _conditional_chain(t_by_domain: np.ndarray, domains: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     length = len(domains)
     n_dom, n, _ = t_by_domain.shape
     cdf = np.cumsum(t_by_domain, axis=2)

@@ -227,7 +227,8 @@ def sample_states(
         raise ValueError("labels: the pool of the start state (domain 0, class 0) is empty; the reference requires it")
     rs = np.random.RandomState(seed)
     rows = _Rows(plan, cdf_cache_bytes)
-    valid = (np.asarray(pool_sizes) > 0).tolist()
+    valid_arr = np.asarray(pool_sizes) > 0  # kept in step with `valid` for the dead-end draws
+    valid = valid_arr.tolist()
     n_valid = sum(valid)
     used = [0] * DK
     bufs: list[list[int] | None] = [None] * DK
@@ -240,7 +241,7 @@ def sample_states(
                 raise RuntimeError(f"state {s} is valid but its transition row is all zero")
             # Dead end: one uniform draw among the valid states (spec 1.5), restricted to the next domain
             # when domains are continual.
-            cand = np.flatnonzero(np.asarray(valid))
+            cand = np.flatnonzero(valid_arr)
             if domain_alpha == 1.0:
                 cand = cand[cand // K == s // K + 1]
             if cand.size == 0:
@@ -274,7 +275,7 @@ def sample_states(
             members = list(range(s % K, DK, K))
         for x in members:
             if valid[x]:
-                valid[x] = False
+                valid[x] = valid_arr[x] = False
                 state_counter[0] -= 1
             if mode != "QQ":
                 rows.zeroed_rows.add(x)  # T[rows of the closed domain/class] = 0

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unitta.methods.norm.stats import instance_mean_var, normalise
+from unitta.methods.norm.swap import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
 INIT_ALPHA = 0.5
@@ -118,8 +119,6 @@ def convert_to_unmixtns(
     """Replace every BatchNorm2d of ``model`` in place by an UnMixTNS2d; BatchNorm1d layers are left in
     eval mode with their source statistics (the reference's UnMixTNS1d does exactly that).
     Returns {name: layer}."""
-    from unitta.methods.norm.swap import named_batchnorms, set_submodule
-
     layers = {}
     for name, bn in named_batchnorms(model):
         if isinstance(bn, nn.BatchNorm2d):
