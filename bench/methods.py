@@ -94,25 +94,48 @@ class PeakRSS:
         return (self.peak - self.base) / 2**20
 
 
+def _memory_child(queue, name, model, info, images, batch_size, n_batches, device) -> None:
+    try:
+        batches = [images[i * batch_size : (i + 1) * batch_size].to(device) for i in range(n_batches)]
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+        with PeakRSS() as rss:
+            method = get_method(name, model, info, dataset="fmnist-c")
+            for x in batches:
+                out = method(x)
+                if not torch.isfinite(out).all():
+                    raise FloatingPointError("non-finite output")
+        if device.type == "cuda":
+            peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20
+        else:
+            peak = rss.extra_mib
+        cost = method.cost
+        queue.put({"peak_mib": peak, "forwards": cost.forwards / cost.batches, "backwards": cost.backwards / cost.batches})
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        queue.put({"error": f"{type(exc).__name__}: {exc}"[:60]})
+
+
 def measure_memory(name, model, info, images, batch_size, n_batches, device):
-    """Peak memory (MiB) that building ``name`` and running ``n_batches`` batches needed, and its cost."""
-    batches = [images[i * batch_size : (i + 1) * batch_size].to(device) for i in range(n_batches)]
+    """Peak memory (MiB) that building ``name`` and running ``n_batches`` batches needed, and its cost.
+
+    CPU: run in a forked child, so that memory another method freed (and the allocator kept) cannot
+    hide this method's needs; the peak resident size above the child's starting level is reported.
+    """
+    import multiprocessing as mp
+
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-    with PeakRSS() as rss:
-        method = get_method(name, model, info, dataset="fmnist-c")
-        for x in batches:
-            out = method(x)
-            if not torch.isfinite(out).all():
-                raise FloatingPointError("non-finite output")
-    if device.type == "cuda":
-        peak = (torch.cuda.max_memory_allocated(device) - before) / 2**20
-    else:
-        peak = rss.extra_mib
-    cost = method.cost
-    return {"peak_mib": peak, "forwards": cost.forwards / cost.batches, "backwards": cost.backwards / cost.batches}
+        queue: list = []
+        _memory_child(type("Q", (), {"put": queue.append})(), name, model, info, images, batch_size, n_batches, device)
+        return queue[0]
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_memory_child, args=(queue, name, model, info, images, batch_size, n_batches, device))
+    child.start()
+    result = queue.get()
+    child.join()
+    return result
 
 
 def measure_speed(names, model, info, images, batch_size, n_batches, device):
@@ -156,16 +179,13 @@ def speed_table(args) -> None:
     header = f"{'method':16s} | {'x TEST B=64':>11s} {'ms/img':>7s} {'fw/b':>5s} {'bw/b':>5s} {'MiB':>7s} | {'x TEST B=1':>10s} {'ms/img':>7s} {'MiB':>7s}"
     print(header)
     print("-" * len(header))
-    measure_memory("test", model, info, images, 64, 1, device)  # process-level warm-up, discarded
+    memory = {(name, bs): measure_memory(name, model, info, images, bs, 2, device) for name in names for bs in (64, 1)}
     speed = {bs: measure_speed(names, model, info, images, bs, nb, device) for bs, nb in ((64, args.batches), (1, args.single))}
     results = {}
     for name in names:
         results[name] = {}
         for bs in (64, 1):
-            try:
-                mem = measure_memory(name, model, info, images, bs, 2, device)
-            except Exception as exc:  # noqa: BLE001
-                mem = {"error": f"{type(exc).__name__}: {exc}"[:60]}
+            mem = dict(memory[(name, bs)])
             if isinstance(speed[bs][name], str):
                 mem = {"error": speed[bs][name]}
             else:

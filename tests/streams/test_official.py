@@ -52,6 +52,16 @@ def cifar10():
     return synthetic_labels("cifar10")
 
 
+_STREAMS: dict = {}
+
+
+def cifar10_stream(code, cifar10):
+    """The official CIFAR-10 stream of a setting, built once per test session."""
+    if code not in _STREAMS:
+        _STREAMS[code] = make_stream(*cifar10, code, dataset="cifar10", sampler="official", seed=425)
+    return _STREAMS[code]
+
+
 @pytest.fixture(scope="module")
 def reference():
     with np.load(REF / "official_cifar10.npz") as z:
@@ -77,7 +87,7 @@ def test_legacy_choice_arithmetic_equals_randomstate_choice(n, size, zeros):
 @pytest.mark.parametrize("code", [s.code for s in SETTINGS_24])
 def test_cifar10_reference_sha256(code, cifar10):
     """Runs anywhere: the sha256 of the full index sequence equals the reference's."""
-    stream = make_stream(*cifar10, code, dataset="cifar10", sampler="official", seed=425)
+    stream = cifar10_stream(code, cifar10)
     assert hashlib.sha256(stream.indices.astype("<i8").tobytes()).hexdigest() == REFERENCE_SHA256[code]
 
 
@@ -85,7 +95,7 @@ def test_cifar10_reference_sha256(code, cifar10):
 @pytest.mark.parametrize("code", [s.code for s in SETTINGS_24])
 def test_cifar10_reference_streams_bit_for_bit(code, cifar10, reference):
     arrays, meta = reference
-    stream = make_stream(*cifar10, code, dataset="cifar10", sampler="official", seed=425)
+    stream = cifar10_stream(code, cifar10)
     np.testing.assert_array_equal(stream.indices, arrays[code].astype(np.int64))
     info = meta[code]
     assert hashlib.sha256(stream.indices.astype("<i8").tobytes()).hexdigest() == info["sha256_int64le"]

@@ -61,7 +61,7 @@ def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(refer
     # Ray's GCS, raylet and workers share the driver's fate (they die with it). Ray 2.60's dashboard
     # and runtime-env agents outlive a SIGKILLed driver, so they are stopped here.
     names = {pid: (_procs.cmdline(pid) or ["?"])[0] for pid in family}
-    lingering = _procs.stop(family, timeout=15)
+    lingering = _procs.stop(family, timeout=5)
     assert {names[p] for p in lingering} <= {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}, [names[p] for p in lingering]
 
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
@@ -74,7 +74,7 @@ def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(refer
     assert metric_rows(df) == metric_rows(reference)  # identical to an uninterrupted run
     for name in done_before:  # finished cells were not recomputed
         assert (cells / name).exists()
-    assert "method" in proc.stdout and "i111" in proc.stdout  # the summary table
+    assert "method" in proc.stdout and "i1i1" in proc.stdout  # the summary table
 
 
 def _free_port() -> int:
@@ -116,12 +116,12 @@ def ray_head(tmp_path):
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        _procs.stop(procs, timeout=10)
+        _procs.stop(procs, timeout=3)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def test_ray_job_submit(ray_head, tmp_path):
-    config = _write_config(tmp_path / "job.yaml", "job", settings=("i111",))
+    config = _write_config(tmp_path / "job.yaml", "job", settings=("nui1",))
     out = tmp_path / "job_out"
     cmd = [
         ray_head["ray"], "job", "submit", "--address", ray_head["address"], "--",
