@@ -19,6 +19,7 @@ import time
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from unitta.data import load_dataset
 from unitta.data.fashion_mnist import read_fashion_mnist
@@ -81,7 +82,7 @@ def main() -> None:
 
     start = time.perf_counter()
     rows = [("none (clean)", error(model, clean_batches()), error(adapted, clean_batches()), n_clean)]
-    for d, domain in enumerate(dataset.domain_names):
+    for d, domain in enumerate(tqdm(dataset.domain_names, desc="corruptions")):
         indices = np.flatnonzero(dataset.domains == d)
         order = rng.permutation(indices)  # the same order for both models
         source = error(model, domain_batches(dataset, order, args.batch_size))

@@ -3,7 +3,6 @@ GPU pinning with fake GPUs, a worker killed mid-cell, the shared zero-copy datas
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import threading
