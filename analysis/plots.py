@@ -75,7 +75,7 @@ def _annotate(ax, x, y, v, norm, cmap, fontsize, suffix="") -> None:
 
 
 def heatmap(t: PaperTable, path: Path, title: str) -> Path:
-    """Methods (rows) x settings (columns) heatmap of error, with the average as an extra column."""
+    """Methods (rows) x settings (columns) heatmap of error; missing and failed cells hatched and labelled."""
     settings, methods = t.settings, t.methods
     data = np.full((len(methods), len(settings)), np.nan)
     for i, m in enumerate(methods):

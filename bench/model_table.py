@@ -99,7 +99,7 @@ def main() -> None:
     mean_source = float(np.mean([r[1] for r in rows[1:]]))
     mean_bn = float(np.mean([r[2] for r in rows[1:]]))
     print(f"| **mean of {len(rows) - 1}** | **{mean_source:.1f}** | **{mean_bn:.1f}** |")
-    print(f"\ndataset load {load_seconds:.1f} s, evaluation {eval_seconds:.1f} s, {args.threads} threads")
+    print(f"\ndataset load {load_seconds:.1f} s, evaluation {eval_seconds:.1f} s, torch threads: {args.threads}")
 
 
 if __name__ == "__main__":

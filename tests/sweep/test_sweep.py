@@ -127,29 +127,34 @@ def test_worker_killed_mid_cell_is_retried(ray_cluster, tmp_path):
     assert row["status"] == "ok" and row["worker_pid"] != killed  # finished by a new worker
 
 
-def test_dataset_is_shared_zero_copy(ray_cluster):
+def test_dataset_is_shared_zero_copy(ray_cluster, tmp_path):
     """Concurrent tasks read the one object-store copy: read-only views, no per-task copy of the images."""
     from unitta.data import load_dataset
 
     ray = ray_cluster
     dataset = load_dataset("fmnist-c", n_per_domain=1000)  # 15,000 images, 46 MB
     ref = ray.put(dataset)
+    barrier = str(tmp_path)
 
     @ray.remote(num_cpus=1)
-    def probe(ds, barrier_s: float):
+    def probe(ds, barrier_dir: str, parties: int):
         def unique_memory_bytes() -> int:  # Private_Clean + Private_Dirty (the worker's own pages)
             lines = open("/proc/self/smaps_rollup").read().splitlines()
             return sum(int(x.split()[1]) * 1024 for x in lines if x.startswith(("Private_Clean:", "Private_Dirty:")))
 
+        open(os.path.join(barrier_dir, str(os.getpid())), "w").close()
+        deadline = time.monotonic() + 120
+        while len(os.listdir(barrier_dir)) < parties and time.monotonic() < deadline:
+            time.sleep(0.01)  # wait until every probe runs: the reads below happen at the same time
         before = unique_memory_bytes()
         total = int(ds.images.sum(dtype=np.int64))  # touch every byte
         grown = unique_memory_bytes() - before
-        time.sleep(barrier_s)
-        return ds.images.flags.writeable, ds.images.flags.owndata, grown, total, os.getpid()
+        return ds.images.flags.writeable, ds.images.flags.owndata, grown, total, len(os.listdir(barrier_dir))
 
-    results = ray.get([probe.remote(ref, 0.5), probe.remote(ref, 0.5)])
-    assert results[0][4] != results[1][4]  # two workers at once
-    for writeable, owndata, grown, total, _ in results:
+    results = ray.get([probe.remote(ref, barrier, 2), probe.remote(ref, barrier, 2)])
+    assert len(os.listdir(barrier)) == 2  # two workers held the dataset at once
+    for writeable, owndata, grown, total, parties in results:
+        assert parties == 2
         assert not writeable and not owndata  # a view of the shared object store buffer
         # unique memory grows by far less than the 46 MB of images (shared pages are not the worker's own)
         assert grown < dataset.images.nbytes / 4, grown
