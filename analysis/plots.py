@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
@@ -194,7 +195,8 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
         for m in methods:
             pts = sub.filter((pl.col("method") == m) & (pl.col("status") == "ok")).sort(f)
             if pts.height:
-                style = dict(marker=markers[m], ms=5, mfc="none", mew=1.2, color=colours[m], label=m, alpha=0.9)
+                label = "test (source model)" if m == "test" else m
+                style = dict(marker=markers[m], ms=5, mfc="none", mew=1.2, color=colours[m], label=label, alpha=0.9)
                 ax.plot(pts[f].to_list(), pts["error"].to_list(), linestyle="none" if optuna else "-", **style)
         if gap:
             ok = sub.filter(pl.col("status") == "ok")
@@ -215,6 +217,9 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
             ax.set_ylim(bottom=0)
         if f.endswith("beta") and rows[f].drop_nulls().max() / max(rows[f].drop_nulls().min(), 1e-9) > 20:
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7.5)
     handles = {}
@@ -276,7 +281,7 @@ def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:
     handles = {}
     for h, lab in zip(*ax.get_legend_handles_labels()):
         handles.setdefault(lab, h)
-    ax.legend(handles.values(), handles.keys(), fontsize=7.5, loc="upper left")
+    ax.legend(handles.values(), handles.keys(), fontsize=7.5, loc="upper center", ncol=len(handles), framealpha=0.9)
     ax.set_title(title, fontsize=9.5)
     fig.tight_layout()
     fig.savefig(path, dpi=150)

@@ -40,9 +40,12 @@ from unitta.tune_config import (
     TuneConfig,
     base_cell,
     expand_grid,
+    feasible_pairs,
     grid_trials,
     load_tune_config,
+    map_feasible,
     trial_cells,
+    unmap_feasible,
     with_method,
 )
 
@@ -176,6 +179,8 @@ def _trainable(config: dict[str, Any], cfg_json: str, dataset, done_rows, meta: 
     """The Ray Tune function trainable: one trial, one final report (a returned dict)."""
     cfg = TuneConfig.model_validate_json(cfg_json)
     point = config.get("point", config)
+    if cfg.search.feasible_only:
+        point = map_feasible(cfg, point, {"domain": meta["num_domains"], "class": meta["num_classes"]})
     value, rows, feasible = trial_rows(cfg, point, dataset, done_rows, **meta)
     errors = {f"error_{r['method']}": (r.get("error") if r.get("status") == "ok" else float("nan")) for r in rows}
     return {
@@ -289,7 +294,7 @@ def run_tune(
         search_alg, num_samples = None, 1
     else:
         param_space = _optuna_space(cfg, layers)
-        points, rewards = _previous_points(cfg, done)
+        points, rewards = _previous_points(cfg, done, {"domain": num_domains, "class": num_classes})
         todo = max(0, cfg.search.num_samples - len(points))
         log.info("optuna: %d trials in total, %d already done, %d to run", cfg.search.num_samples, len(points), todo)
         from ray.tune.search import ConcurrencyLimiter
@@ -360,14 +365,18 @@ def _optuna_space(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
             space[name] = tune.choice(layers)
             continue
         spec = getattr(cfg.space, name)
-        if isinstance(spec, RangeSpec):
+        if cfg.search.feasible_only and name.endswith("_alpha") and name.split("_")[0] in feasible_pairs(cfg):
+            space[f"{name}_u"] = tune.uniform(0.0, 1.0)  # mapped onto the feasible interval per trial
+        elif isinstance(spec, RangeSpec):
             space[name] = (tune.loguniform if spec.log else tune.uniform)(spec.low, spec.high)
         else:
             space[name] = tune.choice([float(v) for v in spec])
     return space
 
 
-def _previous_points(cfg: TuneConfig, done: dict[str, dict[str, Any]]) -> tuple[list[dict], list[float]]:
+def _previous_points(
+    cfg: TuneConfig, done: dict[str, dict[str, Any]], sizes: dict[str, int]
+) -> tuple[list[dict], list[float]]:
     """Points of this tune run already evaluated (from the result rows), for Optuna's warm start."""
     names = cfg.space.searched()
     points: dict[str, tuple[dict, float]] = {}
@@ -378,6 +387,10 @@ def _previous_points(cfg: TuneConfig, done: dict[str, dict[str, Any]]) -> tuple[
         point = {n: row.get(f"param_{n}") for n in names}
         if not math.isfinite(value) or any(v is None for v in point.values()):
             continue
+        if cfg.search.feasible_only:
+            point = unmap_feasible(cfg, point, sizes)
+            if point is None:
+                continue
         points[json.dumps(point, sort_keys=True)] = (point, value)
     return [p for p, _ in points.values()], [v for _, v in points.values()]
 
@@ -397,7 +410,10 @@ class _RowWriter(_tune_callback_base()):  # type: ignore[misc]
     def on_trial_result(self, iteration, trials, trial, result, **info):
         rows = pickle.loads(base64.b64decode(result["rows_pickle"]))
         self.finished += 1
-        point = {k: v for k, v in trial.config.get("point", trial.config).items()}
+        point = {k.removeprefix("param_"): v for k, v in rows[0].items() if k.startswith("param_") and v is not None}
+        if rows[0].get("method") and len(rows) == 1:
+            point = {"method": rows[0]["method"], **point}
+        point = {k: round(v, 4) if isinstance(v, float) else v for k, v in point.items()}
         state = "infeasible" if not result.get("feasible", True) else f"objective {result.get('objective'):.3g}"
         log.info("trial %d/%d %s: %s", self.finished, self.total, point, state)
         for row in rows:

@@ -43,6 +43,9 @@ __all__ = [
     "load_tune_config",
     "parse_tune_config",
     "expand_grid",
+    "feasible_pairs",
+    "map_feasible",
+    "unmap_feasible",
     "grid_trials",
     "trial_cells",
     "base_cell",
@@ -147,6 +150,10 @@ class SearchSpec(_Strict):
     num_samples: optuna trials in total (already-done trials in the output directory count).
     seed: seeds the Optuna sampler.
     max_concurrent: trials running at once.
+    feasible_only: optuna only: for an attribute whose alpha_1 and beta are both searched (alpha_1 as a
+        range), sample beta and a fraction u in [0, 1] and set alpha_1 = lo + u (hi - lo) on the
+        feasible interval [lo, hi] of paper Cor. 1 (``unitta.streams.ulmm.feasible_alpha_range``)
+        intersected with the alpha_1 range, so that the search stays inside the feasible region.
     """
 
     algorithm: Literal["grid", "optuna"] = "grid"
@@ -154,6 +161,7 @@ class SearchSpec(_Strict):
     num_samples: int = Field(default=16, ge=1)
     seed: int = 0
     max_concurrent: int = Field(default=2, ge=1)
+    feasible_only: bool = False
 
 
 class ObjectiveSpec(_Strict):
@@ -224,6 +232,13 @@ class TuneConfig(_Strict):
                 "an optuna search optimises one objective: give one method (or objective.metric: gap); "
                 f"got methods={self.methods}"
             )
+        if self.search.feasible_only:
+            if self.search.algorithm != "optuna":
+                raise ValueError("search.feasible_only is for optuna searches (a grid reports infeasible points)")
+            if not feasible_pairs(self):
+                raise ValueError(
+                    "search.feasible_only needs an attribute whose alpha (a range) and beta are both searched"
+                )
         if self.search.algorithm == "grid":
             for name in FACTORS:
                 spec = getattr(self.space, name)
@@ -380,3 +395,49 @@ def with_method(cfg: TuneConfig, method: str | None) -> TuneConfig:
     if method is None:
         return cfg
     return cfg.model_copy(update={"methods": [method]})
+
+
+def feasible_pairs(cfg: TuneConfig) -> list[str]:
+    """Attributes ('domain', 'class') whose alpha_1 (a range) and beta are both searched."""
+    return [
+        attr
+        for attr in ("domain", "class")
+        if isinstance(getattr(cfg.space, f"{attr}_alpha"), RangeSpec) and getattr(cfg.space, f"{attr}_beta") is not None
+    ]
+
+
+def map_feasible(cfg: TuneConfig, point: dict[str, Any], sizes: dict[str, int]) -> dict[str, Any]:
+    """Turn a feasible_only point ({attr}_alpha_u in [0, 1]) into alpha_1 values (see SearchSpec).
+
+    sizes: number of states per attribute, {'domain': D, 'class': K}. An empty interval (the alpha_1
+    range lies wholly outside the feasible one for this beta) gives the range's low end, which the
+    sampler then refuses: the point is reported as infeasible.
+    """
+    from unitta.streams.ulmm import feasible_alpha_range
+
+    out = dict(point)
+    for attr in feasible_pairs(cfg):
+        key = f"{attr}_alpha_u"
+        if key not in out:
+            continue
+        spec = getattr(cfg.space, f"{attr}_alpha")
+        lo, hi = feasible_alpha_range(float(out[f"{attr}_beta"]), sizes[attr])
+        lo, hi = max(lo, spec.low), min(hi - 1e-9, spec.high)  # alpha_1 = 1 cannot leave a state
+        u = float(out.pop(key))
+        out[f"{attr}_alpha"] = spec.low if lo > hi else lo + u * (hi - lo)
+    return out
+
+
+def unmap_feasible(cfg: TuneConfig, point: dict[str, Any], sizes: dict[str, int]) -> dict[str, Any] | None:
+    """The inverse of ``map_feasible`` for a done point (Optuna's warm start), None if not invertible."""
+    from unitta.streams.ulmm import feasible_alpha_range
+
+    out = dict(point)
+    for attr in feasible_pairs(cfg):
+        spec = getattr(cfg.space, f"{attr}_alpha")
+        lo, hi = feasible_alpha_range(float(out[f"{attr}_beta"]), sizes[attr])
+        lo, hi = max(lo, spec.low), min(hi - 1e-9, spec.high)
+        if lo >= hi:
+            return None
+        out[f"{attr}_alpha_u"] = min(1.0, max(0.0, (float(out.pop(f"{attr}_alpha")) - lo) / (hi - lo)))
+    return out

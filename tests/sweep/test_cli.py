@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -94,7 +95,11 @@ def ray_head(tmp_path):
     ray_bin = Path(sys.executable).with_name("ray")
     temp_dir = tempfile.mkdtemp(prefix="ut-", dir="/tmp")  # short: Ray's socket paths have a length limit
     port, dashboard = _free_port(), _free_port()
-    env = _env(RAY_AUTH_MODE="token")
+    # Ray 2.60's token authentication (spec/environment.md), with a token of our own: `ray start`
+    # refuses to start in token mode without one, and ~/.ray/auth_token may not exist yet
+    token = Path(temp_dir) / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    env = _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token))
     cmd = [
         str(ray_bin), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
@@ -121,6 +126,12 @@ def ray_head(tmp_path):
 
 
 def test_ray_job_submit(ray_head, tmp_path):
+    # token authentication is really on: the jobs CLI without the token is refused
+    anonymous = subprocess.run([ray_head["ray"], "job", "list", "--address", ray_head["address"]],
+                               env=_env(RAY_AUTH_MODE="disabled"), capture_output=True, text=True, timeout=120)
+    assert anonymous.returncode != 0
+    assert "authenticat" in (anonymous.stdout + anonymous.stderr).lower(), anonymous.stderr[-2000:]
+
     config = _write_config(tmp_path / "job.yaml", "job", settings=("nui1",))
     out = tmp_path / "job_out"
     cmd = [

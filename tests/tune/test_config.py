@@ -101,3 +101,29 @@ def test_feasibility_is_the_samplers_own() -> None:
     assert why is not None and "alpha" in why
     # alpha_1 below 1/n is outside every sampler's range (spec 1.1)
     assert infeasibility(Cell(setting="nunu", factors={"domain_alpha": 0.01}), 15, 10) is not None
+
+
+def test_feasible_only_maps_every_point_into_the_feasible_region() -> None:
+    import numpy as np
+
+    from unitta.tune_config import map_feasible, unmap_feasible
+
+    raw = {"name": "s", "cell": {"setting": "nunu", "sampler": "exact", "length": 100},
+           "space": {"domain_alpha": {"low": 0.5, "high": 0.99}, "domain_beta": {"low": 1.0, "high": 20.0},
+                     "class_alpha": {"low": 0.5, "high": 0.99}, "class_beta": {"low": 1.0, "high": 50.0}},
+           "search": {"algorithm": "optuna", "feasible_only": True},
+           "objective": {"metric": "gap", "gap": ["bn", "test"], "mode": "max"}}
+    cfg = parse_tune_config(raw)
+    sizes = {"domain": 15, "class": 10}
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        u = {"domain_alpha_u": rng.uniform(), "domain_beta": rng.uniform(1, 20),
+             "class_alpha_u": rng.uniform(), "class_beta": rng.uniform(1, 50)}
+        point = map_feasible(cfg, u, sizes)
+        assert 0.5 <= point["domain_alpha"] <= 0.99 and 0.5 <= point["class_alpha"] <= 0.99
+        (cell,) = trial_cells(cfg.model_copy(update={"objective": cfg.objective.model_copy(update={"gap": ("bn", "bn")})}), point)[:1]
+        assert infeasibility(cell, 15, 10) is None, point
+        back = unmap_feasible(cfg, point, sizes)
+        assert back["domain_alpha_u"] == pytest.approx(u["domain_alpha_u"]) and back["class_alpha_u"] == pytest.approx(u["class_alpha_u"])
+    with pytest.raises(ConfigError, match="feasible_only is for optuna"):
+        parse_tune_config({**raw, "search": {"algorithm": "grid", "feasible_only": True}})
