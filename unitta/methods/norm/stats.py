@@ -31,7 +31,11 @@ def instance_second_moment(x: Tensor, centre: Tensor) -> tuple[Tensor, Tensor]:
     ``centre`` is (B, C): the statistics each sample is compared with (its class or domain-class
     mean). These are the two sums of the EMA updates of spec 2.3 / 2.4:
     mean_hw(x_i - mu) and mean_hw((x_i - mu)^2) = mean_hw(x_i^2) - 2 mu mean_hw(x_i) + mu^2,
-    from two passes over x (mean and dot product) without materialising x - mu (speed).
+    from two passes over x (mean and dot product) without materialising x - mu (speed: this brought
+    UniTTA from ~3.7x to ~3.4x TEST on the CPU). Precision: the variance part E[x^2] - mean^2 carries
+    an absolute error of about 1e-7 * E[x^2], i.e. a relative error 1e-7 * (1 + mean^2/var), which is
+    negligible against the EMA noise unless a channel's spatial mean exceeds its spatial std by ~1000x;
+    on the reference stream outputs move by < 1e-6 and no decision changes (docs/unitta.md).
     """
     if x.ndim == 2:
         delta = x - centre
@@ -45,8 +49,7 @@ def instance_second_moment(x: Tensor, centre: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _mean_square(delta: Tensor) -> Tensor:
-    """mean over the spatial positions of delta^2, (B, C): a batched dot product, about twice as fast
-    on the CPU as ``delta.pow(2).mean(...)`` (no squared temporary)."""
+    """mean over the spatial positions of delta^2, (B, C), as a batched dot product (no squared temporary)."""
     flat = delta.flatten(2)
     return torch.linalg.vecdot(flat, flat) / flat.shape[2]
 
