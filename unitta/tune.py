@@ -16,7 +16,9 @@ reads tune and sweep results alike. Re-running skips points whose cells are alre
 Points outside the feasible region (the stream sampler refuses the factors: ``make_stream`` raises
 ValueError, paper Cor. 1) are not run: their rows are written with status 'failed', an
 ``error_text`` that starts with 'infeasible:' and ``tune_feasible = False``, and the trial reports
-a NaN objective (Optuna then records the trial as failed and moves on).
+a NaN objective (Optuna then records the trial as failed and moves on; it logs "The value nan is
+not acceptable"). ``search.feasible_only`` keeps an Optuna search inside the feasible region
+instead (``unitta.tune_config.map_feasible``).
 """
 
 from __future__ import annotations
@@ -406,8 +408,12 @@ class _RowWriter(_tune_callback_base()):  # type: ignore[misc]
 
     def __init__(self, out: Path, write, done: set[str], total: int):
         self.out, self.write, self.done, self.total, self.finished = out, write, done, total, 0
+        self.seen: set[str] = set()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        if trial.trial_id in self.seen:  # a trial reports once; Tune may replay its last result
+            return
+        self.seen.add(trial.trial_id)
         rows = pickle.loads(base64.b64decode(result["rows_pickle"]))
         self.finished += 1
         point = {k.removeprefix("param_"): v for k, v in rows[0].items() if k.startswith("param_") and v is not None}

@@ -54,11 +54,11 @@ def test_grid_trials_are_cells_and_resume(ray_session, tmp_path: Path) -> None:
     assert (tmp_path / "cells" / f"{cell.cell_id()}.parquet").stat().st_mtime_ns == mtime[f"{cell.cell_id()}.parquet"]
 
 
-def test_optuna_gap_search_reports_both_methods(ray_session, tmp_path: Path) -> None:
+def test_optuna_gap_search_stays_feasible_and_resumes(ray_session, tmp_path: Path) -> None:
     cfg = parse_tune_config(
         {"name": "tiny_stress", "cell": {**CELL, "factors": {}},
-         "space": {"domain_alpha": {"low": 0.7, "high": 0.95}, "domain_beta": {"low": 1.0, "high": 10.0, "log": True}},
-         "search": {"algorithm": "optuna", "num_samples": 3, "seed": 0, "max_concurrent": 2},
+         "space": {"domain_alpha": {"low": 0.5, "high": 0.95}, "domain_beta": {"low": 1.0, "high": 10.0, "log": True}},
+         "search": {"algorithm": "optuna", "num_samples": 3, "seed": 0, "max_concurrent": 2, "feasible_only": True},
          "objective": {"metric": "gap", "gap": ["bn", "test"], "mode": "max"}}
     )
     rows = run_tune(cfg, tmp_path)
@@ -66,13 +66,15 @@ def test_optuna_gap_search_reports_both_methods(ray_session, tmp_path: Path) -> 
     for trial in rows.partition_by("trial_id"):
         by_method = {r["method"]: r for r in trial.iter_rows(named=True)}
         assert set(by_method) == {"bn", "test"}
-        assert by_method["bn"]["domain_alpha"] == by_method["test"]["domain_alpha"]  # same stream
-        value = by_method["bn"]["tune_objective_value"]
-        if by_method["bn"]["tune_feasible"]:
-            assert value == pytest.approx(by_method["bn"]["error"] - by_method["test"]["error"])
-        else:  # (1 - alpha_1) * beta > 14/15: refused by the exact sampler, reported, not run
-            assert math.isnan(value) and by_method["bn"]["error_text"].startswith("infeasible: ")
-    # the parameters Optuna chose lie in the declared ranges
-    assert rows["param_domain_alpha"].is_between(0.7, 0.95).all()
-    assert rows["param_domain_beta"].is_between(1.0, 10.0).all()
+        bn, test = by_method["bn"], by_method["test"]
+        assert bn["domain_alpha"] == test["domain_alpha"] and bn["domain_beta"] == test["domain_beta"]  # same stream
+        # feasible_only: alpha_1 is placed on Cor. 1's interval, (1 - alpha_1) beta <= 14/15 for D = 15
+        assert bn["tune_feasible"] and (1 - bn["domain_alpha"]) * bn["domain_beta"] <= 14 / 15 + 1e-9
+        assert 0.5 <= bn["domain_alpha"] <= 0.95 and 1.0 <= bn["domain_beta"] <= 10.0
+        assert bn["tune_objective_value"] == pytest.approx(bn["error"] - test["error"])
     assert load_results(tmp_path).height == 6
+    # resume: the 3 done trials count towards num_samples, so nothing runs and nothing is rewritten
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.parquet")}
+    again = run_tune(cfg, tmp_path)
+    assert again.height == 6
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.parquet")} == mtimes
