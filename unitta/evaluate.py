@@ -40,7 +40,8 @@ class Cell:
 
     factors: overrides of the setting's default factors, keys among
         domain_alpha, domain_beta, class_alpha, class_beta (spec 1.1).
-    S: the official sampler's per-state cap (None: the dataset's default, spec 1.1).
+    S: the official sampler's per-state cap (None: the dataset's default, spec 1.1; with
+        n_per_domain set, at most the subset's pool size per (domain, class)).
     length: the exact sampler's stream length N (None: the dataset's size).
     method_kwargs: hyper-parameter overrides passed to ``get_method``.
     n_per_domain: use a class-balanced subset of this many images per domain (small tests/debugging).
@@ -139,6 +140,7 @@ def evaluate(
     from unitta.methods import get_method
     from unitta.models import load_model
     from unitta.streams import make_stream
+    from unitta.streams.settings import default_state_cap
 
     wall_start = time.perf_counter()
     if cell.num_threads:
@@ -159,6 +161,11 @@ def evaluate(
     overrides: dict[str, Any] = dict(cell.factors)
     if cell.S is not None:
         overrides["S"] = cell.S
+    elif cell.n_per_domain is not None and cell.sampler == "official":
+        # A subset shrinks every (domain, class) pool; cap S at the pool size so that the stream
+        # shrinks with it instead of cycling a few images up to the full dataset's S.
+        pool = max(1, cell.n_per_domain // dataset.num_classes)
+        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
     if cell.length is not None:
         overrides["length"] = cell.length
     stream = make_stream(
@@ -171,7 +178,6 @@ def evaluate(
         **overrides,
     )
 
-    torch.manual_seed(cell.seed)  # for library code that draws from the global generator
     method = get_method(cell.method, model, info, dataset=cell.dataset, seed=cell.seed, **cell.method_kwargs)
 
     n = len(stream.indices)
