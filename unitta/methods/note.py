@@ -35,7 +35,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import softmax_entropy
 from unitta.methods.memory import PBRSMemory
 from unitta.methods.norm.iabn import InstanceAwareBN
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.optim import optimizer_from_config
 
 __all__ = ["NOTE"]
@@ -75,12 +75,7 @@ class NOTE(TTAMethod):
                 bn, k=self.cfg.iabn_k, momentum=self.cfg.bn_momentum, skip_threshold=self.cfg.skip_threshold
             ),
         )
-        params = []
-        for layer in layers.values():
-            for p in (layer.weight, layer.bias):
-                if p is not None:
-                    p.requires_grad_(True)
-                    params.append(p)
+        params = train_affine(layers.values())
         self.model.eval()
         self.optimizer = optimizer_from_config(params, self.cfg)
         self.memory = PBRSMemory(self.cfg.memory_size, self.info.num_classes, self.generator)

@@ -43,7 +43,7 @@ from unitta.methods.augment import cotta_augment, device_generator
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.norm.unmixtns import UnMixTNS2d, convert_to_unmixtns
 from unitta.methods.optim import optimizer_from_config
 
@@ -94,12 +94,7 @@ class ROID(TTAMethod):
     def setup(self) -> None:
         self.model.requires_grad_(False)
         self.norm_layers = self.convert_norms()
-        params: list[nn.Parameter] = []
-        for layer in self.norm_layers:
-            for p in (layer.weight, layer.bias):
-                if p is not None:
-                    p.requires_grad_(True)
-                    params.append(p)
+        params = train_affine(self.norm_layers)
         self.params = params
         self.source_params = [p.detach().clone() for p in params]
         self.model.eval()

@@ -39,7 +39,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.ema import ema_update_, make_teacher
 from unitta.methods.memory import CSTUMemory
 from unitta.methods.norm.robust_bn import RobustBN
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.optim import optimizer_from_config
 
 __all__ = ["RoTTA"]
@@ -76,12 +76,7 @@ class RoTTA(TTAMethod):
     def setup(self) -> None:
         self.model.requires_grad_(False)
         layers = replace_batchnorms(self.model, lambda name, bn: RobustBN(bn, self.cfg.alpha))
-        params = []
-        for layer in layers.values():
-            for p in (layer.weight, layer.bias):
-                if p is not None:
-                    p.requires_grad_(True)
-                    params.append(p)
+        params = train_affine(layers.values())
         self.optimizer = optimizer_from_config(params, self.cfg)
         self.teacher = make_teacher(self.model)
         self.track(self.teacher)

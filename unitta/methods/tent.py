@@ -29,7 +29,7 @@ from torch import Tensor
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import softmax_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.optim import optimizer_from_config
 
 __all__ = ["Tent"]
@@ -59,12 +59,7 @@ class Tent(TTAMethod):
     def setup(self) -> None:
         self.model.requires_grad_(False)
         layers = replace_batchnorms(self.model, lambda name, bn: BatchStatsNorm(bn))
-        params = []
-        for layer in layers.values():
-            for p in (layer.weight, layer.bias):
-                if p is not None:
-                    p.requires_grad_(True)
-                    params.append(p)
+        params = train_affine(layers.values())
         self.model.eval()
         self.optimizer = optimizer_from_config(params, self.cfg)
 

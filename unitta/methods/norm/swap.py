@@ -39,3 +39,14 @@ def replace_batchnorms(
         set_submodule(model, name, new)
         replaced[name] = new
     return replaced
+
+
+def train_affine(layers) -> list[nn.Parameter]:
+    """Make the affine weight/bias of ``layers`` trainable and return them (TENT-style adaptation)."""
+    params: list[nn.Parameter] = []
+    for layer in layers:
+        for p in (layer.weight, layer.bias):
+            if p is not None:
+                p.requires_grad_(True)
+                params.append(p)
+    return params
