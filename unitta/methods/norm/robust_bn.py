@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import as_map
+from unitta.methods.norm.stats import normalise
 
 __all__ = ["RobustBN"]
 
@@ -55,12 +55,7 @@ class RobustBN(nn.Module):
                 self.running_var.copy_(var)
         else:
             mean, var = self.running_mean, self.running_var
-        out = (x - as_map(mean, x)) / torch.sqrt(as_map(var, x) + self.eps)
-        if self.weight is not None:
-            out = out * as_map(self.weight, x)
-        if self.bias is not None:
-            out = out + as_map(self.bias, x)
-        return out
+        return normalise(x, mean, var, self.eps, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
