@@ -479,20 +479,25 @@ def _check_duplicates(cfg: SweepConfig, source: str) -> None:
         seen[cid] = 1
 
 
-def load_config(path: str | Path) -> SweepConfig:
-    """Read and validate a sweep YAML file; any mistake raises ``ConfigError`` (one line)."""
+def read_yaml_file(path: Path) -> Any:
+    """The parsed content of a YAML config file; a missing file or a YAML error is a one-line ``ConfigError``."""
     import yaml
 
-    path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: invalid YAML{where}: {problem}".replace("\n", " ")) from None
+
+
+def load_config(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep YAML file; any mistake raises ``ConfigError`` (one line)."""
+    path = Path(path)
+    data = read_yaml_file(path)
     if data is None:
         raise ConfigError(f"{path}: the file is empty")
     if isinstance(data, dict) and "name" not in data:

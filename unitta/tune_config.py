@@ -27,10 +27,9 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from unitta.config import ConfigError  # one error type for sweep and tune configs
+from unitta.config import ConfigError, read_yaml_file  # one error type for sweep and tune configs
 from unitta.evaluate import Cell
 
 __all__ = [
@@ -324,13 +323,7 @@ def parse_tune_config(raw: Any, where: str = "tune config") -> TuneConfig:
 def load_tune_config(path: str | Path) -> TuneConfig:
     """Read and validate a tune YAML file."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_tune_config(raw, where=str(path))
+    return parse_tune_config(read_yaml_file(path), where=str(path))
 
 
 # ---------------------------------------------------------------------- search space -> cells
