@@ -2,7 +2,7 @@
 
 A sweep config names datasets, models, methods (with hyper-parameter overrides), settings, factors
 (fixed overrides and grids), the sampler, S / stream length, seeds, batch sizes, the resources of one
-cell and where results go (DESIGN.md, Sweep; issue 6). Every mistake is reported before any task runs
+cell and where results go (docs/results.md). Every mistake is reported before any task runs
 as a ``ConfigError`` whose message is one line naming the key and the problem; unknown keys get a
 "did you mean" hint::
 
@@ -19,16 +19,23 @@ size), so the same YAML always gives the same cells with the same ids.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import itertools
 import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import field_validator, model_validator
 
-from unitta.evaluate import DEFAULT_MODELS, Cell
+from unitta.cell import DEFAULT_MODELS, PRECISIONS, PROFILES, Cell
+from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
+from unitta.streams.settings import (
+    FACTOR_KEYS,
+    SETTING_CODES_24,
+    SETTING_CODES_36,
+    is_half_code,
+    is_setting_code,
+)
 
 __all__ = [
     "ConfigError",
@@ -38,93 +45,22 @@ __all__ = [
     "load_config",
     "parse_config",
     "expand_settings",
-    "SETTINGS_24",
-    "SETTINGS_36",
-    "FACTOR_KEYS",
+    "read_yaml_file",
 ]
 
-# Setting code characters (spec 1.1): <class corr><class imb><domain corr><domain imb>.
-_CORRELATIONS = ("i", "n", "1")
-_IMBALANCES = ("1", "u")
-# The paper's grid, in the nesting order of the reference's sh/run.sh (spec 5.2): class correlation
-# {i, n} x class imbalance {1, u} x domain correlation {i, n, 1} x domain imbalance {1, u}.
-SETTINGS_24: tuple[str, ...] = tuple(
-    "".join(c) for c in itertools.product(("i", "n"), _IMBALANCES, _CORRELATIONS, _IMBALANCES)
-)
-# All 36, class-continual included (spec 1.1; excluded from the paper's experiments).
-SETTINGS_36: tuple[str, ...] = tuple(
-    "".join(c) for c in itertools.product(_CORRELATIONS, _IMBALANCES, _CORRELATIONS, _IMBALANCES)
-)
-FACTOR_KEYS = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
 DATASETS = tuple(DEFAULT_MODELS)
 
 
-class ConfigError(ValueError):
-    """A sweep config mistake; the message is one line: '<file>: <key>: <problem>'."""
-
-
-def _hint(word: str, choices) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-class _Strict(BaseModel):
-    """Base of every section: frozen, and unknown keys refused with a 'did you mean' hint."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_unknown(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            allowed = list(cls.model_fields)
-            for key in data:
-                if key not in allowed:
-                    raise ValueError(
-                        f"unknown key {key!r}{_hint(key, allowed)}; allowed keys: {', '.join(allowed)}"
-                    )
-        return data
-
-
-class Resources(_Strict):
-    """What one cell asks Ray for. num_cpus also pins torch's thread count (at least 1 thread)."""
-
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-
-    @field_validator("num_cpus")
-    @classmethod
-    def _cpus(cls, value: float) -> float:
-        if value <= 0:
-            raise ValueError(f"must be > 0, got {value}")
-        return value
-
-    @field_validator("num_gpus")
-    @classmethod
-    def _gpus(cls, value: float) -> float:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-        if value > 1 and value != int(value):
-            raise ValueError(f"a fraction of a GPU must be < 1 (or a whole number of GPUs), got {value}")
-        return value
-
-    @property
-    def num_threads(self) -> int:
-        return max(1, int(self.num_cpus))
-
-
-class MethodSpec(_Strict):
+class MethodSpec(Strict):
     """One method of the grid and its hyper-parameter overrides (checked against the method's Config)."""
 
     name: str
     overrides: dict[str, Any] = {}
 
 
-class SweepConfig(_Strict):
+class SweepConfig(RunConfig):
     """A validated sweep config. ``cells()`` expands it into the grid of ``Cell`` s."""
 
-    name: str
-    output: str | None = None
     datasets: list[str]
     models: dict[str, str] = {}
     methods: list[MethodSpec]
@@ -143,7 +79,10 @@ class SweepConfig(_Strict):
     data_dir: str | None = None
     checkpoint_dir: str | None = None
     device: str = "auto"
-    resources: Resources = Resources()
+    precision: Literal[PRECISIONS] = "fp32"  # type: ignore[valid-type]
+    profile: Literal[PROFILES] = "default"  # type: ignore[valid-type]
+    compile: bool = False
+    trust_checkpoints: bool = False
     max_retries: int = 3
 
     # ------------------------------------------------------------------ field checks
@@ -178,7 +117,7 @@ class SweepConfig(_Strict):
             raise ValueError("needs at least one dataset")
         for name in value:
             if name not in DATASETS:
-                raise ValueError(f"unknown dataset {name!r}{_hint(name, DATASETS)}; known: {', '.join(DATASETS)}")
+                raise ValueError(f"unknown dataset {name!r}{hint(name, DATASETS)}; known: {', '.join(DATASETS)}")
         if len(set(value)) != len(value):
             raise ValueError(f"lists a dataset twice: {value}")
         return value
@@ -209,7 +148,7 @@ class SweepConfig(_Strict):
     def _factors(cls, value: dict[str, float]) -> dict[str, float]:
         for key in value:
             if key not in FACTOR_KEYS:
-                raise ValueError(f"unknown factor {key!r}{_hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
+                raise ValueError(f"unknown factor {key!r}{hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
         return value
 
     @field_validator("factor_grid")
@@ -217,7 +156,7 @@ class SweepConfig(_Strict):
     def _factor_grid(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
         for key, values in value.items():
             if key not in FACTOR_KEYS:
-                raise ValueError(f"unknown factor {key!r}{_hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
+                raise ValueError(f"unknown factor {key!r}{hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
             if not values:
                 raise ValueError(f"{key}: needs at least one value")
             if len(set(values)) != len(values):
@@ -263,13 +202,6 @@ class SweepConfig(_Strict):
     def _retries(cls, value: int) -> int:
         if value < 0:
             raise ValueError(f"must be >= 0, got {value}")
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not value or any(ch in value for ch in "/\\ \t\n"):
-            raise ValueError(f"must be a non-empty word without slashes or spaces, got {value!r}")
         return value
 
     @model_validator(mode="after")
@@ -344,8 +276,12 @@ class SweepConfig(_Strict):
                                         n_per_domain=self.n_per_domain,
                                         data_dir=self.data_dir,
                                         checkpoint_dir=self.checkpoint_dir,
+                                        precision=self.precision,
+                                        profile=self.profile,
+                                        compile=self.compile,
                                         device=self.device,
                                         num_threads=self.resources.num_threads,
+                                        trust_checkpoints=self.trust_checkpoints,
                                     )
                                 )
         return cells
@@ -355,36 +291,26 @@ class SweepConfig(_Strict):
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def output_dir(self) -> Path:
-        """Where results go: ``output``, or ``results/<name>``."""
-        return Path(self.output) if self.output else Path("results") / self.name
-
 
 def expand_settings(value: Any) -> list[str]:
     """'all24' | 'all36' | a 4-character code -> a list of codes (spec 1.1); other input is refused."""
     if value == "all24":
-        return list(SETTINGS_24)
+        return list(SETTING_CODES_24)
     if value == "all36":
-        return list(SETTINGS_36)
+        return list(SETTING_CODES_36)
     if not isinstance(value, str):
         raise ValueError(f"a setting is a 4-character code such as 'nui1', or 'all24'/'all36', got {value!r}")
     code = value
-    if (
-        len(code) != 4
-        or code[0] not in _CORRELATIONS
-        or code[1] not in _IMBALANCES
-        or code[2] not in _CORRELATIONS
-        or code[3] not in _IMBALANCES
-    ):
+    if not is_setting_code(code):
         raise ValueError(
-            f"invalid setting {code!r}{_hint(code, SETTINGS_36)}: a code is <class corr><class imb>"
+            f"invalid setting {code!r}{hint(code, SETTING_CODES_36)}: a code is <class corr><class imb>"
             f"<domain corr><domain imb> with corr in i,n,1 and imb in 1,u (e.g. 'nui1'), or 'all24'/'all36'"
         )
     return [code]
 
 
 def _check_half(code: Any, which: str) -> None:
-    if not (isinstance(code, str) and len(code) == 2 and code[0] in _CORRELATIONS and code[1] in _IMBALANCES):
+    if not is_half_code(code):
         raise ValueError(
             f"invalid {which} setting {code!r}: a 2-character <corr><imb> with corr in i,n,1 and imb in 1,u (e.g. 'n1')"
         )
@@ -407,68 +333,18 @@ def _method_entry(entry: Any, index: int) -> Any:
 
 
 # ---------------------------------------------------------------------- loading
-def _format_loc(loc: tuple) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("function-after", "function-before", "function-wrap") or str(part).startswith(
-            ("function-", "list[", "dict[", "str", "int", "float", "literal[", "nullable[")
-        ):
-            continue
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _one_line(exc: ValidationError) -> str:
-    err = exc.errors(include_url=False)[0]
-    msg = err["msg"]
-    for prefix in ("Value error, ", "Assertion failed, "):
-        msg = msg.removeprefix(prefix)
-    if err["type"] == "missing":
-        msg = "missing (required)"
-    elif err["type"] not in ("value_error", "assertion_error"):
-        msg = f"{msg} (got {err.get('input')!r})"
-    loc = _format_loc(tuple(err["loc"]))
-    more = len(exc.errors()) - 1
-    tail = f" (+{more} more error{'s' if more > 1 else ''})" if more else ""
-    head = f"{loc}: " if loc else ""
-    return f"{head}{msg}{tail}".replace("\n", " ")
-
-
 def parse_config(data: Any, source: str = "<config>") -> SweepConfig:
     """Validate a parsed YAML mapping; method names and overrides are checked against the registry."""
-    try:
-        cfg = SweepConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {_one_line(exc)}") from None
-    except ValueError as exc:  # raised by a 'before' validator outside pydantic's error wrapping
-        raise ConfigError(f"{source}: {exc}".replace("\n", " ")) from None
-    _check_methods(cfg, source)
+    cfg = validate(SweepConfig, data, source)
+    check_methods(
+        [(f"methods[{i}]", m.name, m.overrides) for i, m in enumerate(cfg.methods)], cfg.datasets, cfg.profile, source
+    )
     _check_duplicates(cfg, source)
     return cfg
 
 
-def _check_methods(cfg: SweepConfig, source: str) -> None:
-    from unitta.methods import build_config, list_methods, method_class
-
-    registered = list_methods()
-    for i, spec in enumerate(cfg.methods):
-        if spec.name not in registered:
-            raise ConfigError(
-                f"{source}: methods[{i}]: unknown method {spec.name!r}{_hint(spec.name, registered)}; "
-                f"registered methods: {', '.join(registered)}"
-            )
-        for dataset in cfg.datasets:
-            try:
-                build_config(method_class(spec.name), dataset, **spec.overrides)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"{source}: methods[{i}] ({spec.name}): {exc}".replace("\n", " ")) from None
-
-
 def _check_duplicates(cfg: SweepConfig, source: str) -> None:
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
     for cell in cfg.cells():
         cid = cell.cell_id()
         if cid in seen:
@@ -476,30 +352,13 @@ def _check_duplicates(cfg: SweepConfig, source: str) -> None:
                 f"{source}: methods: the grid has the same cell twice ({cell.method} {cell.setting}, "
                 f"overrides {cell.method_kwargs}); list each method/override combination once"
             )
-        seen[cid] = 1
-
-
-def read_yaml_file(path: Path) -> Any:
-    """The parsed content of a YAML config file; a missing file or a YAML error is a one-line ``ConfigError``."""
-    import yaml
-
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}".replace("\n", " ")) from None
+        seen.add(cid)
 
 
 def load_config(path: str | Path) -> SweepConfig:
     """Read and validate a sweep YAML file; any mistake raises ``ConfigError`` (one line)."""
     path = Path(path)
     data = read_yaml_file(path)
-    if data is None:
-        raise ConfigError(f"{path}: the file is empty")
     if isinstance(data, dict) and "name" not in data:
         data = {"name": path.stem, **data}
     return parse_config(data, source=str(path))

@@ -1,92 +1,66 @@
-"""One benchmark cell: stream x model x method -> one result row (the paper's metric, spec 5.1).
+"""One benchmark cell: stream x model x method -> one result row (the paper's metric: the error over the
+whole stream, UniTTA paper section 5.1). No Ray here.
 
-A cell is one (dataset, model, method, setting, factors, sampler, seed, batch size) tuple.
-``evaluate(cell)`` builds the stream, feeds it to the method in stream order in batches (the last,
-partial batch too, even of size 1: unlike the reference, nothing is skipped) and scores every
-prediction. The row's columns are documented in ``docs/results.md``.
+``evaluate(cell)`` builds the stream (``build_stream``), feeds it to the method in stream order in
+batches (``adapt_stream``: the last, partial batch too, even of size 1: unlike the reference, nothing is
+skipped) and scores every prediction (``result_row``). ``run_cell(cell)`` wraps it for drivers: it never
+raises for a failing cell and adds the run's provenance. The row's columns are documented in
+``docs/results.md``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
+import contextlib
 import json
+import math
+import os
 import platform
 import resource
+import socket
+import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Cell", "evaluate", "DEFAULT_MODELS"]
+from unitta.cell import DEFAULT_MODELS, Cell
 
-# The paper's model per dataset (spec 4.4) and the embedded default.
-DEFAULT_MODELS = {
-    "fmnist-c": "resnet20",
-    "cifar10-c": "Standard",
-    "cifar100-c": "Hendrycks2020AugMix_ResNeXt",
-    "imagenet-c": "Standard_R50",
-}
+__all__ = ["Cell", "DEFAULT_MODELS", "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
+           "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED"]
 
-# Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
-_PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads")
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
 
 
-@dataclass(frozen=True)
-class Cell:
-    """Everything that determines one result row.
+# ---------------------------------------------------------------------- the stream
+def build_stream(cell: Cell, dataset):
+    """The cell's stream over ``dataset`` (``unitta.streams.make_stream`` with the cell's factors, S, length)."""
+    from unitta.streams import make_stream
+    from unitta.streams.settings import default_state_cap
 
-    factors: overrides of the setting's default factors, keys among
-        domain_alpha, domain_beta, class_alpha, class_beta (spec 1.1).
-    S: the official sampler's per-state cap (None: the dataset's default, spec 1.1; with
-        n_per_domain set, at most the subset's pool size per (domain, class)).
-    length: the exact sampler's stream length N (None: the dataset's size).
-    method_kwargs: hyper-parameter overrides passed to ``get_method``.
-    n_per_domain: use a class-balanced subset of this many images per domain (small tests/debugging).
-    """
-
-    dataset: str = "fmnist-c"
-    method: str = "test"
-    setting: str = "i111"
-    model: str | None = None
-    method_kwargs: dict[str, Any] = field(default_factory=dict)
-    sampler: str = "official"
-    factors: dict[str, float] = field(default_factory=dict)
-    S: int | None = None
-    length: int | None = None
-    seed: int = 425
-    batch_size: int = 64
-    severity: int = 5
-    n_per_domain: int | None = None
-    data_dir: str | None = None
-    checkpoint_dir: str | None = None
-    device: str = "auto"
-    num_threads: int | None = None
-
-    @property
-    def model_name(self) -> str:
-        return self.model or DEFAULT_MODELS.get(self.dataset, "")
-
-    def identity(self) -> dict[str, Any]:
-        """The fields that determine the result (placement fields excluded), JSON-ready."""
-        data = dataclasses.asdict(self)
-        for key in _PLACEMENT_FIELDS:
-            data.pop(key)
-        data["model"] = self.model_name
-        return data
-
-    def config_hash(self) -> str:
-        """A stable 16-hex-digit hash of ``identity()``: equal cells give equal hashes."""
-        text = json.dumps(self.identity(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def cell_id(self) -> str:
-        """A readable, file-name-safe id: dataset__method__setting__hash."""
-        return f"{self.dataset}__{self.method}__{self.setting}__{self.config_hash()}"
+    overrides: dict[str, Any] = dict(cell.factors)
+    if cell.S is not None:
+        overrides["S"] = cell.S
+    elif cell.n_per_domain is not None and cell.sampler == "official":
+        # A subset shrinks every (domain, class) pool; cap S at the pool size so that the stream
+        # shrinks with it instead of cycling a few images up to the full dataset's S.
+        pool = max(1, cell.n_per_domain // dataset.num_classes)
+        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
+    if cell.length is not None:
+        overrides["length"] = cell.length
+    return make_stream(
+        dataset.labels, dataset.domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
+        **overrides,
+    )
 
 
+# ---------------------------------------------------------------------- the batch loop
 def _pick_device(name: str):
     import torch
 
@@ -95,6 +69,87 @@ def _pick_device(name: str):
     return torch.device(name)
 
 
+@contextlib.contextmanager
+def _precision(precision: str, device):
+    """The numeric mode of a cell's forward passes: fp32 as is, TF32 matmuls, or bf16 autocast."""
+    import torch
+
+    if precision == "bf16":
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+            yield
+    elif precision == "tf32" and device.type == "cuda":
+        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    else:
+        yield
+
+
+_CHECK_EVERY = 16  # batches between checks for non-finite outputs (each check waits for the device)
+
+
+@dataclass
+class Adapted:
+    """What ``adapt_stream`` returns: the predictions in stream order, seconds loading batches and adapting."""
+
+    predictions: np.ndarray
+    data_seconds: float
+    adapt_seconds: float
+
+
+def adapt_stream(method, stream, dataset, cell: Cell, device, progress: bool | Callable[[int, int], None] = False):
+    """Feed the stream to ``method`` in batches of ``cell.batch_size``; returns the predictions.
+
+    Predictions and a finiteness flag stay on the device and come back to the host every
+    ``_CHECK_EVERY`` batches (and at the end): the host never waits for a batch to finish before
+    queueing the next one. A non-finite output raises ``FloatingPointError`` naming the stream range.
+    """
+    import torch
+
+    n = len(stream.indices)
+    predictions = torch.empty(n, dtype=torch.int64, device=device)
+    finite = torch.ones((), dtype=torch.bool, device=device)
+    bar = None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
+    channels_last = cell.precision == "bf16" and device.type == "cuda"
+    data_seconds = 0.0
+    checked = 0  # stream positions whose outputs are known to be finite
+    t_start = time.perf_counter()
+    with torch.inference_mode(False), _precision(cell.precision, device):
+        for i, start in enumerate(range(0, n, cell.batch_size)):
+            t0 = time.perf_counter()
+            x = dataset.get_batch(stream.indices[start : start + cell.batch_size]).to(device, non_blocking=True)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            data_seconds += time.perf_counter() - t0
+            scores = method(x)
+            finite &= torch.isfinite(scores).all()
+            predictions[start : start + len(x)] = scores.argmax(dim=1)
+            end = start + len(x)
+            if (i + 1) % _CHECK_EVERY == 0 or end == n:
+                if not bool(finite):  # one host sync per _CHECK_EVERY batches
+                    raise FloatingPointError(
+                        f"{cell.method} produced non-finite outputs between stream positions {checked} and {end}"
+                    )
+                checked = end
+            if bar is not None:
+                bar.update(len(x))
+            elif callable(progress):
+                progress(end, n)
+    out = predictions.cpu().numpy()
+    seconds = time.perf_counter() - t_start
+    if bar is not None:
+        bar.close()
+    return Adapted(out, data_seconds, seconds - data_seconds)
+
+
+# ---------------------------------------------------------------------- the row
 def _peak_memory_mb(device) -> float:
     import torch
 
@@ -109,16 +164,55 @@ def _breakdown(keys: np.ndarray, correct: np.ndarray, names: list[str] | None) -
     out = []
     for key in np.unique(keys):
         mask = keys == key
-        n = int(mask.sum())
         out.append(
             {
                 "key": int(key),
                 "name": names[key] if names is not None else str(int(key)),
-                "n": n,
+                "n": int(mask.sum()),
                 "error": float(100.0 * (1.0 - correct[mask].mean())),
             }
         )
     return out
+
+
+def result_row(cell: Cell, stream, dataset, method, adapted: Adapted, device, wall_start: float) -> dict[str, Any]:
+    """The result row of a finished cell: its coordinates, the metrics, the cost and the versions."""
+    import torch
+
+    from unitta import __version__
+
+    n = len(stream.indices)
+    correct = adapted.predictions == dataset.labels[stream.indices]
+    cost = method.cost
+    return {
+        **cell.coordinates(),
+        "setting": stream.setting.code,
+        "class_setting": stream.setting.class_notation,
+        "domain_setting": stream.setting.domain_notation,
+        "S": stream.S,
+        **{key: float(value) for key, value in stream.factors.items()},
+        "error": float(100.0 * (1.0 - correct.mean())),  # the paper's "Total Avg" micro error
+        "n_samples": int(n),
+        "n_correct": int(correct.sum()),
+        "images_reused": int(stream.n_reused),
+        "domains_discovered": method.num_domains(),
+        "per_domain": _breakdown(stream.domains, correct, list(dataset.domain_names)),
+        "per_class": _breakdown(stream.classes, correct, None),
+        "wall_time_s": time.perf_counter() - wall_start,
+        "adapt_time_s": adapted.adapt_seconds,
+        "data_time_s": adapted.data_seconds,
+        "images_per_s": n / adapted.adapt_seconds if adapted.adapt_seconds > 0 else float("nan"),
+        "forwards_per_batch": cost.forwards / max(cost.batches, 1),
+        "backwards_per_batch": cost.backwards / max(cost.batches, 1),
+        "peak_memory_mb": _peak_memory_mb(device),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda"
+        else f"cpu ({platform.processor() or platform.machine()})",
+        "num_threads": torch.get_num_threads(),
+        "unitta_version": __version__,
+        "torch_version": torch.__version__,
+        "python_version": sys.version.split()[0],
+        "method_extra": json.dumps(method.extra_metrics(), sort_keys=True, default=str),
+    }
 
 
 def evaluate(
@@ -135,12 +229,9 @@ def evaluate(
     """
     import torch
 
-    from unitta import __version__
     from unitta.data import load_dataset
     from unitta.methods import get_method
     from unitta.models import load_model
-    from unitta.streams import make_stream
-    from unitta.streams.settings import default_state_cap
 
     wall_start = time.perf_counter()
     if cell.num_threads:
@@ -148,108 +239,118 @@ def evaluate(
     device = _pick_device(cell.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-
     if dataset is None:
         dataset = load_dataset(
             cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
         )
     if model_and_info is None:
-        model_and_info = load_model(cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir)
+        model_and_info = load_model(
+            cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir, trust_checkpoints=cell.trust_checkpoints
+        )
     model, info = model_and_info
     model = model.to(device).eval()
+    if cell.precision == "bf16" and device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last)
 
-    overrides: dict[str, Any] = dict(cell.factors)
-    if cell.S is not None:
-        overrides["S"] = cell.S
-    elif cell.n_per_domain is not None and cell.sampler == "official":
-        # A subset shrinks every (domain, class) pool; cap S at the pool size so that the stream
-        # shrinks with it instead of cycling a few images up to the full dataset's S.
-        pool = max(1, cell.n_per_domain // dataset.num_classes)
-        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
-    if cell.length is not None:
-        overrides["length"] = cell.length
-    stream = make_stream(
-        dataset.labels,
-        dataset.domains,
-        cell.setting,
-        dataset=cell.dataset,
-        sampler=cell.sampler,
-        seed=cell.seed,
-        **overrides,
+    stream = build_stream(cell, dataset)
+    method = get_method(
+        cell.method, model, info, dataset=cell.dataset, seed=cell.seed, profile=cell.profile, **cell.method_kwargs
     )
+    if cell.compile:
+        method.compile()
+    adapted = adapt_stream(method, stream, dataset, cell, device, progress)
+    return result_row(cell, stream, dataset, method, adapted, device, wall_start)
 
-    method = get_method(cell.method, model, info, dataset=cell.dataset, seed=cell.seed, **cell.method_kwargs)
 
-    n = len(stream.indices)
-    predictions = np.empty(n, dtype=np.int64)
-    bar = None
-    if progress is True:
-        from tqdm.auto import tqdm
+# ---------------------------------------------------------------------- run_cell: for drivers
+@lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    """The checkout's commit (with '+dirty' when tracked files changed), or None outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{sha}+dirty" if dirty else sha
 
-        bar = tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
-    data_seconds = 0.0
-    with torch.inference_mode(False):
-        for start in range(0, n, cell.batch_size):
-            batch_indices = stream.indices[start : start + cell.batch_size]
-            t0 = time.perf_counter()
-            x = dataset.get_batch(batch_indices).to(device, non_blocking=True)
-            data_seconds += time.perf_counter() - t0
-            scores = method(x)
-            if not torch.isfinite(scores).all():
-                raise FloatingPointError(
-                    f"{cell.method} produced non-finite outputs at stream position {start} (batch of {len(x)})"
-                )
-            predictions[start : start + len(x)] = scores.argmax(dim=1).cpu().numpy()
-            if bar is not None:
-                bar.update(len(x))
-            elif callable(progress):
-                progress(start + len(x), n)
-    if bar is not None:
-        bar.close()
 
-    labels = dataset.labels[stream.indices]
-    correct = predictions == labels
-    domain_names = list(dataset.domain_names)
-    cost = method.cost
-    row: dict[str, Any] = {
-        "cell_id": cell.cell_id(),
-        "config_hash": cell.config_hash(),
-        "dataset": cell.dataset,
-        "model": cell.model_name,
-        "method": cell.method,
-        "method_kwargs": json.dumps(cell.method_kwargs, sort_keys=True),
-        "setting": stream.setting.code,
-        "class_setting": stream.setting.class_notation,
-        "domain_setting": stream.setting.domain_notation,
-        "sampler": cell.sampler,
-        "seed": cell.seed,
-        "batch_size": cell.batch_size,
-        "severity": cell.severity,
-        "n_per_domain": cell.n_per_domain,
-        "S": stream.S,
-        "domain_alpha": float(stream.factors["domain_alpha"]),
-        "domain_beta": float(stream.factors["domain_beta"]),
-        "class_alpha": float(stream.factors["class_alpha"]),
-        "class_beta": float(stream.factors["class_beta"]),
-        "error": float(100.0 * (1.0 - correct.mean())),  # the paper's "Total Avg" micro error (spec 5.1)
-        "n_samples": int(n),
-        "n_correct": int(correct.sum()),
-        "images_reused": int(stream.n_reused),
-        "domains_discovered": method.num_domains(),
-        "per_domain": _breakdown(stream.domains, correct, domain_names),
-        "per_class": _breakdown(stream.classes, correct, None),
-        "wall_time_s": time.perf_counter() - wall_start,
-        "adapt_time_s": cost.seconds,
-        "data_time_s": data_seconds,
-        "images_per_s": n / cost.seconds if cost.seconds > 0 else float("nan"),
-        "forwards_per_batch": cost.forwards / max(cost.batches, 1),
-        "backwards_per_batch": cost.backwards / max(cost.batches, 1),
-        "peak_memory_mb": _peak_memory_mb(device),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or platform.machine()})",
-        "num_threads": torch.get_num_threads(),
-        "unitta_version": __version__,
-        "torch_version": torch.__version__,
-        "python_version": sys.version.split()[0],
-        "method_extra": json.dumps(method.extra_metrics(), sort_keys=True, default=str),
-    }
+def ray_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("ray")
+    except Exception:  # ray is optional for in-process runs
+        return None
+
+
+def _ray_node_id() -> str | None:
+    if "ray" not in sys.modules:
+        return None
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def short_error(exc: BaseException) -> str:
+    """'Type: message (at file:line in function)': one line for the error_text column."""
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" (at {Path(last.filename).name}:{last.lineno} in {last.name})"
+    return text
+
+
+def failed_row(cell: Cell, error_text: str, **extra: Any) -> dict[str, Any]:
+    """The row of a cell that did not produce results: its coordinates, status 'failed', the error."""
+    return {**cell.coordinates(), "status": STATUS_FAILED, "error_text": error_text, **extra}
+
+
+def run_cell(cell: Cell, dataset=None, **extra: Any) -> dict[str, Any]:
+    """Run one cell and return its result row; never raises for a failing cell.
+
+    The row is ``evaluate(cell, dataset)``'s, plus status ('ok' | 'failed'), error_text, started_at,
+    finished_at, duration_s, hostname, node_id, worker_pid, cuda_visible_devices, git_commit and
+    ray_version (docs/results.md). An exception, or a non-finite error, gives a 'failed' row with the
+    cell's coordinates and the error text. Torch's thread count is pinned to ``cell.num_threads``.
+    ``extra`` columns (e.g. sweep_name, git_commit computed once by the driver) are added to the row.
+    """
+    import torch
+
+    if cell.num_threads:
+        torch.set_num_threads(cell.num_threads)
+    started = now()
+    t0 = time.perf_counter()
+    try:
+        row = evaluate(cell, dataset=dataset)
+        if not math.isfinite(row.get("error", float("nan"))):
+            raise FloatingPointError(f"error={row.get('error')} is not finite")
+        row["status"], row["error_text"] = STATUS_OK, None
+    except Exception as exc:  # a failing cell is a result, not a crash of the sweep
+        traceback.print_exc(file=sys.stderr)
+        row = failed_row(cell, short_error(exc))
+    row.update(
+        started_at=started,
+        finished_at=now(),
+        duration_s=time.perf_counter() - t0,
+        hostname=socket.gethostname(),
+        node_id=_ray_node_id(),
+        worker_pid=os.getpid(),
+        cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        ray_version=ray_version(),
+    )
+    row.setdefault("num_threads", torch.get_num_threads())
+    if "git_commit" not in extra:
+        row["git_commit"] = git_commit()
+    row.update(extra)
     return row

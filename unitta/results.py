@@ -7,7 +7,7 @@ Layout of a sweep's output directory (docs/results.md)::
     <out>/results.parquet             every cell file consolidated (written at the end of a sweep)
     <out>/sweep.yaml, manifest.json   the validated config and the run's provenance
 
-A row is ``unitta.evaluate.evaluate``'s row plus the sweep's bookkeeping columns (status, error text,
+A row is ``unitta.evaluate.run_cell``'s row plus the sweep's bookkeeping columns (status, error text,
 timing, host, Ray node, CUDA_VISIBLE_DEVICES, git commit). ``per_domain`` / ``per_class`` are nested
 ``list<struct<key, name, n, error>>`` columns. Failed cells carry their coordinates and null metrics.
 """
@@ -23,6 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from unitta.evaluate import STATUS_FAILED, STATUS_OK
+
 __all__ = [
     "SCHEMA",
     "BREAKDOWN_TYPE",
@@ -37,11 +39,8 @@ __all__ = [
     "done_cells",
     "cell_statuses",
     "consolidate",
-    "cell_coordinates",
 ]
 
-STATUS_OK = "ok"
-STATUS_FAILED = "failed"
 
 # One entry of per_domain / per_class (evaluate._breakdown): error in percent over n images.
 BREAKDOWN_TYPE = pa.list_(
@@ -60,6 +59,10 @@ SCHEMA = pa.schema(
         ("model", pa.string()),
         ("method", pa.string()),
         ("method_kwargs", pa.string()),
+        ("method_config", pa.string()),
+        ("method_version", pa.int64()),
+        ("profile", pa.string()),
+        ("precision", pa.string()),
         ("setting", pa.string()),
         ("class_setting", pa.string()),
         ("domain_setting", pa.string()),
@@ -139,28 +142,6 @@ def cell_path(out_dir: str | Path, cell_id: str) -> Path:
     if not cell_id or "/" in cell_id or cell_id.startswith("."):
         raise ValueError(f"cell_id={cell_id!r} is not a file-name-safe id")
     return cells_dir(out_dir) / f"{cell_id}.parquet"
-
-
-def cell_coordinates(cell) -> dict[str, Any]:
-    """The identity columns of ``cell`` (a ``unitta.evaluate.Cell``), for rows of cells that failed."""
-    return {
-        "cell_id": cell.cell_id(),
-        "config_hash": cell.config_hash(),
-        "dataset": cell.dataset,
-        "model": cell.model_name,
-        "method": cell.method,
-        "method_kwargs": json.dumps(cell.method_kwargs, sort_keys=True),
-        "setting": cell.setting,
-        "sampler": cell.sampler,
-        "seed": cell.seed,
-        "batch_size": cell.batch_size,
-        "severity": cell.severity,
-        "n_per_domain": cell.n_per_domain,
-        "S": cell.S,
-        "length": cell.length,
-        "factor_overrides": json.dumps(cell.factors, sort_keys=True),
-        **{key: cell.factors.get(key) for key in ("domain_alpha", "domain_beta", "class_alpha", "class_beta")},
-    }
 
 
 def _to_table(row: dict[str, Any]) -> pa.Table:

@@ -7,8 +7,8 @@ Examples::
     python -m unitta.tune sweeps/tune_stress.yaml --address auto   # on a running Ray cluster
 
 Each trial is one point of the search space (correlation factor alpha_1 and imbalance factor beta of
-domains and classes, spec 1.1 / paper Cor. 1; the BDN prediction layer, spec 2.5) and runs one cell
-per method through ``unitta.sweep.run_cell`` (two cells for a 'gap' objective: both methods on the
+domains and classes, paper Cor. 1, docs/streams.md; the BDN prediction layer, docs/unitta.md) and runs
+one cell per method through ``unitta.evaluate.run_cell`` (two cells for a 'gap' objective: both methods on the
 same stream). The driver writes every cell's row, with the trial columns (``docs/analysis.md``),
 as its own Parquet file under ``<out>/cells/`` (the sweep's schema), so ``analysis/heatmaps.py``
 reads tune and sweep results alike. Re-running skips points whose cells are already done.
@@ -28,13 +28,15 @@ import base64
 import json
 import logging
 import math
-import os
 import pickle
 import sys
 from pathlib import Path
 from typing import Any
 
-from unitta.evaluate import Cell
+from unitta import cli, ray_cluster
+from unitta.cell import Cell
+from unitta.evaluate import failed_row, run_cell
+from unitta.schema import check_methods
 from unitta.tune_config import (
     FACTORS,
     ConfigError,
@@ -116,12 +118,11 @@ def _objective(cfg: TuneConfig, rows: list[dict[str, Any]]) -> float:
     return float(errors[0])
 
 
-def _failed_row(cell: Cell, message: str) -> dict[str, Any]:
+def _infeasible_row(cell: Cell, message: str) -> dict[str, Any]:
     """A row for a cell that was not run (infeasible point): identity columns, status and reason."""
-    from unitta.results import STATUS_FAILED, cell_coordinates
     from unitta.streams.settings import default_factors
 
-    row = {**cell_coordinates(cell), "status": STATUS_FAILED, "error_text": message}
+    row = failed_row(cell, message)
     # The factor columns hold the values the stream would have used (defaults + overrides), as for
     # a row that ran, so that the analysis can place the point on its factor axis.
     resolved = {**default_factors(cell.setting, cell.dataset), **cell.factors}
@@ -145,8 +146,6 @@ def trial_rows(
     model's BatchNorm layers in module order and ``default_layer`` its default BDN layer (recorded
     with the rows so that the analysis can order and mark the layers).
     """
-    from unitta.sweep import run_cell
-
     layers = list(layers)
     method = point.get("method")
     params = {k: v for k, v in point.items() if k != "method"}
@@ -155,7 +154,7 @@ def trial_rows(
     rows = []
     for cell in cells:
         if why is not None:
-            rows.append({**_failed_row(cell, _INFEASIBLE + why), "sweep_name": cfg.name})
+            rows.append({**_infeasible_row(cell, _INFEASIBLE + why), "sweep_name": cfg.name})
         elif done_rows and cell.cell_id() in done_rows:
             rows.append(dict(done_rows[cell.cell_id()]))
         else:
@@ -213,38 +212,14 @@ def _load_bn_layers(cfg: TuneConfig) -> tuple[list[str], list[str], str | None]:
 
 def _check_methods(cfg: TuneConfig, source: str, layers: list[str]) -> None:
     """Method names and overrides (the searched layer too) checked against the registry before any trial."""
-    from unitta.config import _hint
-    from unitta.methods import build_config, list_methods, method_class
-
-    registered = list_methods()
     base = base_cell(cfg)
-    for name in cfg.trial_methods:
-        if name not in registered:
-            raise ConfigError(
-                f"{source}: unknown method {name!r}{_hint(name, registered)}; registered methods: {', '.join(registered)}"
-            )
-        kwargs = dict(base.method_kwargs)
-        if layers:
-            kwargs["layer"] = layers[0]
-        try:
-            build_config(method_class(name), base.dataset, **kwargs)
-        except (TypeError, ValueError) as exc:
-            extra = " (space.layer needs a method with a 'layer' hyper-parameter: unitta, bdn)" if layers else ""
-            raise ConfigError(f"{source}: method {name!r}: {exc}{extra}") from None
-
-
-def _init_ray(address: str | None, local_cluster: bool, num_cpus: int | None = None) -> None:
-    import ray
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if ray.is_initialized():
-        return
-    if local_cluster:
-        # A fresh local cluster, whatever RAY_ADDRESS says (for laptops and tests).
-        os.environ.pop("RAY_ADDRESS", None)
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    else:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    kwargs = {**base.method_kwargs, **({"layer": layers[0]} if layers else {})}
+    entries = [("methods", name, kwargs) for name in cfg.trial_methods]
+    try:
+        check_methods(entries, [base.dataset], base.profile, source)
+    except ConfigError as exc:
+        extra = " (space.layer needs a method with a 'layer' hyper-parameter: unitta, bdn)" if layers else ""
+        raise ConfigError(f"{exc}{extra}") from None
 
 
 def _done_rows(out: Path) -> dict[str, dict[str, Any]]:
@@ -264,7 +239,8 @@ def run_tune(
     out: Path,
     *,
     address: str | None = None,
-    local_cluster: bool = False,
+    num_cpus: int | None = None,
+    wait_for_resources: float = 0.0,
     source: str = "tune config",
 ):
     """Run the search, write every trial's rows under ``out/cells``; return all tune rows (polars)."""
@@ -313,7 +289,8 @@ def run_tune(
         num_samples = todo
 
     if todo:
-        _init_ray(address, local_cluster, num_cpus=None)
+        ray, _ = ray_cluster.connect(address, num_cpus)
+        ray_cluster.check_fits(ray, cfg.resources.num_cpus, cfg.resources.num_gpus, wait_s=wait_for_resources)
         trainable = tune.with_parameters(
             _trainable,
             cfg_json=cfg.model_dump_json(),
@@ -464,27 +441,28 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m unitta.tune",
         description="Ray Tune over the stream factors and the BDN prediction layer (docs/analysis.md).",
         epilog="examples:\n  python -m unitta.tune sweeps/tune_factors.yaml\n"
-        "  python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --local-cluster",
+        "  python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --address local\n"
+        "exit codes: 0 ok, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="tune YAML (sweeps/tune_*.yaml)")
     parser.add_argument("--output", help="result directory (default: the config's output, or results/<name>)")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--local-cluster", action="store_true", help="start a fresh local Ray cluster")
-    group.add_argument("--address", help="address of a running Ray cluster (e.g. 'auto')")
+    ray_cluster.add_ray_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
+
+    def body() -> int:
         cfg = load_tune_config(args.config)
-        out = Path(args.output or cfg.output or Path("results") / cfg.name)
-        rows = run_tune(cfg, out, address=args.address, local_cluster=args.local_cluster, source=args.config)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    for line in summary_lines(rows, cfg):
-        print(line)
-    print(f"results: {out}/cells  (python analysis/heatmaps.py {out})")
-    return 0
+        out = Path(args.output) if args.output else cfg.output_dir()
+        rows = run_tune(cfg, out, address=args.address, num_cpus=args.num_cpus,
+                        wait_for_resources=args.wait_for_resources, source=args.config)
+        for line in summary_lines(rows, cfg):
+            print(line)
+        print(f"results: {out}/cells  (python analysis/heatmaps.py {out})")
+        return cli.EXIT_OK
+
+    resume = "finished trials are saved; rerun the same command to resume"
+    return cli.run_cli(body, resume, (ConfigError, ray_cluster.ClusterError))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The YAML schema of ``python -m unitta.tune`` (pydantic), validated once at load time.
 
 A tune config names a base cell (every ``unitta.evaluate.Cell`` field except the ones searched),
-the methods, the search space (the four stream factors of spec 1.1 and the BDN domain-prediction
-layer of spec 2.5), the search algorithm and the objective. Example (``sweeps/tune_factors.yaml``)::
+the methods, the search space (the four stream factors of docs/streams.md and the BDN domain-prediction
+layer of docs/unitta.md), the search algorithm and the objective. Example (``sweeps/tune_factors.yaml``)::
 
     name: tune_factors
     cell: {dataset: fmnist-c, setting: nnnu, S: 20}
@@ -21,16 +21,16 @@ Unknown keys are refused with a "did you mean" hint; ``load_tune_config`` raises
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from unitta.config import ConfigError, read_yaml_file  # one error type for sweep and tune configs
-from unitta.evaluate import Cell
+from unitta.cell import Cell
+from unitta.schema import ConfigError, Resources, RunConfig, Strict, hint, read_yaml_file, validate
+from unitta.streams.settings import FACTOR_KEYS
 
 __all__ = [
     "FACTORS",
@@ -51,20 +51,15 @@ __all__ = [
     "with_method",
 ]
 
-# The four stream factors a Cell can override (spec 1.1; Cell.factors keys).
-FACTORS: tuple[str, ...] = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
+# The four stream factors a Cell can override (Cell.factors keys).
+FACTORS: tuple[str, ...] = FACTOR_KEYS
 
 # Cell fields the tune config sets elsewhere (methods, space) and so refuses in ``cell``.
 _SEARCHED_CELL_FIELDS = ("method",)
 
 
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RangeSpec(_Strict):
+class RangeSpec(Strict):
     """A continuous range: sampled by Optuna, or ``num`` evenly spaced grid points (log-spaced if log)."""
 
     low: float
@@ -93,11 +88,11 @@ class RangeSpec(_Strict):
 FactorSpec = list[float] | RangeSpec
 
 
-class SpaceSpec(_Strict):
+class SpaceSpec(Strict):
     """What is searched: any of the four factors and the BDN prediction layer.
 
     layer: 'all' (every BatchNorm layer of the model, ModelInfo.bn_layers), or a list of layer names;
-    passed to the method as its ``layer`` override (the unitta / bdn methods, spec 2.5).
+    passed to the method as its ``layer`` override (the unitta / bdn methods, docs/unitta.md).
     """
 
     domain_alpha: FactorSpec | None = None
@@ -111,7 +106,7 @@ class SpaceSpec(_Strict):
     def _alpha_range(cls, v: FactorSpec | None) -> FactorSpec | None:
         for x in _spec_bounds(v):
             if not 0.0 < x <= 1.0:
-                raise ValueError(f"a correlation factor alpha_1 must lie in (0, 1] (spec 1.1), got {x}")
+                raise ValueError(f"a correlation factor alpha_1 must lie in (0, 1] (docs/streams.md), got {x}")
         return v
 
     @field_validator("domain_beta", "class_beta")
@@ -119,7 +114,7 @@ class SpaceSpec(_Strict):
     def _beta_range(cls, v: FactorSpec | None) -> FactorSpec | None:
         for x in _spec_bounds(v):
             if x < 1.0:
-                raise ValueError(f"an imbalance factor beta must be >= 1 (spec 1.1), got {x}")
+                raise ValueError(f"an imbalance factor beta must be >= 1 (docs/streams.md), got {x}")
         return v
 
     def searched(self) -> list[str]:
@@ -140,7 +135,7 @@ def _spec_bounds(v: FactorSpec | None) -> list[float]:
     return list(v)
 
 
-class SearchSpec(_Strict):
+class SearchSpec(Strict):
     """How the space is searched.
 
     algorithm: 'grid' (every point, Ray Tune grid search) or 'optuna' (TPE, Ray Tune's OptunaSearch).
@@ -163,7 +158,7 @@ class SearchSpec(_Strict):
     feasible_only: bool = False
 
 
-class ObjectiveSpec(_Strict):
+class ObjectiveSpec(Strict):
     """What a trial reports and which way is better.
 
     metric: 'error' (the stream error of the trial's method, %) or 'gap' (error(gap[0]) - error(gap[1]),
@@ -184,24 +179,14 @@ class ObjectiveSpec(_Strict):
         return self
 
 
-class ResourcesSpec(_Strict):
-    """Ray resources per trial (fractional GPUs allowed)."""
-
-    num_cpus: float = Field(default=1, gt=0)
-    num_gpus: float = Field(default=0, ge=0)
-
-
-class TuneConfig(_Strict):
+class TuneConfig(RunConfig):
     """A whole tune config (see the module docstring)."""
 
-    name: str
-    output: str | None = None
     cell: dict[str, Any] = Field(default_factory=dict)
     methods: list[str] = Field(default_factory=list)
     space: SpaceSpec
     search: SearchSpec = SearchSpec()
     objective: ObjectiveSpec = ObjectiveSpec()
-    resources: ResourcesSpec = ResourcesSpec()
 
     @field_validator("cell")
     @classmethod
@@ -211,7 +196,7 @@ class TuneConfig(_Strict):
             if key in _SEARCHED_CELL_FIELDS:
                 raise ValueError(f"{key!r} is set by 'methods' (or objective.gap), not in 'cell'")
             if key not in allowed:
-                raise ValueError(f"unknown key {key!r}{_hint(key, allowed)}; allowed: {', '.join(allowed)}")
+                raise ValueError(f"unknown key {key!r}{hint(key, allowed)}; allowed: {', '.join(allowed)}")
         bad = set(v.get("factors", {})) - set(FACTORS)
         if bad:
             raise ValueError(f"unknown factor(s) {sorted(bad)} in cell.factors; allowed: {', '.join(FACTORS)}")
@@ -251,73 +236,9 @@ class TuneConfig(_Strict):
         return list(self.objective.gap) if self.objective.metric == "gap" else list(self.methods)
 
 
-def _hint(key: str, allowed: list[str]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _is_tag(part: Any) -> bool:
-    """pydantic's union-branch markers in an error location, e.g. 'list[float]'."""
-    return isinstance(part, str) and ("[" in part or "(" in part)
-
-
-def _model_fields(loc: tuple) -> list[str]:
-    """The field names of the (nested) pydantic model that the error location ``loc`` points into."""
-    import typing
-
-    current: Any = TuneConfig
-    for part in loc[:-1]:
-        if _is_tag(part):
-            members = [a for a in typing.get_args(current) if isinstance(a, type) and issubclass(a, BaseModel)]
-            current = next((m for m in members if m.__name__ in part), None)
-        elif isinstance(current, type) and issubclass(current, BaseModel) and str(part) in current.model_fields:
-            current = current.model_fields[str(part)].annotation
-        else:
-            return []
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
-
-
-_TYPE_ERRORS = ("_type", "literal_error", "_parsing")
-
-
-def _format_errors(exc: ValidationError, where: str) -> str:
-    errors = exc.errors()
-    # A union field reports one error per branch: when one branch has a real problem (unknown key,
-    # bad value), the other branches' "wrong type" complaints are noise.
-    def field_of(err: dict) -> tuple:
-        out = []
-        for p in err["loc"]:
-            if _is_tag(p):
-                break
-            out.append(p)
-        return tuple(out)
-
-    real = {field_of(e) for e in errors if not e["type"].endswith(_TYPE_ERRORS)}
-    lines = []
-    for err in errors:
-        if err["type"].endswith(_TYPE_ERRORS) and any(field_of(err)[: len(r)] == r for r in real if r):
-            continue
-        loc = tuple(err["loc"])
-        path = ".".join(str(p) for p in loc if not _is_tag(p))
-        if err["type"] == "extra_forbidden":
-            allowed = _model_fields(loc)
-            lines.append(f"unknown key {path}{_hint(str(loc[-1]), allowed)}; allowed: {', '.join(allowed)}")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"{path}: {msg}" if path else msg)
-    return f"{where}: " + "; ".join(dict.fromkeys(lines))
-
-
 def parse_tune_config(raw: Any, where: str = "tune config") -> TuneConfig:
-    """Validate an already-parsed YAML mapping; ConfigError (one message) on any problem."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected a mapping at the top level, got {type(raw).__name__}")
-    try:
-        return TuneConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, where)) from None
+    """Validate an already-parsed YAML mapping; ConfigError (one line) on any problem."""
+    return validate(TuneConfig, raw, where)
 
 
 def load_tune_config(path: str | Path) -> TuneConfig:

@@ -16,7 +16,8 @@ import pytest
 from analysis.heatmaps import main
 from unitta.config import parse_config
 from unitta.results import cell_path, load_results, write_cell_result
-from unitta.sweep import failed_row, run_sweep
+from unitta.evaluate import failed_row
+from unitta.sweep import run_sweep
 
 SETTINGS = ("i111", "n1i1", "nuiu")
 FAILED = ("bn", "n1i1")

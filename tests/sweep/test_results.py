@@ -9,10 +9,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from unitta.evaluate import Cell
+from unitta.cell import Cell
 from unitta.results import (
     SCHEMA,
-    cell_coordinates,
     consolidate,
     done_cells,
     load_results,
@@ -21,7 +20,7 @@ from unitta.results import (
 
 
 def _row(cell: Cell, status: str = "ok", error: float | None = 12.5, **extra) -> dict:
-    row = {**cell_coordinates(cell), "status": status}
+    row = {**cell.coordinates(), "status": status}
     if status == "ok":
         row.update(
             error=error,

@@ -12,9 +12,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from unitta.evaluate import Cell
+from unitta.cell import Cell
 from unitta.results import load_results
-from unitta.sweep import TASK_NAME, run_cell, run_sweep
+from unitta.evaluate import run_cell
+from unitta.sweep import TASK_NAME, run_sweep
 
 from . import _procs
 from .conftest import REFERENCE_SETTINGS, metric_rows, small_config

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from unitta.evaluate import Cell
+from unitta.cell import Cell
 from unitta.tune import expand_grid, infeasibility, main, trial_cells
 from unitta.tune_config import ConfigError, RangeSpec, load_tune_config, parse_tune_config
 
@@ -28,9 +28,9 @@ def test_shipped_configs_are_valid(path: Path) -> None:
 @pytest.mark.parametrize(
     "change, expected",
     [
-        ({"serch": {}}, "unknown key serch (did you mean 'search'?)"),
-        ({"search": {"algoritm": "grid"}}, "unknown key search.algoritm (did you mean 'algorithm'?)"),
-        ({"space": {"domain_alpah": [0.5]}}, "unknown key space.domain_alpah (did you mean 'domain_alpha'?)"),
+        ({"serch": {}}, "unknown key 'serch' (did you mean 'search'?)"),
+        ({"search": {"algoritm": "grid"}}, "search: unknown key 'algoritm' (did you mean 'algorithm'?)"),
+        ({"space": {"domain_alpah": [0.5]}}, "space: unknown key 'domain_alpah' (did you mean 'domain_alpha'?)"),
         ({"space": {"class_beta": {"low": 1, "high": 5, "nun": 3}}}, "(did you mean 'num'?)"),
         ({"cell": {"setings": "nunu"}}, "unknown key 'setings' (did you mean 'setting'?)"),
         ({"space": {"domain_alpha": [1.5]}}, "alpha_1 must lie in (0, 1]"),

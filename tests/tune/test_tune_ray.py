@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from unitta.results import load_results
-from unitta.sweep import run_cell
+from unitta.evaluate import run_cell
 from unitta.tune import run_tune, trial_cells
 from unitta.tune_config import parse_tune_config
 

@@ -86,6 +86,25 @@ def _grid(class_corrs: tuple[str, ...]) -> tuple[Setting, ...]:
 
 SETTINGS_24: tuple[Setting, ...] = _grid(("i", "n"))  # the paper's grid (class-continual excluded)
 SETTINGS_36: tuple[Setting, ...] = _grid(CORRELATIONS)
+# The same as 4-character codes: the project's one home for setting codes (configs, analysis, results).
+SETTING_CODES_24: tuple[str, ...] = tuple(s.code for s in SETTINGS_24)
+SETTING_CODES_36: tuple[str, ...] = tuple(s.code for s in SETTINGS_36)
+# The halves of a code: the 4 class settings and the 6 domain settings of the paper's grid.
+CLASS_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu")
+DOMAIN_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu", "11", "1u")
+# The four factors of a stream (UniTTA paper, section 3.2): correlation alpha_1 and imbalance beta of
+# the domain and of the class Markov chain; the keys of make_stream's keyword overrides and Cell.factors.
+FACTOR_KEYS: tuple[str, ...] = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
+
+
+def is_setting_code(code: object) -> bool:
+    """True for a valid 4-character code such as 'nui1'."""
+    return isinstance(code, str) and code in SETTING_CODES_36
+
+
+def is_half_code(code: object) -> bool:
+    """True for a valid 2-character <corr><imb> half such as 'n1'."""
+    return isinstance(code, str) and len(code) == 2 and code[0] in CORRELATIONS and code[1] in IMBALANCES
 
 # Dataset names accepted by make_stream, mapped to the paper dataset whose factors and S apply.
 # fmnist-c has exactly 1000 images per (domain, class) like CIFAR-10-C, so it uses CIFAR-10's values.

@@ -1,0 +1,156 @@
+"""``Cell``: the coordinates of one benchmark result and their identity.
+
+A cell is one (dataset, model, method, setting, factors, sampler, seed, batch size) tuple plus how it
+is computed (precision, compilation, profile). Its identity (``identity()``, ``config_hash()``,
+``cell_id()``) covers everything that determines the result: the cell's fields without the placement
+ones (where data lives, which device, how many threads), the method's *resolved* hyper-parameters
+(defaults + dataset preset + profile + overrides) and the method's version, so that a resumed sweep
+never reuses a row computed with other hyper-parameters or an older method (docs/results.md, Resume).
+
+Resolving the method config imports the method registry (and torch) on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from unitta.methods.profiles import PROFILES
+from unitta.streams.settings import FACTOR_KEYS
+
+__all__ = ["Cell", "DEFAULT_MODELS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS"]
+
+# The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
+# ResNet-50) and the embedded default.
+DEFAULT_MODELS = {
+    "fmnist-c": "resnet20",
+    "cifar10-c": "Standard",
+    "cifar100-c": "Hendrycks2020AugMix_ResNeXt",
+    "imagenet-c": "Standard_R50",
+}
+
+# fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
+# matmuls/convolutions on Ampere+ GPUs. bf16: autocast to bfloat16 + channels_last (docs/benchmarks.md).
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+# Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
+PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Everything that determines one result row.
+
+    factors: overrides of the setting's default factors, keys among FACTOR_KEYS
+        (domain_alpha, domain_beta, class_alpha, class_beta; UniTTA paper, section 3.2).
+    S: the official sampler's per-state cap (None: the dataset's default; with n_per_domain set, at
+        most the subset's pool size per (domain, class)).
+    length: the exact sampler's stream length N (None: the dataset's size).
+    method_kwargs: hyper-parameter overrides passed to ``get_method``.
+    n_per_domain: use a class-balanced subset of this many images per domain (small tests/debugging).
+    precision: 'fp32' | 'tf32' | 'bf16' (PRECISIONS). compile: torch.compile the adapted model.
+    profile: 'default' | 'reference' (PROFILES): which variant of each method runs.
+    trust_checkpoints: allow unpickling checkpoints that the safe loader refuses (opt-in).
+    """
+
+    dataset: str = "fmnist-c"
+    method: str = "test"
+    setting: str = "i111"
+    model: str | None = None
+    method_kwargs: dict[str, Any] = field(default_factory=dict)
+    sampler: str = "official"
+    factors: dict[str, float] = field(default_factory=dict)
+    S: int | None = None
+    length: int | None = None
+    seed: int = 425
+    batch_size: int = 64
+    severity: int = 5
+    n_per_domain: int | None = None
+    precision: str = "fp32"
+    profile: str = "default"
+    compile: bool = False
+    data_dir: str | None = None
+    checkpoint_dir: str | None = None
+    device: str = "auto"
+    num_threads: int | None = None
+    trust_checkpoints: bool = False
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile={self.profile!r}: expected one of {', '.join(PROFILES)}")
+        unknown = sorted(set(self.factors) - set(FACTOR_KEYS))
+        if unknown:
+            raise ValueError(f"factors: unknown key(s) {unknown}; allowed: {', '.join(FACTOR_KEYS)}")
+
+    @property
+    def model_name(self) -> str:
+        return self.model or DEFAULT_MODELS.get(self.dataset, "")
+
+    # ------------------------------------------------------------------ the method as it will run
+    @cached_property
+    def method_config(self) -> dict[str, Any]:
+        """The method's resolved hyper-parameters (defaults, dataset preset, profile, overrides), JSON-ready."""
+        from unitta.methods import resolved_config
+
+        return resolved_config(self.method, self.dataset, profile=self.profile, **self.method_kwargs)
+
+    @cached_property
+    def method_version(self) -> int:
+        """The method's behaviour version (``TTAMethod.version``): bumped when its results change."""
+        from unitta.methods import method_class
+
+        return int(method_class(self.method).version)
+
+    # ------------------------------------------------------------------ identity
+    def identity(self) -> dict[str, Any]:
+        """The fields that determine the result (placement fields excluded), JSON-ready."""
+        data = dataclasses.asdict(self)
+        for key in PLACEMENT_FIELDS:
+            data.pop(key)
+        data["model"] = self.model_name
+        data["method_config"] = self.method_config
+        data["method_version"] = self.method_version
+        return data
+
+    def config_hash(self) -> str:
+        """A stable 16-hex-digit hash of ``identity()``: equal cells give equal hashes."""
+        text = json.dumps(self.identity(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def cell_id(self) -> str:
+        """A readable, file-name-safe id: dataset__method__setting__hash."""
+        return f"{self.dataset}__{self.method}__{self.setting}__{self.config_hash()}"
+
+    def coordinates(self) -> dict[str, Any]:
+        """The identity columns of this cell's result row (docs/results.md); metrics are added by ``evaluate``.
+
+        Factor columns hold the overrides here; ``evaluate`` replaces them with the values the stream used.
+        """
+        return {
+            "cell_id": self.cell_id(),
+            "config_hash": self.config_hash(),
+            "dataset": self.dataset,
+            "model": self.model_name,
+            "method": self.method,
+            "method_kwargs": json.dumps(self.method_kwargs, sort_keys=True),
+            "method_config": json.dumps(self.method_config, sort_keys=True),
+            "method_version": self.method_version,
+            "profile": self.profile,
+            "precision": self.precision,
+            "setting": self.setting,
+            "sampler": self.sampler,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "severity": self.severity,
+            "n_per_domain": self.n_per_domain,
+            "S": self.S,
+            "length": self.length,
+            "factor_overrides": json.dumps(self.factors, sort_keys=True),
+            **{key: self.factors.get(key) for key in FACTOR_KEYS},
+        }

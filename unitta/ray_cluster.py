@@ -1,0 +1,168 @@
+"""Joining or starting Ray, and checking that the cluster can run a cell at all: shared by sweep and tune.
+
+Both CLIs take the same flags (``add_ray_arguments``): ``--address`` (a running cluster; ``local``
+starts a new local Ray whatever RAY_ADDRESS says), ``--num-cpus`` (CPUs of a new local Ray) and
+``--wait-for-resources SECONDS`` (an autoscaling cluster: wait that long for a node that fits one cell).
+Without ``--address`` the driver joins the cluster named by RAY_ADDRESS (as under ``ray job submit``) or
+one started with ``ray start`` on this machine, and otherwise starts a local Ray.
+
+Nothing here waits silently: an unreachable address fails within ``CONNECT_TIMEOUT_S`` seconds and a
+cell that no node can hold (``num_cpus: 8`` on a 2-CPU machine, ``num_gpus: 1`` without a GPU) fails
+at start with one line (docs/results.md, "Running on a cluster").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+__all__ = [
+    "ClusterError",
+    "CONNECT_TIMEOUT_S",
+    "add_ray_arguments",
+    "connect",
+    "check_fits",
+    "capacity",
+]
+
+CONNECT_TIMEOUT_S = 20.0
+
+
+class ClusterError(RuntimeError):
+    """Ray cannot be reached, or no node of the cluster can run one cell; the message is one line."""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """The Ray flags of ``python -m unitta.sweep`` and ``python -m unitta.tune``."""
+    parser.add_argument(
+        "--address",
+        help="Ray cluster address; 'local' starts a new local Ray (default: RAY_ADDRESS, else a cluster "
+        "started with `ray start` on this machine, else a new local Ray)",
+    )
+    parser.add_argument("--num-cpus", type=_positive_int, default=None, help="CPUs of a new local Ray (default: all)")
+    parser.add_argument(
+        "--wait-for-resources", type=_non_negative_float, default=0.0, metavar="SECONDS",
+        help="an autoscaling cluster: wait up to SECONDS for a node that can run one cell (default: fail at once)",
+    )
+
+
+def _joining(address: str | None) -> str | None:
+    """The bootstrap address ray.init would join (host:port), or None when it would start a local Ray."""
+    if address == "local":
+        return None
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        return canonicalize_bootstrap_address(address)
+    except ImportError:  # a Ray without this helper: join only what is named
+        named = address or os.environ.get("RAY_ADDRESS")
+        return None if named in (None, "", "local") else named
+    except Exception as exc:  # e.g. 'auto' with no cluster running here
+        raise ClusterError(f"Ray address {address or os.environ.get('RAY_ADDRESS')!r}: {exc}".replace("\n", " "))
+
+
+def _reachable(bootstrap: str, timeout: float) -> bool:
+    if bootstrap.startswith("ray://"):
+        bootstrap = bootstrap.removeprefix("ray://")
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def connect(address: str | None = None, num_cpus: int | None = None):
+    """Join the cluster ``address`` names (see the module docstring) or start a local Ray.
+
+    Returns ``(ray, started_here)``; the caller shuts Ray down only if ``started_here``.
+    """
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return ray, False
+    kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
+    bootstrap = _joining(address)
+    if bootstrap is None:
+        if address == "local":
+            os.environ.pop("RAY_ADDRESS", None)
+        kwargs.update(address="local", include_dashboard=False, num_cpus=num_cpus)
+    else:
+        if not _reachable(bootstrap, CONNECT_TIMEOUT_S):
+            raise ClusterError(
+                f"cannot reach the Ray cluster at {bootstrap} within {CONNECT_TIMEOUT_S:.0f} s; start it "
+                "(`ray start --head`), fix --address / RAY_ADDRESS, or use --address local for a new local Ray"
+            )
+        kwargs["address"] = address if address is not None else bootstrap
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, TimeoutError) as exc:
+        raise ClusterError(f"cannot start or join Ray: {exc}".replace("\n", " ")) from None
+    return ray, True
+
+
+def _fits(node: dict[str, Any], num_cpus: float, num_gpus: float) -> bool:
+    res = node.get("Resources", {})
+    return res.get("CPU", 0) >= num_cpus - 1e-9 and res.get("GPU", 0) >= num_gpus - 1e-9
+
+
+def check_fits(ray, num_cpus: float, num_gpus: float, wait_s: float = 0.0, say=None) -> None:
+    """Raise ``ClusterError`` unless one alive node can run a cell asking for ``num_cpus`` / ``num_gpus``.
+
+    ``wait_s`` > 0 (an autoscaling cluster): warn and poll for up to ``wait_s`` seconds first.
+    """
+    say = say or (lambda text: print(text, file=sys.stderr))
+    deadline = time.monotonic() + wait_s
+    warned = False
+    while True:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        if any(_fits(n, num_cpus, num_gpus) for n in nodes):
+            return
+        if time.monotonic() >= deadline:
+            break
+        if not warned:
+            say(f"warning: no node can run a cell ({num_cpus:g} CPU, {num_gpus:g} GPU) yet; waiting up to "
+                f"{wait_s:.0f} s for the autoscaler (--wait-for-resources)")
+            warned = True
+        time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
+    biggest = max(
+        ((n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0)) for n in nodes), default=(0, 0)
+    )
+    raise ClusterError(
+        f"each cell asks for {num_cpus:g} CPU and {num_gpus:g} GPU but no node of the cluster has that "
+        f"(largest node: {biggest[0]:g} CPU, {biggest[1]:g} GPU); lower 'resources' in the config, add such a node, "
+        "or pass --wait-for-resources SECONDS on an autoscaling cluster"
+    )
+
+
+def capacity(ray, num_cpus: float, num_gpus: float) -> int:
+    """How many cells fit on the cluster at once (for the progress bar's 'running' figure)."""
+    total = 0
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources", {})
+        fits = [res.get("CPU", 0) / num_cpus]
+        if num_gpus > 0:
+            fits.append(res.get("GPU", 0) / num_gpus)
+        total += max(0, int(min(fits) + 1e-9))
+    return total

@@ -1,0 +1,234 @@
+"""The pieces of the sweep and tune YAML schemas that both share (pydantic): one error type, one way to
+report a mistake, one resources section, one name/output rule, one method check.
+
+Every mistake in a config becomes a ``ConfigError`` whose message is one line,
+``'<file>: <key>: <problem>'``; unknown keys get a "did you mean" hint. The CLIs print it and exit
+with code 2 before anything is written (docs/results.md, "Configs").
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "ConfigError",
+    "Strict",
+    "Resources",
+    "RunConfig",
+    "hint",
+    "one_line",
+    "read_yaml_file",
+    "check_methods",
+]
+
+
+class ConfigError(ValueError):
+    """A config mistake; the message is one line: '<file>: <key>: <problem>'."""
+
+
+def hint(word: Any, choices: Iterable[Any]) -> str:
+    """' (did you mean 'x'?)' for the closest of ``choices``, or ''."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class Strict(BaseModel):
+    """Base of every config section: frozen, and unknown keys refused with a 'did you mean' hint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = list(cls.model_fields)
+            for key in data:
+                if key not in allowed:
+                    raise ValueError(f"unknown key {key!r}{hint(key, allowed)}; allowed keys: {', '.join(allowed)}")
+        return data
+
+
+class Resources(Strict):
+    """What one cell (or trial) asks Ray for; num_cpus also pins torch's thread count (at least 1)."""
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    @field_validator("num_cpus")
+    @classmethod
+    def _cpus(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"must be > 0, got {value}")
+        return value
+
+    @field_validator("num_gpus")
+    @classmethod
+    def _gpus(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        if value > 1 and value != int(value):
+            raise ValueError(f"a fraction of a GPU must be < 1 (or a whole number of GPUs), got {value}")
+        return value
+
+    @property
+    def num_threads(self) -> int:
+        return max(1, int(self.num_cpus))
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+class RunConfig(Strict):
+    """What every run (sweep or tune) has: a name, where results go, the resources of one cell."""
+
+    name: str
+    output: str | None = None
+    resources: Resources = Resources()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        # the name becomes a directory under results/: one path component, never '.', '..' or hidden
+        if not _NAME.match(value or "") or value in (".", ".."):
+            raise ValueError(
+                f"must be one word of letters, digits, '_', '-', '.' or '+' (not starting with '.', no slashes "
+                f"or spaces), got {value!r}"
+            )
+        return value
+
+    def output_dir(self) -> Path:
+        """Where results go: ``output``, or ``results/<name>``."""
+        return Path(self.output) if self.output else Path("results") / self.name
+
+
+# ---------------------------------------------------------------------- one-line errors
+_TYPE_ERRORS = ("_type", "literal_error", "_parsing")
+
+
+def _is_tag(part: Any) -> bool:
+    """pydantic's union-branch / validator markers in an error location, e.g. 'list[float]'."""
+    return isinstance(part, str) and ("[" in part or "(" in part or part.startswith("function-"))
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _is_tag(part) or part in ("RangeSpec",):
+            continue
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _field(err: dict) -> tuple:
+    out = []
+    for part in err["loc"]:
+        if _is_tag(part) or part == "RangeSpec":
+            break
+        out.append(part)
+    return tuple(out)
+
+
+def one_line(exc: ValidationError) -> str:
+    """The first real problem of a pydantic error as '<key>: <problem>' (+ how many more)."""
+    errors = exc.errors(include_url=False)
+    # A union field reports one error per branch: when one branch has a real problem (unknown key,
+    # bad value), the other branches' "wrong type" complaints are noise.
+    real = {_field(e) for e in errors if not e["type"].endswith(_TYPE_ERRORS)}
+    kept = [
+        e for e in errors
+        if not (e["type"].endswith(_TYPE_ERRORS) and any(_field(e)[: len(r)] == r for r in real if r))
+    ] or errors
+    err = kept[0]
+    msg = err["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    if err["type"] == "missing":
+        msg = "missing (required)"
+    elif err["type"] not in ("value_error", "assertion_error"):
+        msg = f"{msg} (got {err.get('input')!r})"
+    loc = _loc(tuple(err["loc"]))
+    more = len(kept) - 1
+    tail = f" (+{more} more error{'s' if more > 1 else ''})" if more else ""
+    head = f"{loc}: " if loc else ""
+    return f"{head}{msg}{tail}".replace("\n", " ")
+
+
+def validate(model: type[BaseModel], data: Any, source: str) -> Any:
+    """``model.model_validate(data)``, any mistake a one-line ``ConfigError`` prefixed with ``source``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {one_line(exc)}") from None
+    except ValueError as exc:  # raised by a 'before' validator outside pydantic's error wrapping
+        raise ConfigError(f"{source}: {exc}".replace("\n", " ")) from None
+
+
+# ---------------------------------------------------------------------- YAML
+def _yaml_loader():
+    """PyYAML's SafeLoader with YAML 1.2 floats: ``1e-3`` is a float, not the string '1e-3' (YAML 1.1)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+        list("-+0123456789"),
+    )
+    return Loader
+
+
+def read_yaml_file(path: str | Path) -> Any:
+    """The parsed content of a YAML config file; a missing file or a YAML error is a one-line ``ConfigError``."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = yaml.load(path.read_text(), Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}".replace("\n", " ")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config: {exc}".replace("\n", " ")) from None
+    if data is None:
+        raise ConfigError(f"{path}: the file is empty")
+    return data
+
+
+# ---------------------------------------------------------------------- methods
+def check_methods(entries: list[tuple[str, str, dict[str, Any]]], datasets: list[str], profile: str, source: str) -> None:
+    """Each (label, method name, overrides) against the registry and the method's Config, per dataset.
+
+    The Config's own validation (types, ranges) runs here, so a bad hyper-parameter fails the config
+    check instead of every cell.
+    """
+    from unitta.methods import list_methods, resolved_config
+
+    registered = list_methods()
+    for label, name, overrides in entries:
+        if name not in registered:
+            raise ConfigError(
+                f"{source}: {label}: unknown method {name!r}{hint(name, registered)}; "
+                f"registered methods: {', '.join(registered)}"
+            )
+        for dataset in datasets:
+            try:
+                resolved_config(name, dataset, profile=profile, **overrides)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"{source}: {label} ({name}): {exc}".replace("\n", " ")) from None
