@@ -1,0 +1,131 @@
+"""python -m unitta.recommend: the paper's table, result directories (seeds, Tune points), the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from unitta.paper import load_paper_table
+from unitta.recommend import PAPER_STREAM_LENGTHS, benchmark_table, main, recommend
+from unitta.streams import estimate_factors, make_stream, synthetic_labels
+from unitta.streams.settings import default_factors
+
+LABELS, DOMAINS = synthetic_labels("cifar10")
+
+
+def _stream(code: str, seed: int = 0, length: int = 20_000, **kw):
+    return make_stream(LABELS, DOMAINS, code, dataset="cifar10", sampler="exact", length=length, seed=seed, **kw)
+
+
+@pytest.mark.parametrize("code", ["nui1", "i111", "n1nu", "iuiu"])
+def test_paper_ranking_at_the_estimated_setting(code: str) -> None:
+    s = _stream(code)
+    table, source = benchmark_table(paper="cifar10-c")
+    rec = recommend(estimate_factors(s.classes, s.domains), table, source)
+    assert [p["setting"] for p in rec.points] == [code]
+    paper = load_paper_table("cifar10-c").filter(pl.col("setting") == code).sort(["error", "method"])
+    assert [m["method"] for m in rec.methods] == paper["method"].to_list()
+    assert [m["error"] for m in rec.methods] == pytest.approx(paper["error"].to_list())
+    # one run on a stream of known length: the binomial standard error
+    best = rec.methods[0]
+    n = PAPER_STREAM_LENGTHS["cifar10-c"][code]
+    assert best["se"] == pytest.approx(100 * math.sqrt(best["error"] / 100 * (1 - best["error"] / 100) / n))
+
+
+@pytest.mark.parametrize("code", ["nui1", "iuiu"])
+def test_paper_stream_lengths_are_the_official_samplers(code: str) -> None:
+    s = make_stream(LABELS, DOMAINS, code, dataset="cifar10", sampler="official")
+    assert len(s) == PAPER_STREAM_LENGTHS["cifar10-c"][code]
+
+
+def test_class_only_averages_over_the_six_domain_settings() -> None:
+    s = _stream("n1n1")  # class (n,1)
+    rec = recommend(estimate_factors(s.classes), *benchmark_table(paper="cifar100-c"))
+    assert sorted(p["setting"] for p in rec.points) == sorted(f"n1{d}" for d in ("i1", "iu", "n1", "nu", "11", "1u"))
+    paper = load_paper_table("cifar100-c").filter(pl.col("setting").str.starts_with("n1"))
+    full = paper.group_by("method").agg(pl.col("error").mean(), pl.len()).filter(pl.col("len") == 6)
+    expected = dict(zip(full["method"], full["error"]))
+    assert {m["method"]: m["error"] for m in rec.methods} == pytest.approx(expected)  # LAME lacks n11u: left out
+
+
+def _results_dir(tmp_path, rows: list[dict]) -> str:
+    base = {"dataset": "fmnist-c", "status": "ok", "n_samples": 10_000}
+    pl.DataFrame([{**base, **r} for r in rows]).write_parquet(tmp_path / "results.parquet")
+    return str(tmp_path)
+
+
+def test_results_dir_seeds_and_nearest_tune_point(tmp_path) -> None:
+    n1i1 = default_factors("n1i1")
+    tune = {**n1i1, "class_alpha": 0.8}  # a Tune point off the default factors
+    rows = [
+        {"method": "a", "setting": "n1i1", **n1i1, "error": 20.0, "seed": 0},
+        {"method": "a", "setting": "n1i1", **n1i1, "error": 22.0, "seed": 1},
+        {"method": "b", "setting": "n1i1", **n1i1, "error": 25.0, "seed": 0},
+        {"method": "a", "setting": "n1i1", **tune, "error": 40.0, "seed": 0},
+        {"method": "b", "setting": "n1i1", **tune, "error": 30.0, "seed": 0},
+        {"method": "b", "setting": "i1i1", **default_factors("i1i1"), "error": 1.0, "seed": 0},
+    ]
+    d = _results_dir(tmp_path, rows)
+    table, source = benchmark_table(results=[d])
+    near_default = recommend(estimate_factors(*_pair(_stream("n1i1"))), table, source)
+    assert [m["method"] for m in near_default.methods] == ["a", "b"]
+    a = near_default.methods[0]
+    assert a["error"] == pytest.approx(21.0) and a["se"] == pytest.approx(1.0)  # sd over 2 seeds / sqrt(2)
+    b = near_default.methods[1]
+    assert b["se"] == pytest.approx(100 * math.sqrt(0.25 * 0.75 / 10_000))
+    near_tune = recommend(estimate_factors(*_pair(_stream("n1i1", class_alpha=0.8))), table, source)
+    assert near_tune.points[0]["class_alpha"] == pytest.approx(0.8)
+    assert [m["method"] for m in near_tune.methods] == ["b", "a"]
+
+
+def _pair(s):
+    return s.classes, s.domains
+
+
+def test_cli_json_and_report(tmp_path, capsys) -> None:
+    s = _stream("nui1")
+    np.save(tmp_path / "c.npy", s.classes)
+    (tmp_path / "d.csv").write_text("domain\n" + "\n".join(map(str, s.domains)) + "\n")
+    assert main(["--classes", str(tmp_path / "c.npy"), "--domains", str(tmp_path / "d.csv"),
+                 "--paper", "cifar10-c", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["setting"] == "nui1"
+    assert set(out["factors"]) == {"domain_alpha", "domain_beta", "class_alpha", "class_beta"}
+    errors = [m["error"] for m in out["methods"]]
+    assert errors == sorted(errors) and {"method", "error"} <= set(out["methods"][0])
+    assert main(["--classes", str(tmp_path / "c.npy"), "--paper", "cifar10-c", "--top", "3"]) == 0
+    report = capsys.readouterr().out
+    assert "nearest setting: nu**" in report and "runner-up" in report
+
+
+@pytest.mark.parametrize(
+    "classes,domains,match",
+    [
+        ("", None, "no labels"),
+        ("1\n2\nx\n", None, "line 3"),
+        ("1\n2\n0\n", "0\n1\n", "--domains has 2 labels"),
+        ("1.5\n2\n", None, "not an integer"),
+    ],
+)
+def test_cli_bad_input_one_line_exit_2(tmp_path, capsys, classes, domains, match) -> None:
+    (tmp_path / "c.txt").write_text(classes)
+    argv = ["--classes", str(tmp_path / "c.txt"), "--paper", "cifar10-c"]
+    if domains is not None:
+        (tmp_path / "d.txt").write_text(domains)
+        argv += ["--domains", str(tmp_path / "d.txt")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err
+
+
+def test_cli_usage_errors_exit_2(tmp_path, capsys) -> None:
+    (tmp_path / "c.txt").write_text("0\n1\n0\n1\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["--classes", str(tmp_path / "c.txt")])  # neither --results nor --paper
+    assert exc.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert main(["--classes", str(tmp_path / "c.txt"), "--paper", "mnist"]) == 2
+    assert main(["--classes", str(tmp_path / "c.txt"), "--results", str(tmp_path / "missing")]) == 2

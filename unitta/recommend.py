@@ -1,0 +1,370 @@
+"""Which TTA method to deploy for a stream like yours: ``python -m unitta.recommend``.
+
+Examples::
+
+    python -m unitta.recommend --classes labels.npy --domains domains.npy --paper cifar10-c
+    python -m unitta.recommend --classes preds.txt --label-error 0.2 --results results/full_grid --json
+
+Estimates the stream's factors (``unitta.streams.estimate_factors``: correlation alpha_1 and imbalance
+beta of classes and domains, with intervals, and the nearest setting code), finds the nearest benchmark
+cells (a sweep's settings or a Tune sweep's factor points, or the paper's published table), and ranks the
+methods by their error there. docs/recommend.md explains the distance and the intervals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from unitta.streams.estimate import Factors, corr_position, estimate_factors, imb_position
+from unitta.streams.settings import FACTOR_KEYS, default_factors
+
+__all__ = ["Recommendation", "UsageError", "benchmark_table", "main", "read_labels", "recommend"]
+
+# Stream length of every setting of the paper's runs: the reference sampler with seed 425 on the full
+# test sets (computed with make_stream(*synthetic_labels(dataset), code, sampler="official")); the paper
+# prints one run per cell, so its binomial standard error uses these lengths.
+PAPER_STREAM_LENGTHS: dict[str, dict[str, int]] = {
+    "cifar10-c": {
+        "i1i1": 136519, "i1iu": 75660, "i1n1": 129655, "i1nu": 74091, "i111": 150000, "i11u": 75660,
+        "iui1": 61275, "iuiu": 30923, "iun1": 61275, "iunu": 30923, "iu11": 61275, "iu1u": 30923,
+        "n1i1": 136837, "n1iu": 75660, "n1n1": 115931, "n1nu": 60474, "n111": 150000, "n11u": 75660,
+        "nui1": 56801, "nuiu": 30923, "nun1": 48348, "nunu": 33418, "nu11": 61275, "nu1u": 30923,
+    },
+    "cifar100-c": {
+        "i1i1": 110896, "i1iu": 75600, "i1n1": 103957, "i1nu": 58264, "i111": 150000, "i11u": 75600,
+        "iui1": 58875, "iuiu": 29703, "iun1": 58875, "iunu": 29703, "iu11": 58875, "iu1u": 29703,
+        "n1i1": 84405, "n1iu": 75600, "n1n1": 27804, "n1nu": 14331, "n111": 150000, "n11u": 75600,
+        "nui1": 37197, "nuiu": 29703, "nun1": 24937, "nunu": 13183, "nu11": 58875, "nu1u": 29703,
+    },
+    "imagenet-c": {
+        "i1i1": 28360, "i1iu": 76000, "i1n1": 23593, "i1nu": 21618, "i111": 150000, "i11u": 76000,
+        "iui1": 58425, "iuiu": 31349, "iun1": 58425, "iunu": 29561, "iu11": 58425, "iu1u": 31349,
+        "n1i1": 228845, "n1iu": 76000, "n1n1": 268749, "n1nu": 100398, "n111": 150000, "n11u": 76000,
+        "nui1": 132958, "nuiu": 29561, "nun1": 106678, "nunu": 117579, "nu11": 58425, "nu1u": 29561,
+    },
+}
+_TIE = 1e-9  # points this close to the nearest distance count as equally near
+
+
+class UsageError(ValueError):
+    """Bad input from the command line: reported as one line, exit status 2."""
+
+
+def read_labels(path: str | Path, name: str = "labels") -> np.ndarray:
+    """Integer labels from a .npy file, or a text/.csv file with one integer per line (a .csv may have a header)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{name} file {str(p)!r} does not exist")
+    if p.suffix == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise UsageError(f"{name} file {str(p)!r}: not a readable .npy array ({err})") from None
+        if arr.ndim != 1 or arr.size == 0:
+            raise UsageError(f"{name} file {str(p)!r}: expected a non-empty 1-d array, got shape {arr.shape}")
+        if arr.dtype.kind in "iu":
+            return arr.astype(np.int64)
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            return arr.astype(np.int64)
+        raise UsageError(f"{name} file {str(p)!r}: expected integer labels, got dtype {arr.dtype}")
+    try:
+        lines = p.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"{name} file {str(p)!r}: not a readable text file ({err})") from None
+    rows = [(i + 1, line.strip()) for i, line in enumerate(lines) if line.strip()]
+    if p.suffix == ".csv" and rows and not _is_int(rows[0][1]):
+        rows = rows[1:]  # a header line
+    if not rows:
+        raise UsageError(f"{name} file {str(p)!r} holds no labels")
+    out = np.empty(len(rows), dtype=np.int64)
+    for j, (line_no, text) in enumerate(rows):
+        if not _is_int(text):
+            raise UsageError(f"{name} file {str(p)!r} line {line_no}: {text[:40]!r} is not an integer label")
+        out[j] = int(text)
+    return out
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _binomial_se(error_pct: float, n: float | None) -> float:
+    """Standard error (in points) of an error rate measured on n stream positions."""
+    if n is None or not n or n <= 0 or not math.isfinite(error_pct):
+        return float("nan")
+    p = min(max(error_pct / 100.0, 0.0), 1.0)
+    return 100.0 * math.sqrt(p * (1.0 - p) / n)
+
+
+def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str | None = None,
+                    dataset: str | None = None) -> tuple[Any, str]:
+    """Benchmark points as a polars DataFrame (method, setting, the 4 factors, error, se, n_runs) and a label.
+
+    results: sweep or Tune result directories (``unitta.results.load_results``), ok rows only; several seeds
+    of one point give mean and standard error over seeds, one run the binomial standard error
+    sqrt(p (1 - p) / n_samples). paper: a dataset of the paper's published table (``unitta.paper``), whose
+    cells get the benchmark's default factors of their setting.
+    """
+    import polars as pl
+
+    if paper is not None:
+        from unitta.paper import PAPER_DATASETS, load_paper_table
+
+        name = paper if paper in PAPER_DATASETS else f"{paper}-c"
+        if name not in PAPER_DATASETS:
+            raise UsageError(f"--paper {paper!r}: the paper has tables for {', '.join(sorted(PAPER_DATASETS))}")
+        df = load_paper_table(name)
+        rows = []
+        for r in df.iter_rows(named=True):
+            f = default_factors(r["setting"], name)
+            n = PAPER_STREAM_LENGTHS[name].get(r["setting"])
+            rows.append({"method": r["method"], "setting": r["setting"], **f, "error": r["error"],
+                         "se": _binomial_se(r["error"], n), "n_runs": 1})
+        return pl.DataFrame(rows), f"the paper's table for {name}"
+
+    from unitta.results import STATUS_OK, load_results
+
+    frames = []
+    for d in results or []:
+        if not Path(d).is_dir():
+            raise UsageError(f"--results {str(d)!r} is not a directory")
+        frames.append(load_results(d))
+    df = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+    need = ("method", "setting", "error", "status", "dataset", *FACTOR_KEYS)
+    if df.height == 0 or any(c not in df.columns for c in need):
+        raise UsageError(f"--results {' '.join(map(str, results or []))}: no result rows found")
+    df = df.filter((pl.col("status") == STATUS_OK) & pl.col("error").is_not_null())
+    datasets = sorted(df["dataset"].unique().drop_nulls().to_list())
+    if dataset is not None:
+        if dataset not in datasets:
+            raise UsageError(f"--dataset {dataset!r}: the results hold {', '.join(datasets) or 'no successful rows'}")
+        df = df.filter(pl.col("dataset") == dataset)
+    elif len(datasets) > 1:
+        raise UsageError(f"the results hold several datasets ({', '.join(datasets)}); choose one with --dataset")
+    if df.height == 0:
+        raise UsageError("the results hold no successful rows")
+    if "n_samples" not in df.columns:
+        df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_samples"))
+    keys = ["method", "setting", *FACTOR_KEYS]
+    df = df.with_columns([pl.col(k).round(6) for k in FACTOR_KEYS])
+    agg = df.group_by(keys).agg(
+        pl.col("error").mean().alias("mean"), pl.col("error").std().alias("sd"), pl.len().alias("n_runs"),
+        pl.col("n_samples").mean().alias("n_samples"),
+    )
+    rows = []
+    for r in agg.iter_rows(named=True):
+        if r["n_runs"] >= 2:
+            se = r["sd"] / math.sqrt(r["n_runs"])
+        else:
+            se = _binomial_se(r["mean"], r["n_samples"])
+        rows.append({**{k: r[k] for k in keys}, "error": r["mean"], "se": se, "n_runs": r["n_runs"]})
+    source = ", ".join(map(str, results or [])) + (f" ({datasets[0] if dataset is None else dataset})")
+    return pl.DataFrame(rows), source
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The estimated factors, the nearest benchmark points and the methods ranked by their error there."""
+
+    factors: Factors
+    points: list[dict[str, Any]]  # the nearest points: setting and the 4 factors
+    distance: float
+    methods: list[dict[str, Any]]  # best first: method, error, se, interval95, n_points
+    source: str
+
+    def runner_up(self) -> dict[str, Any] | None:
+        """How far the second method is behind the first: gap (points), its standard error and z = gap / se."""
+        if len(self.methods) < 2:
+            return None
+        a, b = self.methods[0], self.methods[1]
+        gap = b["error"] - a["error"]
+        se = math.sqrt(a["se"] ** 2 + b["se"] ** 2) if math.isfinite(a["se"]) and math.isfinite(b["se"]) else math.nan
+        z = gap / se if se and math.isfinite(se) else math.nan
+        return {"method": b["method"], "gap": gap, "gap_se": _none(se), "z": _none(z),
+                "within_noise": bool(math.isfinite(z) and z < 2.0)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "factors": self.factors.as_dict(),
+            "setting": self.factors.setting,
+            "methods": [{k: _none(v) if isinstance(v, float) else v for k, v in m.items()} for m in self.methods],
+            "factor_details": _nan_to_none(self.factors.summary()),
+            "nearest": {"points": self.points, "distance": self.distance},
+            "runner_up": self.runner_up(),
+            "source": self.source,
+        }
+
+
+def _none(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _nan_to_none(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return _none(obj)
+    if isinstance(obj, dict):
+        return {k: _nan_to_none(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_to_none(v) for v in obj]
+    return obj
+
+
+def _coordinates(f: dict[str, float | None], factors: Factors) -> list[float]:
+    """The point's position on the ladders of ``corr_position`` / ``imb_position`` (only the estimated attributes)."""
+    out = [corr_position(float(f["class_alpha"]), "class", factors.classes.n_states),
+           imb_position(float(f["class_beta"]), "class")]
+    if factors.domains is not None:
+        out += [corr_position(float(f["domain_alpha"]), "domain", factors.domains.n_states),
+                imb_position(float(f["domain_beta"]), "domain")]
+    return out
+
+
+def recommend(factors: Factors, table: Any, source: str = "", *, top: int | None = None) -> Recommendation:
+    """Rank the methods of ``table`` (``benchmark_table``) by their mean error at the points nearest ``factors``.
+
+    Distance: Euclidean over the estimated attributes' positions on the correlation ladder (i = 0, n = 1,
+    continual = 2; log mean run length between them) and the imbalance ladder (log beta / log beta_u).
+    Without domains only the class coordinates count, so every domain setting at the nearest class point is
+    equally near and the ranking averages over them. Methods are ranked on the points every one of them has
+    (all methods if none has them all).
+    """
+    if table.height == 0:
+        raise UsageError("no benchmark points to compare with")
+    est = _coordinates(factors.as_dict(), factors)
+    points: dict[tuple, float] = {}
+    for r in table.select(["setting", *FACTOR_KEYS]).unique().iter_rows(named=True):
+        coords = _coordinates(r, factors)
+        points[(r["setting"], *(r[k] for k in FACTOR_KEYS))] = math.dist(coords, est)
+    d_min = min(points.values())
+    nearest = sorted(p for p, d in points.items() if d <= d_min + _TIE)
+    by_method: dict[str, dict[tuple, tuple[float, float]]] = {}
+    for r in table.iter_rows(named=True):
+        key = (r["setting"], *(r[k] for k in FACTOR_KEYS))
+        if key in nearest:
+            by_method.setdefault(r["method"], {})[key] = (r["error"], r["se"])
+    complete = {m: v for m, v in by_method.items() if len(v) == len(nearest)} or by_method
+    methods = []
+    for m, cells in complete.items():
+        errs = [e for e, _ in cells.values()]
+        ses = [s for _, s in cells.values()]
+        mean = float(np.mean(errs))
+        se = math.sqrt(sum(s**2 for s in ses)) / len(ses) if all(math.isfinite(s) for s in ses) else math.nan
+        methods.append({"method": m, "error": mean, "se": se,
+                        "interval95": [mean - 1.96 * se, mean + 1.96 * se] if math.isfinite(se) else None,
+                        "n_points": len(cells)})
+    methods.sort(key=lambda x: (x["error"], x["method"]))
+    pts = [{"setting": p[0], **dict(zip(FACTOR_KEYS, p[1:]))} for p in nearest]
+    return Recommendation(factors=factors, points=pts, distance=d_min, methods=methods[:top] if top else methods,
+                          source=source)
+
+
+def _fmt_attr(name: str, a: Any) -> list[str]:
+    lo_a, hi_a = a.interval("alpha")
+    lo_b, hi_b = a.interval("beta")
+    fixed = f"  (fixed: {a.family})"
+    alpha = f"{a.alpha:.4f}" + (f"  [{lo_a:.4f}, {hi_a:.4f}]" if math.isfinite(a.alpha_se) else fixed)
+    beta = f"{a.beta:.3f}" + (f"  [{lo_b:.3f}, {hi_b:.3f}]" if math.isfinite(a.beta_se) else "")
+    return [f"  {name:<7} {a.family:<9} ({a.corr},{a.imb})  alpha_1 = {alpha}   beta = {beta}"]
+
+
+def format_report(rec: Recommendation) -> str:
+    """The human-readable report: factors with 95% intervals, nearest setting, top methods, runner-up gap."""
+    f = rec.factors
+    lines = [f"stream factors (95% intervals), {f.classes.length} positions:"]
+    lines += _fmt_attr("classes", f.classes)
+    if f.domains is not None:
+        lines += _fmt_attr("domains", f.domains)
+    else:
+        lines.append("  domains  not given: the ranking averages over the domain settings")
+    lines.append(f"nearest setting: {f.setting}")
+    pts = ", ".join(p["setting"] if not _overridden(p) else f"{p['setting']}{_factor_text(p)}" for p in rec.points)
+    lines.append(f"nearest benchmark point(s) in {rec.source}: {pts} (distance {rec.distance:.3f})")
+    lines.append("")
+    lines.append(f"{'rank':>4}  {'method':<16} {'error %':>8}  {'95% interval':>17}  points")
+    for i, m in enumerate(rec.methods, 1):
+        iv = f"[{m['interval95'][0]:6.2f}, {m['interval95'][1]:6.2f}]" if m["interval95"] else f"{'-':>17}"
+        lines.append(f"{i:>4}  {m['method']:<16} {m['error']:8.2f}  {iv:>17}  {m['n_points']}")
+    ru = rec.runner_up()
+    if ru is not None:
+        z = f"z = {ru['z']:.1f}" if ru["z"] is not None else "no interval"
+        verdict = "within noise" if ru["within_noise"] else "a clear gap"
+        lines.append(f"runner-up {ru['method']} is {ru['gap']:+.2f} points behind ({z}: {verdict})")
+    return "\n".join(lines)
+
+
+def _overridden(p: dict[str, Any]) -> bool:
+    """True for a point off the setting's default factors (a Tune point); the i.i.d. alpha (1/n) varies by dataset."""
+    try:
+        d = default_factors(p["setting"])
+    except ValueError:
+        return True
+    iid = {f"{a}_alpha" for a, c in (("class", p["setting"][0]), ("domain", p["setting"][2])) if c == "i"}
+    return any(abs(float(p[k]) - d[k]) > 1e-6 for k in FACTOR_KEYS if k not in iid)
+
+
+def _factor_text(p: dict[str, Any]) -> str:
+    return "(" + ", ".join(f"{k}={p[k]:g}" for k in FACTOR_KEYS) + ")"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints the usage as well)
+        print(f"unitta.recommend: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m unitta.recommend", description=__doc__.split("\n\n")[0])
+    p.add_argument("--classes", required=True,
+                   help="class label per stream position: .npy, .csv or one integer per line")
+    p.add_argument("--domains", help="domain id per stream position (same formats); omit to estimate classes only")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--results", nargs="+", metavar="DIR", help="sweep / Tune result directories")
+    src.add_argument("--paper", metavar="DATASET", help="the paper's table: cifar10-c, cifar100-c or imagenet-c")
+    p.add_argument("--dataset", help="with --results holding several datasets: the one to use")
+    p.add_argument("--num-classes", type=int, help="number of classes (default: largest label + 1)")
+    p.add_argument("--num-domains", type=int, help="number of domains (default: largest id + 1)")
+    p.add_argument("--label-error", type=float, default=0.0,
+                   help="error rate of predicted class labels, to undo their flattening (default 0: true labels)")
+    p.add_argument("--top", type=int, default=5, help="methods to show (default 5; --json lists all)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        classes = read_labels(args.classes, "--classes")
+        domains = read_labels(args.domains, "--domains") if args.domains else None
+        if domains is not None and len(domains) != len(classes):
+            raise UsageError(f"--domains has {len(domains)} labels but --classes has {len(classes)}")
+        try:
+            factors = estimate_factors(classes, domains, num_classes=args.num_classes, num_domains=args.num_domains,
+                                       label_error=args.label_error)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
+        table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset)
+        rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1))
+    except UsageError as err:
+        print(f"unitta.recommend: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(rec.to_json()))
+    else:
+        print(format_report(rec))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
