@@ -16,6 +16,9 @@ import numpy as np
 from unitta.streams import exact as _exact
 from unitta.streams import official as _official
 from unitta.streams.settings import (
+    FACTOR_KEYS,
+    SETTING_CODES_24,
+    SETTING_CODES_36,
     SETTINGS_24,
     SETTINGS_36,
     Setting,
@@ -24,10 +27,16 @@ from unitta.streams.settings import (
     default_state_cap,
 )
 from unitta.streams.stream import Stream, check_labels_domains, draw_from_pools
+from unitta.streams.estimate import Factors, estimate_factors
 
 __all__ = [
     "SETTINGS_24",
     "SETTINGS_36",
+    "SETTING_CODES_24",
+    "SETTING_CODES_36",
+    "FACTOR_KEYS",
+    "Factors",
+    "estimate_factors",
     "SAMPLERS",
     "Setting",
     "Stream",
@@ -39,7 +48,6 @@ __all__ = [
 
 SAMPLERS = ("official", "exact")
 DEFAULT_SEED = 425  # the reference's cfg.SEED (spec 7.19)
-_FACTOR_KEYS = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
 
 
 def make_stream(
@@ -82,7 +90,7 @@ def make_stream(
         raise ValueError(f"seed={seed!r}: expected an integer >= 0")
     seed = int(seed)
     labels, domains, num_domains, num_classes = check_labels_domains(labels, domains)
-    overrides = dict(zip(_FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)))
+    overrides = dict(zip(FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)))
     factors = default_factors(s, dataset)
     num_states = num_domains * num_classes
     state_of_image = domains * num_classes + labels
