@@ -9,13 +9,68 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 from unitta.evaluate import git_commit, now, ray_version
 from unitta.results import write_cell_result
 
-__all__ = ["fresh_output_dir", "write_manifest", "record"]
+__all__ = ["fresh_output_dir", "write_manifest", "record", "OutputLock", "OutputBusy", "remove_stale_temp_files"]
+
+
+class OutputBusy(RuntimeError):
+    """Another live sweep or tune run writes into the same output directory; the message is one line."""
+
+
+class OutputLock:
+    """An exclusive lock on an output directory for the whole run (``<out>/.lock``, with its owner beside it).
+
+    A second sweep into the same directory fails at once with one line naming the other process,
+    instead of both writing the same cells. The lock is the OS's (``filelock``): a killed driver
+    leaves no stale lock behind.
+    """
+
+    def __init__(self, out_dir: Path) -> None:
+        from filelock import FileLock
+
+        self.out_dir = Path(out_dir)
+        self.owner = self.out_dir / ".lock.owner"
+        self._lock = FileLock(str(self.out_dir / ".lock"), timeout=0)
+
+    def __enter__(self) -> "OutputLock":
+        from filelock import Timeout
+
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            try:
+                who = json.loads(self.owner.read_text())
+                other = f"pid {who.get('pid')} on {who.get('host')}, started {who.get('started_at')}: {who.get('argv')}"
+            except (OSError, ValueError):
+                other = "another process"
+            raise OutputBusy(
+                f"{self.out_dir} is in use by another run ({other}); wait for it to finish, or use --output"
+            ) from None
+        self.owner.write_text(json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "started_at": now().isoformat(), "argv": sys.argv}
+        ))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.owner.unlink(missing_ok=True)
+        self._lock.release()
+
+
+def remove_stale_temp_files(directory: Path) -> int:
+    """Delete the ``.*.tmp`` files a killed writer left in ``directory``; call it only while holding its
+    ``OutputLock`` (then no live writer of this directory exists). Returns how many were removed."""
+    removed = 0
+    for stale in Path(directory).glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def fresh_output_dir(out_dir: Path) -> Path:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
 
 __all__ = [
+    "CORRUPT_DIR",
     "SCHEMA",
     "BREAKDOWN_TYPE",
     "STATUS_OK",
@@ -41,6 +43,8 @@ __all__ = [
     "consolidate",
 ]
 
+
+CORRUPT_DIR = ".corrupt"  # under cells/: unreadable cell files moved aside, never read again
 
 # One entry of per_domain / per_class (evaluate._breakdown): error in percent over n images.
 BREAKDOWN_TYPE = pa.list_(
@@ -164,6 +168,28 @@ def _to_table(row: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _write_atomically(path: Path, write) -> None:
+    """``write(handle)`` into a temp file beside ``path``, fsync, give it the umask's mode, rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; results are shared like any file the user writes
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
     """Write ``row`` as ``<out>/cells/<cell_id>.parquet`` atomically (temp file, fsync, rename).
 
@@ -172,17 +198,7 @@ def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
     """
     table = _to_table(row)
     path = cell_path(out_dir, row["cell_id"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{row['cell_id']}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            pq.write_table(table, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_atomically(path, lambda handle: pq.write_table(table, handle))
     return path
 
 
@@ -197,61 +213,99 @@ def _cell_files(out_dir: str | Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
 
 
-def cell_statuses(out_dir: str | Path) -> dict[str, str]:
-    """cell_id -> status of every cell file in ``out_dir``."""
+def _read_valid(path: Path, columns: list[str] | None, quarantine: bool, warn) -> pa.Table | None:
+    """The table of a cell file, or None for an unreadable or foreign one (moved aside if ``quarantine``)."""
+    try:
+        table = pq.read_table(path, columns=columns)
+        if "cell_id" not in table.column_names or "status" not in table.column_names:
+            raise ValueError("no cell_id/status columns (not a unitta cell file)")
+        if table.num_rows != 1 or table.column("cell_id")[0].as_py() != path.stem:
+            raise ValueError(f"expected one row for cell {path.stem}")
+        return table
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if quarantine:
+            aside = cells_dir(path.parent.parent) / CORRUPT_DIR / path.name
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, aside)
+            warn(f"warning: unreadable cell file {path} ({reason}) moved to {aside}; the cell will run again")
+        else:
+            warn(f"warning: skipping unreadable cell file {path} ({reason})")
+        return None
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def cell_statuses(out_dir: str | Path, quarantine: bool = False, warn=_stderr) -> dict[str, str]:
+    """cell_id -> status of every readable cell file in ``out_dir`` (see ``load_results`` for ``quarantine``)."""
     out: dict[str, str] = {}
     for path in _cell_files(out_dir):
-        table = pq.read_table(path, columns=["cell_id", "status"])
-        for cid, status in zip(table.column("cell_id").to_pylist(), table.column("status").to_pylist()):
-            out[cid] = status
+        table = _read_valid(path, ["cell_id", "status"], quarantine, warn)
+        if table is not None:
+            out[table.column("cell_id")[0].as_py()] = table.column("status")[0].as_py()
+    consolidated = _consolidated_rows(out_dir, warn)  # rows kept only there count too
+    if consolidated is not None and {"cell_id", "status"} <= set(consolidated.column_names):
+        for cid, status in zip(consolidated.column("cell_id").to_pylist(), consolidated.column("status").to_pylist()):
+            out.setdefault(cid, status)
     return out
 
 
-def done_cells(out_dir: str | Path, include_failed: bool = False) -> set[str]:
+def done_cells(out_dir: str | Path, include_failed: bool = False, quarantine: bool = False) -> set[str]:
     """Ids of the cells that have a result file: status 'ok' only, or any status if ``include_failed``.
 
-    A sweep skips these on resume; failed cells are run again unless ``include_failed``.
+    A sweep skips these on resume (with ``quarantine=True``: an unreadable file is moved aside to
+    ``cells/.corrupt/`` and its cell runs again); failed cells are run again unless ``include_failed``.
     """
-    return {cid for cid, status in cell_statuses(out_dir).items() if include_failed or status == STATUS_OK}
+    statuses = cell_statuses(out_dir, quarantine=quarantine)
+    return {cid for cid, status in statuses.items() if include_failed or status == STATUS_OK}
 
 
-def load_results(out_dir: str | Path):
-    """Every result row of a sweep directory as a ``polars.DataFrame`` (per-cell files, else results.parquet).
+def _consolidated_rows(out_dir: str | Path, warn) -> pa.Table | None:
+    path = Path(out_dir) / "results.parquet"
+    if not path.is_file():
+        return None
+    try:
+        return pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        warn(f"warning: skipping unreadable {path} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
+        return None
+
+
+def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr):
+    """Every result row of a sweep directory as a ``polars.DataFrame``: the cell files, plus the rows of
+    ``results.parquet`` whose cell has no file (a directory may hold only a ``results.parquet``).
 
     Columns follow SCHEMA (docs/results.md); extra columns written by a tool (e.g. Tune's trial_id)
-    are kept, null where absent.
+    are kept, null where absent. Unreadable cell files are skipped with a warning (moved aside to
+    ``cells/.corrupt/`` with ``quarantine=True``, which only a writer of the directory passes).
     """
     import polars as pl
 
-    files = _cell_files(out_dir)
-    if not files:
-        consolidated = Path(out_dir) / "results.parquet"
-        if consolidated.is_file():
-            return pl.read_parquet(consolidated)
+    tables = [t for t in (_read_valid(p, None, quarantine, warn) for p in _cell_files(out_dir)) if t is not None]
+    have = {t.column("cell_id")[0].as_py() for t in tables}
+    consolidated = _consolidated_rows(out_dir, warn)
+    if consolidated is not None and consolidated.num_rows and "cell_id" in consolidated.column_names:
+        keep = [cid not in have for cid in consolidated.column("cell_id").to_pylist()]
+        if any(keep):
+            tables.append(consolidated.filter(pa.array(keep)))
+    if not tables:
         return pl.from_arrow(SCHEMA.empty_table())
-    tables = [pq.read_table(p) for p in files]
-    table = pa.concat_tables(tables, promote_options="permissive")
-    return pl.from_arrow(table)
+    return pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
 
 
 def consolidate(out_dir: str | Path) -> Path:
-    """Write every cell file of ``out_dir`` into ``<out>/results.parquet`` (atomically); returns its path."""
-    import polars as pl
+    """Write every row of ``out_dir`` into ``<out>/results.parquet`` (atomically); returns its path.
 
+    The rows are ``load_results``': the cell files and the rows already in ``results.parquet`` that
+    have no cell file, so consolidating never loses a row.
+    """
     df = load_results(out_dir)
     keys = [c for c in ("dataset", "model", "method", "method_kwargs", "setting", "factor_overrides",
                         "seed", "batch_size", "cell_id") if c in df.columns]
     if df.height:
         df = df.sort(keys, nulls_last=True)
     path = Path(out_dir) / "results.parquet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".results.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        df.write_parquet(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    assert isinstance(df, pl.DataFrame)
+    _write_atomically(path, lambda handle: df.write_parquet(handle))
     return path

@@ -38,7 +38,8 @@ from unitta import cli, ray_cluster
 from unitta.cell import Cell
 from unitta.config import SweepConfig, load_config
 from unitta.evaluate import STATUS_FAILED, STATUS_OK, failed_row, git_commit, now, ray_version, run_cell, short_error
-from unitta.outdir import fresh_output_dir, record, write_manifest
+from unitta.outdir import OutputBusy, OutputLock, fresh_output_dir, record, remove_stale_temp_files, write_manifest
+from unitta.preflight import problems
 from unitta.results import cells_dir, consolidate, done_cells, load_results
 from unitta.schema import ConfigError
 from unitta.summary import summary_table
@@ -171,25 +172,45 @@ def run_sweep(
             say(f"--fresh: writing into {new} (the results in {out} are kept)")
         out = new
     cells = cfg.cells()
-    finished = done_cells(out)
-    todo = [c for c in cells if c.cell_id() not in finished]
-    outcome = SweepOutcome(out_dir=out, n_cells=len(cells), n_skipped=len(cells) - len(todo))
-    if outcome.n_skipped:
-        say(f"resume: {outcome.n_skipped} of {len(cells)} cells already done in {out}")
-
-    extra = {"sweep_name": cfg.name, "git_commit": git_commit()}
-    if todo:
-        out.mkdir(parents=True, exist_ok=True)
-        for stale in cells_dir(out).glob(".*.tmp"):  # temp files of a killed driver: never results
-            stale.unlink(missing_ok=True)
-        if local:
-            write_manifest(out, cfg, len(cells), "local", argv)
-            _run_local(todo, out, extra, cfg, progress, outcome)
-        else:
-            _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, wait_for_resources)
-    outcome.results_path = consolidate(out)
+    with OutputLock(out):  # one writer per directory; then any temp file left there is a dead writer's
+        remove_stale_temp_files(cells_dir(out))
+        finished = done_cells(out, quarantine=True)
+        todo = [c for c in cells if c.cell_id() not in finished]
+        outcome = SweepOutcome(out_dir=out, n_cells=len(cells), n_skipped=len(cells) - len(todo))
+        if outcome.n_skipped:
+            say(f"resume: {outcome.n_skipped} of {len(cells)} cells already done in {out}")
+        extra = {"sweep_name": cfg.name, "git_commit": git_commit()}
+        if todo:
+            if local:
+                write_manifest(out, cfg, len(cells), "local", argv)
+                _run_local(todo, out, extra, cfg, progress, outcome)
+            else:
+                _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, wait_for_resources)
+        outcome.results_path = consolidate(out)
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def preflight(cfg: SweepConfig, local: bool) -> None:
+    """Raise ``ConfigError`` listing (one line each) every problem knowable before the first cell."""
+    found = problems(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=local)
+    if found:
+        raise ConfigError(f"{len(found)} problem(s) found before running:\n" + "\n".join(f"  {p}" for p in found))
+
+
+def dry_run(cfg: SweepConfig, out: Path) -> int:
+    """Print the cells the sweep would run (and which are already done in ``out``) without running any."""
+    cells = cfg.cells()
+    finished = done_cells(out) if out.is_dir() else set()
+    todo = [c for c in cells if c.cell_id() not in finished]
+    print(f"{cfg.name}: {len(cells)} cells, {len(cells) - len(todo)} already done in {out}, {len(todo)} to run "
+          f"({cfg.resources.num_cpus:g} CPU, {cfg.resources.num_gpus:g} GPU each)")
+    for cell in cells:
+        state = "done" if cell.cell_id() in finished else "todo"
+        factors = ",".join(f"{k}={v:g}" for k, v in sorted(cell.factors.items())) or "-"
+        print(f"  {state}  {cell.dataset:<11} {cell.method:<14} {cell.setting}  seed={cell.seed} "
+              f"batch={cell.batch_size} factors={factors}  {cell.cell_id()}")
+    return cli.EXIT_OK
 
 
 def _run_local(todo: list[Cell], out: Path, extra: dict, cfg: SweepConfig, progress: bool, outcome: SweepOutcome):
@@ -233,16 +254,18 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
             if key not in refs:
                 refs[key] = ray.put(_load_dataset(cell))
         write_manifest(out, cfg, outcome.n_cells, "ray", argv)
-        pending: dict[Any, Cell] = {}
-        for cell in todo:
-            ref = task.options(
+
+        def submit(cell: Cell):
+            return task.options(
                 num_cpus=cfg.resources.num_cpus,
                 num_gpus=cfg.resources.num_gpus,
                 max_retries=cfg.max_retries,
                 retry_exceptions=False,  # run_cell turns exceptions into 'failed' rows; retries are for lost workers
                 name=f"{TASK_NAME}:{cell.method}:{cell.setting}",
             ).remote(cell, refs[_dataset_key(cell)], extra)
-            pending[ref] = cell
+
+        pending: dict[Any, Cell] = {submit(cell): cell for cell in todo}
+        resubmitted: dict[str, int] = {}
         capacity, checked = ray_cluster.capacity(ray, need.num_cpus, need.num_gpus), time.monotonic()
         bar = _Progress(len(todo), cfg.name, progress)
         try:
@@ -257,7 +280,12 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
                     cell = pending.pop(ref)
                     try:
                         row, text = ray.get(ref)
-                    except RayError as exc:  # the worker died more than max_retries times, or similar
+                    except RayError as exc:  # a lost worker, node or result object after Ray's own retries
+                        tries = resubmitted.get(cell.cell_id(), 0)
+                        if tries < cfg.max_retries:  # the cell itself did not fail: run it again elsewhere
+                            resubmitted[cell.cell_id()] = tries + 1
+                            pending[submit(cell)] = cell
+                            continue
                         row = failed_row(cell, short_error(exc), finished_at=now(), **extra)
                         text = f"cell {cell.cell_id()}\nfailed in Ray: {exc}\n"
                     record(out, row, text)
@@ -294,6 +322,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="start over in a new directory '<output>-<timestamp>' when the output already has results")
     ray_cluster.add_ray_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true", help="validate, check, and list the cells; run nothing")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the data/checkpoint/feasibility checks before the first cell")
     return p
 
 
@@ -324,6 +355,10 @@ def main(argv: Iterable[str] | None = None) -> int:
     def body() -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
+        if not args.no_preflight:
+            preflight(cfg, local=args.local)
+        if args.dry_run:
+            return dry_run(cfg, out)
         outcome = run_sweep(
             cfg, out, local=args.local, fresh=args.fresh, address=args.address, num_cpus=args.num_cpus,
             wait_for_resources=args.wait_for_resources, progress=not args.no_progress, argv=sys.argv,
@@ -331,7 +366,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         return _report(cfg, outcome)
 
     hint = "finished cells are saved; rerun the same command to resume"
-    return cli.run_cli(body, hint, (ConfigError, ray_cluster.ClusterError))
+    return cli.run_cli(body, hint, (ConfigError, ray_cluster.ClusterError, OutputBusy))
 
 
 if __name__ == "__main__":

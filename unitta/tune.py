@@ -36,6 +36,7 @@ from typing import Any
 from unitta import cli, ray_cluster
 from unitta.cell import Cell
 from unitta.evaluate import failed_row, run_cell
+from unitta.preflight import infeasibility
 from unitta.schema import check_methods
 from unitta.tune_config import (
     FACTORS,
@@ -82,30 +83,6 @@ TRIAL_COLUMNS = (
     "tune_algorithm",
 )
 _INFEASIBLE = "infeasible: "
-
-
-# ---------------------------------------------------------------------- feasibility
-def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
-    """Why the stream sampler refuses the cell's setting and factors, or None if it accepts them.
-
-    Asks ``make_stream`` itself (its Cor. 1 / range checks), on a stand-in dataset with one image
-    per (domain, class) state, so the region is exactly the sampler's and costs milliseconds.
-    """
-    import numpy as np
-
-    from unitta.streams import make_stream
-
-    labels = np.tile(np.arange(num_classes, dtype=np.int64), num_domains)
-    domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
-    size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
-    try:
-        make_stream(
-            labels, domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
-            **cell.factors, **size,
-        )
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 # ---------------------------------------------------------------------- one trial (runs in a Ray worker)

@@ -1,0 +1,131 @@
+"""Everything about a sweep that can be known before its first cell runs, checked before it runs.
+
+``problems(cells)`` returns one line per problem: factor ranges and feasibility (paper Cor. 1, asked of
+the stream sampler itself), ``n_per_domain`` feasibility, model names, checkpoint and data presence,
+and the device. The sweep CLI prints them all and exits with code 2 before anything is written
+(docs/results.md, "Before the first cell"). Cheap: no dataset or model is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+from unitta.cell import Cell
+
+__all__ = ["DATASET_SHAPES", "infeasibility", "problems"]
+
+# dataset -> (domains, classes, images per domain): 15 corruptions at one severity; the test sets of
+# CIFAR-10/100 and Fashion-MNIST (10,000 images) and ImageNet's validation set (50,000).
+DATASET_SHAPES: dict[str, tuple[int, int, int]] = {
+    "fmnist-c": (15, 10, 10_000),
+    "cifar10-c": (15, 10, 10_000),
+    "cifar100-c": (15, 100, 10_000),
+    "imagenet-c": (15, 1000, 50_000),
+}
+
+
+def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
+    """Why the stream sampler refuses the cell's setting and factors, or None if it accepts them.
+
+    Asks ``make_stream`` itself (its Cor. 1 / range checks), on a stand-in dataset with one image
+    per (domain, class) state, so the region is exactly the sampler's and costs milliseconds.
+    """
+    import numpy as np
+
+    from unitta.streams import make_stream
+
+    labels = np.tile(np.arange(num_classes, dtype=np.int64), num_domains)
+    domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
+    size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
+    try:
+        make_stream(
+            labels, domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
+            **cell.factors, **size,
+        )
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | None:
+    from unitta.data import default_data_dir
+    from unitta.data.base import CORRUPTIONS
+
+    if dataset == "fmnist-c":
+        return None  # built from Debian's Fashion-MNIST on first use; its loader names the package if missing
+    root = Path(data_dir) if data_dir else default_data_dir()
+    if dataset == "imagenet-c":
+        missing = [c for c in CORRUPTIONS if not (root / "ImageNet-C" / c / str(severity)).is_dir()]
+        prepared = root / "ImageNet-C-prepared"
+        if missing and not prepared.is_dir():
+            return (f"imagenet-c: {root / 'ImageNet-C'} lacks {len(missing)} corruption folder(s) at severity "
+                    f"{severity} (e.g. {missing[0]}/{severity}); see `python -m unitta.data fetch imagenet-c` "
+                    "for how to obtain ImageNet-C, or set data_dir")
+        return None
+    folder = root / ("CIFAR-10-C" if dataset == "cifar10-c" else "CIFAR-100-C")
+    missing = [f"{c}.npy" for c in CORRUPTIONS if not (folder / f"{c}.npy").is_file()]
+    if not (folder / "labels.npy").is_file():
+        missing.append("labels.npy")
+    if missing:
+        return (f"{dataset}: {folder} lacks {len(missing)} file(s) (e.g. {missing[0]}); run "
+                f"`python -m unitta.data fetch {dataset} --dir {root}` or set data_dir")
+    return None
+
+
+def _model_problem(cell: Cell) -> str | None:
+    from unitta.models.zoo import checkpoint_path, list_models
+
+    known = list_models().get(cell.dataset, [])
+    if cell.model is not None and cell.model not in known:
+        return f"{cell.dataset}: unknown model {cell.model!r}; known: {', '.join(known)}"
+    path = checkpoint_path(cell.dataset, cell.model, cell.checkpoint_dir)
+    if not path.is_file():
+        where = cell.checkpoint_dir or "ckpt"
+        return (f"{cell.dataset}: no checkpoint for {cell.model_name!r} at {path}; run "
+                f"`python -m unitta.models fetch {cell.dataset} --name {cell.model_name} --dir {where}` "
+                "or set checkpoint_dir")
+    return None
+
+
+def _device_problem(cell: Cell, num_gpus: float, local: bool) -> str | None:
+    if cell.device.startswith("cuda"):
+        if num_gpus <= 0 and not local:
+            return (f"device: {cell.device!r} but resources.num_gpus is 0: Ray would place the cells on workers "
+                    "without a GPU; set resources.num_gpus (e.g. 1) or device: auto")
+        if local:
+            import torch
+
+            if not torch.cuda.is_available():
+                return f"device: {cell.device!r} but this machine has no CUDA GPU; use device: auto or cpu"
+    return None
+
+
+def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False) -> list[str]:
+    """One line per problem that would make cells fail, each named once (empty: all clear)."""
+    found: dict[str, None] = {}
+
+    def add(text: str | None) -> None:
+        if text:
+            found[text] = None
+
+    checked: set[tuple] = set()
+    for cell in cells:
+        domains, classes, per_domain = DATASET_SHAPES[cell.dataset]
+        key = (cell.dataset, cell.setting, cell.sampler, tuple(sorted(cell.factors.items())), cell.seed)
+        if key not in checked:
+            checked.add(key)
+            why = infeasibility(cell, domains, classes)
+            if why:
+                add(f"{cell.dataset} {cell.setting} factors {cell.factors or 'default'}: {why}")
+        if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
+            add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
+                f"up to {per_domain} images per domain")
+        key = ("data", cell.dataset, cell.data_dir, cell.severity)
+        if key not in checked:
+            checked.add(key)
+            add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
+            add(_model_problem(cell))
+            add(_device_problem(cell, num_gpus, local))
+    return list(found)
+
