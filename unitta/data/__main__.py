@@ -1,10 +1,17 @@
 """Command line for the datasets.
 
     python -m unitta.data prepare fmnist-c [--severity 1..5|all] [--n-per-domain N] [--data-dir DIR]
+    python -m unitta.data prepare imagenet-c --dir DATA_DIR [--severity 5] [--workers N] [--force] [--verify]
     python -m unitta.data show fmnist-c --out grid.png [--severity S] [--data-dir DIR]
+    python -m unitta.data fetch cifar10-c|cifar100-c|imagenet-c --dir DIR [--keep-archive] [--quiet]
+    python -m unitta.data check cifar10-c|cifar100-c|imagenet-c|fmnist-c --dir DIR [--md5]
 
-``prepare`` builds the Fashion-MNIST-C cache (progress bar; severity 5 by default, all 5 on request).
+``prepare`` builds the Fashion-MNIST-C cache (progress bar; severity 5 by default, all 5 on request),
+or decodes ImageNet-C's JPEGs once into memory-mapped arrays (``unitta.data.prepared``).
 ``show`` draws one row per corruption and one column per class (the first test image of each class).
+``fetch`` downloads CIFAR-10-C / CIFAR-100-C from robustbench's Zenodo records (resumable, verified;
+``unitta.data.fetch``) and prints the steps for ImageNet-C. ``check`` validates a data directory
+(``unitta.data.check``): exit 0 when ready, else one line per problem and exit 1.
 """
 
 from __future__ import annotations
@@ -32,6 +39,19 @@ def _severities(text: str) -> list[int]:
 
 def _prepare(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    if args.dataset == "imagenet-c":
+        from unitta.data import CORRUPTIONS, default_data_dir
+        from unitta.data.prepared import prepare_imagenet_c
+
+        data_dir = args.data_dir or default_data_dir()
+        corruptions = args.corruptions.split(",") if args.corruptions else list(CORRUPTIONS)
+        unknown = [c for c in corruptions if c not in CORRUPTIONS]
+        if unknown:
+            raise ValueError(f"--corruptions: unknown {', '.join(unknown)}; expected names among {', '.join(CORRUPTIONS)}")
+        for line in prepare_imagenet_c(data_dir, args.severity, corruptions, args.workers, args.force, args.verify):
+            print(line)
+        print(f"ImageNet-C cache in {data_dir}: {time.perf_counter() - started:.1f} s")
+        return 0
     folder = prepare_fmnist_c(args.data_dir, args.severity, n_per_domain=args.n_per_domain, progress=True)
     print(f"Fashion-MNIST-C (severities {args.severity}) in {folder}: {time.perf_counter() - started:.1f} s")
     return 0
@@ -71,11 +91,17 @@ def _show(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unitta.data", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    prepare = commands.add_parser("prepare", help="build the Fashion-MNIST-C cache")
-    prepare.add_argument("dataset", choices=["fmnist-c"])
+    prepare = commands.add_parser("prepare", help="build the Fashion-MNIST-C cache or the decoded ImageNet-C cache")
+    prepare.add_argument("dataset", choices=["fmnist-c", "imagenet-c"])
     prepare.add_argument("--severity", type=_severities, default=[5], help="1..5, a comma list, or 'all' (default 5)")
     prepare.add_argument("--n-per-domain", type=int, default=None, help="only a class-balanced subset")
-    prepare.add_argument("--data-dir", default=None, help="cache root (default $UNITTA_DATA or ~/.cache/unitta)")
+    prepare.add_argument(
+        "--data-dir", "--dir", default=None, help="data / cache root (default $UNITTA_DATA or ~/.cache/unitta)"
+    )
+    prepare.add_argument("--workers", type=int, default=None, help="imagenet-c: decoding processes (default: all cores)")
+    prepare.add_argument("--corruptions", default=None, help="imagenet-c: a comma list (default: all 15)")
+    prepare.add_argument("--force", action="store_true", help="imagenet-c: rebuild caches that exist")
+    prepare.add_argument("--verify", action="store_true", help="imagenet-c: re-hash the caches that are kept")
     show = commands.add_parser("show", help="draw a grid of corrupted images (PNG)")
     show.add_argument("dataset", choices=DATASETS)
     show.add_argument("--out", required=True)
@@ -83,12 +109,63 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--n-per-domain", type=int, default=None, help="read a subset (fmnist-c: prepares only it)")
     show.add_argument("--columns", type=int, default=10, help="at most this many classes (default 10)")
     show.add_argument("--data-dir", default=None)
+    fetch = commands.add_parser("fetch", help="download CIFAR-10-C / CIFAR-100-C (ImageNet-C: print the steps)")
+    fetch.add_argument("dataset", choices=["cifar10-c", "cifar100-c", "imagenet-c"])
+    fetch.add_argument("--dir", "--data-dir", dest="data_dir", default=None, help="data root (default $UNITTA_DATA)")
+    fetch.add_argument("--keep-archive", action="store_true", help="keep the verified .tar after extracting it")
+    fetch.add_argument("--quiet", action="store_true", help="no progress bar")
+    check = commands.add_parser("check", help="check a data directory: layout, shapes, labels, optionally md5")
+    check.add_argument("dataset", choices=DATASETS)
+    check.add_argument("--dir", "--data-dir", dest="data_dir", default=None, help="data root (default $UNITTA_DATA)")
+    check.add_argument("--md5", action="store_true", help="also hash every file against the fetch/build manifest")
+    check.add_argument("--corruptions", default=None, help="a comma list to check (default: all 15)")
+    check.add_argument("--n-per-domain", type=int, default=None, help="fmnist-c: check this subset cache")
+    check.add_argument("--severity", type=_severities, default=[5], help="imagenet-c: severity folders (default 5)")
     args = parser.parse_args(argv)
+    if args.command in ("fetch", "check"):
+        return _fetch(args) if args.command == "fetch" else _check(args)
     try:
         return _prepare(args) if args.command == "prepare" else _show(args)
     except (ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from unitta.data import default_data_dir
+    from unitta.data.download import DownloadError
+    from unitta.data.fetch import fetch_cifar_c, imagenet_c_steps
+
+    data_dir = args.data_dir or default_data_dir()
+    if args.dataset == "imagenet-c":
+        print(imagenet_c_steps(data_dir))
+        return 0
+    try:
+        folder = fetch_cifar_c(args.dataset, data_dir, progress=not args.quiet, keep_archive=args.keep_archive)
+    except DownloadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"{args.dataset} in {folder}; check it with `python -m unitta.data check {args.dataset} --dir {data_dir}`")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from unitta.data import default_data_dir
+    from unitta.data.check import check_dataset
+
+    data_dir = args.data_dir or default_data_dir()
+    corruptions = args.corruptions.split(",") if args.corruptions else None
+    try:
+        problems = check_dataset(args.dataset, data_dir, args.md5, corruptions, args.n_per_domain, args.severity)
+    except (ValueError, OSError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        return 1
+    print(f"{args.dataset} in {data_dir}: ok" + (" (md5 checked)" if args.md5 else ""))
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,15 +10,21 @@ CIFAR-10-C's 50,000 rows. A class-balanced subset (``n_per_domain``) gets its ow
 ``FashionMNIST-C-n<n>/`` holding only those images, so tests never prepare the full set.
 
 Every file is written to a temporary name and renamed (an interrupted preparation leaves the
-previous, complete files), and a file lock serialises concurrent preparations (e.g. several Ray
-workers on a fresh machine). Corruption randomness is per image, so results do not depend on the
+previous, complete files), with the umask's mode like any file the user writes, and a file lock
+serialises concurrent preparations (e.g. several Ray workers on a fresh machine). ``meta.json``
+records each file's sha256 when it is written; loading checks it once per process and file, so a
+damaged or modified file is an error instead of silently different numbers. A complete cache on a
+read-only volume (a shared cluster volume) is read without writing anything, not even the lock.
+Corruption randomness is per image, so results do not depend on the
 chunking and a subset has the same pixels as the same images of the full set.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import hashlib
 import json
 import os
 import sys
@@ -40,6 +46,14 @@ SEED = 0
 CHUNK = 1000  # images per corrupt() call (progress granularity; results do not depend on it)
 
 
+class CacheError(ValueError):
+    """The cache cannot be used as it is: damaged, or incomplete on a read-only volume."""
+
+
+# Errors that mean "this location is not writable" (permissions, read-only volume).
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def default_cache_root() -> Path:
     """``$UNITTA_DATA``, else ``~/.cache/unitta`` (the same root as the other datasets)."""
     return Path(os.environ.get("UNITTA_DATA") or Path.home() / ".cache" / "unitta")
@@ -59,8 +73,37 @@ def padded_test_set() -> tuple[np.ndarray, np.ndarray]:
 
 @contextlib.contextmanager
 def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a+") as handle:
+    """flock on ``folder/.lock``; a shared lock on a read-only cache opens the lock read-only, or skips it.
+
+    flock needs no write access, so an existing lock file still serialises readers against writers;
+    where it cannot be created the folder is read-only for everyone we could race with too.
+    """
+    if exclusive:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            handle = open(folder / ".lock", "a+")
+        except OSError as err:
+            if err.errno not in _NOT_WRITABLE:
+                raise
+            raise CacheError(
+                f"cannot write the Fashion-MNIST-C cache {folder} ({err.strerror}); for a read-only cache, build "
+                "it where writable with `python -m unitta.data prepare fmnist-c --severity all --data-dir DIR` "
+                "(plus --n-per-domain N for a subset) and copy it there, or point --data-dir / UNITTA_DATA elsewhere"
+            ) from err
+    else:
+        try:
+            handle = open(folder / ".lock", "r")
+        except FileNotFoundError:
+            handle = None
+    if handle is None:
+        try:  # first reader of a writable cache: create the lock file
+            handle = open(folder / ".lock", "a+")
+        except OSError as err:
+            if err.errno not in _NOT_WRITABLE and not isinstance(err, FileNotFoundError):
+                raise
+            yield  # read-only or absent folder: nothing to lock
+            return
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield
@@ -68,16 +111,83 @@ def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _atomic_save(path: Path, write) -> None:
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _atomic_save(path: Path, write) -> str:
+    """Write via a temporary file and rename; returns the file's sha256.
+
+    Plain ``open`` gives the file the umask's mode (0644 under the usual umask 022), so other users of a
+    shared cache can read it (unlike ``tempfile.mkstemp``'s 0600).
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
+        digest = _sha256(tmp)  # just written: read back from the page cache
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return digest
+
+
+# (path, size, mtime_ns, inode, expected sha256) of files verified by this process: each file is hashed once.
+_VERIFIED: set[tuple[str, int, int, int, str]] = set()
+
+
+def verify_files(folder: Path, meta: dict, names: Sequence[str]) -> list[str]:
+    """Check ``names`` in ``folder`` against the sha256 sums in ``meta``; returns the names with no recorded sum.
+
+    A mismatch is a CacheError naming the file and how to rebuild it.
+    """
+    recorded = meta.get("sha256", {})
+    unrecorded = []
+    for name in names:
+        path = folder / name
+        expected = recorded.get(name)
+        if expected is None:
+            unrecorded.append(name)
+            continue
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue  # the reader reports missing files with the layout they should have
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino, expected)
+        if key in _VERIFIED:
+            continue
+        if _sha256(path) != expected:
+            raise CacheError(
+                f"{path}: contents differ from the sha256 recorded when the cache was built (damaged or modified). "
+                f"The Fashion-MNIST-C cache {folder} looks damaged: delete it and it is rebuilt on next use "
+                f"(`python -m unitta.data prepare fmnist-c --data-dir {folder.parent}` does it ahead)"
+            )
+        _VERIFIED.add(key)
+    return unrecorded
+
+
+def _record_missing_sums(folder: Path, n: int, names: Sequence[str]) -> None:
+    """Record sha256 sums for files of a cache built before sums were kept (trust on first use)."""
+    try:
+        with _locked(folder, exclusive=True):
+            meta = _read_meta(folder, n)
+            sums = meta.setdefault("sha256", {})
+            for name in names:
+                if name not in sums and (folder / name).is_file():
+                    sums[name] = _sha256(folder / name)
+            _atomic_save(folder / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    except CacheError:
+        print(
+            f"unitta: {folder} has no checksums for {', '.join(names)} (built by an older unitta) and is read-only, "
+            "so they are not verified; rebuild the cache with `python -m unitta.data prepare fmnist-c` to add them",
+            file=sys.stderr,
+        )
 
 
 def _read_meta(folder: Path, n: int) -> dict:
@@ -89,6 +199,8 @@ def _read_meta(folder: Path, n: int) -> dict:
         return fresh
     if any(meta.get(k) != fresh[k] for k in ("format", "seed", "n")):
         return fresh
+    # A deleted file is rebuilt on next use (the fix the damaged-cache errors suggest).
+    meta["severities"] = {c: s for c, s in meta["severities"].items() if (folder / f"{c}.npy").is_file()}
     return meta
 
 
@@ -119,6 +231,7 @@ def prepare_fmnist_c(
     images, labels = images[ids], labels[ids]
     with _locked(folder, exclusive=True):
         meta = _read_meta(folder, len(ids))
+        meta.setdefault("sha256", {})
         todo = _missing(meta, corruptions, severities)
         if not todo and (folder / "labels.npy").is_file():
             return folder
@@ -128,10 +241,14 @@ def prepare_fmnist_c(
 
             total = len(ids) * sum(len(s) for s in todo.values())
             bar = tqdm(total=total, desc="Fashion-MNIST-C", unit="img", file=sys.stderr)
-        _atomic_save(folder / "labels.npy", lambda f: np.save(f, labels.astype(np.uint8)))
+        sums = meta["sha256"]
+        sums["labels.npy"] = _atomic_save(folder / "labels.npy", lambda f: np.save(f, labels.astype(np.uint8)))
         for corruption, new_severities in todo.items():
             have = meta["severities"].get(corruption, [])
             old = np.load(folder / f"{corruption}.npy") if have else None
+            recorded = sums.get(f"{corruption}.npy")
+            if old is not None and recorded is not None and _sha256(folder / f"{corruption}.npy") != recorded:
+                have, old = [], None  # modified since written: rebuild it
             if old is not None and (old.shape[1:] != images.shape[1:] or len(old) != len(have) * len(ids)):
                 have, old = [], None  # damaged file: rebuild it
             blocks = {s: old[k * len(ids) : (k + 1) * len(ids)] for k, s in enumerate(have)}
@@ -147,7 +264,7 @@ def prepare_fmnist_c(
                 blocks[severity] = block
             order = sorted(blocks)
             stacked = np.concatenate([blocks[s] for s in order])
-            _atomic_save(folder / f"{corruption}.npy", lambda f: np.save(f, stacked))
+            sums[f"{corruption}.npy"] = _atomic_save(folder / f"{corruption}.npy", lambda f: np.save(f, stacked))
             meta["severities"][corruption] = order
             _atomic_save(folder / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
         if bar is not None:
@@ -185,8 +302,10 @@ def load_fmnist_c(
         started = time.perf_counter()
         prepare_fmnist_c(root, severities, corruptions, n_per_domain, progress=sys.stderr.isatty())
         print(f"unitta: Fashion-MNIST-C ready in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
+    names = ["labels.npy"] + [f"{c}.npy" for c in corruptions]
     with _locked(folder, exclusive=False):
         meta = _read_meta(folder, n)
+        unrecorded = verify_files(folder, meta, names)
         hint = f"The Fashion-MNIST-C cache {folder} looks damaged: delete it and it is rebuilt on next use."
         dataset = read_npy_domains(
             folder,
@@ -199,5 +318,7 @@ def load_fmnist_c(
             None,
             hint,
         )
+    if unrecorded:
+        _record_missing_sums(folder, n, unrecorded)
     dataset.meta["n_per_domain"] = n_per_domain
     return dataset

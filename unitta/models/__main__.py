@@ -1,4 +1,11 @@
-"""``python -m unitta.models train fmnist [--epochs N] [--out PATH] [--seed S]``: retrain the embedded model."""
+"""Command line for the models.
+
+    python -m unitta.models train fmnist [--epochs N] [--out PATH] [--seed S]
+    python -m unitta.models fetch DATASET [--name NAME] [--dir DIR] [--trust-checkpoints] [--quiet]
+
+``train`` retrains the embedded ResNet-20; ``fetch`` downloads a paper model's checkpoint into the layout
+``load_model`` reads (``unitta.models.fetch``).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ from unitta.models.train import DEFAULT_CHECKPOINT, TrainConfig, train_fmnist
 
 def main(argv: list[str] | None = None) -> int:
     defaults = TrainConfig()
-    parser = argparse.ArgumentParser(prog="python -m unitta.models", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m unitta.models", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train the embedded ResNet-20 and write its checkpoint")
     train.add_argument("dataset", choices=["fmnist"], help="training set (only Fashion-MNIST is embedded)")
@@ -22,7 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     train.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads")
     train.add_argument("--limit", type=int, default=None, help="train and test on the first N images only (smoke test)")
     train.add_argument("--out", default=str(DEFAULT_CHECKPOINT), help=f"checkpoint path (default {DEFAULT_CHECKPOINT})")
+    fetch = sub.add_parser("fetch", help="download a paper model's checkpoint (robustbench / torchvision)")
+    fetch.add_argument("dataset", choices=["cifar10-c", "cifar100-c", "imagenet-c", "fmnist-c"])
+    fetch.add_argument("--name", default=None, help="model name (default: the paper's model for the dataset)")
+    fetch.add_argument("--dir", default="ckpt", help="checkpoint directory, robustbench's layout (default ./ckpt)")
+    fetch.add_argument("--trust-checkpoints", action="store_true", help="accept checkpoints that need full unpickling")
+    fetch.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    if args.command == "fetch":
+        return _fetch(args)
 
     known = {f.name for f in fields(TrainConfig)}
     try:
@@ -34,6 +49,23 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {result.path}: {result.epochs} epochs in {result.train_seconds:.0f} s, "
         f"clean Fashion-MNIST test error {100 * result.test_error:.2f} % ({result.test_images:,} images)"
     )
+    return 0
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from unitta.data.download import DownloadError
+    from unitta.models.fetch import fetch_checkpoint
+    from unitta.models.zoo import CheckpointError
+
+    try:
+        path = fetch_checkpoint(args.dataset, args.name, args.dir, not args.quiet, args.trust_checkpoints)
+    except (DownloadError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except ValueError as err:  # unknown model name
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.dataset} checkpoint: {path}")
     return 0
 
 

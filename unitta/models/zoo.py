@@ -9,6 +9,7 @@ paper model is loaded, with the import fixes of spec/environment.md.
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 import warnings
 from dataclasses import dataclass, replace
@@ -18,7 +19,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from unitta.methods.norm.swap import named_batchnorms
+from unitta.nn.batchnorm import named_batchnorms
 from unitta.models.info import ModelInfo
 
 # ImageNet mean/std of torchvision's and robustbench's Standard_R50 (robustbench/model_zoo/imagenet.py).
@@ -30,6 +31,10 @@ TORCHVISION_R50_FILE = "resnet50-0676ba61.pth"
 EMBEDDED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "resnet20_fmnist.pt"
 # The reference's CKPT_DIR (spec 4.4), used when checkpoint_dir is None.
 DEFAULT_CHECKPOINT_DIR = "ckpt"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is not loaded: not a plain state_dict (unpickling it could run code), or unreadable."""
 
 
 @dataclass(frozen=True)
@@ -180,27 +185,40 @@ def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError
         tv_path = checkpoint_dir / TORCHVISION_R50_FILE
         return FileNotFoundError(
             f"no checkpoint for {name!r}: expected torchvision's ResNet-50 weights at {tv_path} "
-            f"(or a robustbench-layout state_dict at {rb_path}). On a machine with internet run "
-            "`python -c \"import torchvision; torchvision.models.resnet50(weights='IMAGENET1K_V1')\"` "
-            f"and copy ~/.cache/torch/hub/checkpoints/{TORCHVISION_R50_FILE} to {tv_path}"
+            f"(or a robustbench-layout state_dict at {rb_path}). With internet run "
+            f"`python -m unitta.models fetch imagenet-c --dir {checkpoint_dir}`; offline, run it on a machine with "
+            f"internet and copy {TORCHVISION_R50_FILE} (or torchvision's ~/.cache/torch/hub/checkpoints/ copy) "
+            f"to {tv_path}"
         )
     return FileNotFoundError(
-        f"no checkpoint for {name!r}: expected {rb_path}. On a machine with internet run "
-        f"`python -c \"from unitta.models.zoo import import_robustbench; import_robustbench(); "
-        f"from robustbench.utils import load_model; load_model('{name}', model_dir='ckpt', "
-        f"dataset='{entry.rb_dataset}', threat_model='corruptions')\"` (robustbench downloads it to "
-        f"ckpt/{entry.rb_dataset}/corruptions/{name}.pt) and copy that file to {rb_path}"
+        f"no checkpoint for {name!r}: expected {rb_path}. With internet run "
+        f"`python -m unitta.models fetch {dataset} --name {name} --dir {checkpoint_dir}`; offline, run it on a "
+        f"machine with internet and copy {entry.rb_dataset}/corruptions/{name}.pt to {rb_path}"
     )
 
 
-def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """A checkpoint's state_dict: unwraps 'state_dict'/'model_state_dict', strips 'module.' prefixes."""
+def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, torch.Tensor]:
+    """A checkpoint's state_dict: unwraps 'state_dict'/'model_state_dict', strips 'module.' prefixes.
+
+    Loaded with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only.
+    A file that needs more (arbitrary pickled objects, whose unpickling can run any code) is a
+    CheckpointError unless ``trust_checkpoints`` (the explicit opt-in for files from a trusted source).
+    """
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        # Some zoo checkpoints pickle extra objects (epoch, optimiser state); the file was placed by the user.
-        warnings.warn(f"{path}: not loadable with weights_only=True; loading it as a trusted pickle", stacklevel=3)
+    except pickle.UnpicklingError as err:
+        if not trust_checkpoints:
+            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+            reason = f"it pickles {found.group(1)}" if found else "it pickles more than tensors"
+            raise CheckpointError(
+                f"{path}: not a plain state_dict, so it is not loaded ({reason}; unpickling it could run code from "
+                "the file); if you trust the file, opt in with trust_checkpoints=True (sweep YAML "
+                "`trust_checkpoints: true`, or --trust-checkpoints), or re-save it as a plain state_dict"
+            ) from err
+        warnings.warn(f"{path}: not loadable with weights_only=True; unpickling it as trusted", stacklevel=3)
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, OSError) as err:  # truncated / not a torch file
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({err}); delete it and fetch it again") from err
     for key in ("state_dict", "model_state_dict"):
         if isinstance(checkpoint, dict) and key in checkpoint and isinstance(checkpoint[key], dict):
             checkpoint = checkpoint[key]
@@ -228,7 +246,10 @@ def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str
 
 
 def load_model(
-    dataset: str = "fmnist-c", name: str | None = None, checkpoint_dir: str | Path | None = None
+    dataset: str = "fmnist-c",
+    name: str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    trust_checkpoints: bool = False,
 ) -> tuple[nn.Module, ModelInfo]:
     """Load a source model in eval mode, offline, with its metadata (spec 4.4).
 
@@ -238,8 +259,12 @@ def load_model(
     checkpoint_dir: robustbench model directory (see ``checkpoint_path``; None: './ckpt', the reference's
         CKPT_DIR); unused for 'fmnist-c'.
 
+    trust_checkpoints: also load checkpoints that need full unpickling (which can run code from the
+        file); off by default, so such a file is a CheckpointError naming it.
+
     Every model takes images in [0, 1] (input normalisation is inside the model). A missing checkpoint
-    is a FileNotFoundError naming the path and how to obtain it; nothing is downloaded.
+    is a FileNotFoundError naming the path and how to obtain it (``python -m unitta.models fetch``);
+    nothing is downloaded.
     """
     name, _ = _entry(dataset, name)
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
@@ -247,5 +272,5 @@ def load_model(
     if not path.is_file():
         raise _missing(dataset, name, checkpoint_dir)
     model, info = build_model(dataset, name)
-    _load_weights(model, _read_state_dict(path), dataset, path)
+    _load_weights(model, read_state_dict(path, trust_checkpoints), dataset, path)
     return model.eval(), replace(info, extra={"checkpoint": str(path)})

@@ -1,0 +1,136 @@
+"""``python -m unitta.models fetch DATASET [--name NAME] --dir DIR``: download the paper's checkpoints.
+
+Sources are robustbench's (the UniTTA paper's models come from its "corruptions" zoo): the Google
+Drive id in ``robustbench.model_zoo.model_dicts`` for ``Standard`` (CIFAR-10) and
+``Hendrycks2020AugMix_ResNeXt`` (CIFAR-100), and for ImageNet's ``Standard_R50`` torchvision's
+``ResNet50_Weights.IMAGENET1K_V1`` file, checked against the sha256 prefix in its name. Files land where
+``unitta.models.load_model`` reads them: robustbench's ``<dir>/<dataset>/corruptions/<name>.pt`` and
+``<dir>/resnet50-0676ba61.pth``.
+
+robustbench's ``load_model`` downloads through gdown, which has no timeout and no checksum, so the
+bytes move through ``unitta.data.download`` (timeouts, Range resume on ``<name>.pt.part``); gdown is
+used only to read Google Drive's confirmation page when Drive serves one. The zoo publishes no
+checksums, so a downloaded checkpoint is verified by loading it (``torch.load(weights_only=True)``) into
+its architecture before it gets its final name. ``UNITTA_CHECKPOINT_MIRROR`` (a URL serving the same
+layout as ``--dir``, e.g. ``python -m http.server`` in a checkpoint folder) replaces both sources, for
+clusters without internet and for the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from unitta.data.download import TIMEOUT_S, Digest, DownloadError, download
+from unitta.models import zoo
+
+GDRIVE_URL = "https://drive.usercontent.google.com/download?id={id}&export=download&confirm=t"
+
+
+def _gdrive_url(file_id: str, timeout: float) -> str:
+    """The direct download URL of a public Drive file, through Drive's confirmation page when it serves one."""
+    import urllib.request
+
+    url = GDRIVE_URL.format(id=file_id)
+    request = urllib.request.Request(url, headers={"Range": "bytes=0-0", "User-Agent": "unitta-fetch"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            if not response.headers.get("Content-Type", "").startswith("text/html"):
+                return url
+            page = response.read().decode("utf-8", "replace")
+    except OSError as err:
+        raise DownloadError(f"cannot reach Google Drive ({url}): {getattr(err, 'reason', err)}") from err
+    from gdown.download import get_url_from_gdrive_confirmation
+    from gdown.exceptions import FileURLRetrievalError
+
+    try:
+        return get_url_from_gdrive_confirmation(page)
+    except FileURLRetrievalError as err:
+        reason = " ".join(str(err).split())[:200]
+        raise DownloadError(f"Google Drive refuses {url} ({reason})") from err
+
+
+def _source(dataset: str, name: str, directory: Path) -> tuple[str | None, Path, Digest | None]:
+    """(URL or None for a Drive id still to resolve, target path, expected digest) for one checkpoint."""
+    mirror = os.environ.get("UNITTA_CHECKPOINT_MIRROR", "").rstrip("/")
+    _, entry = zoo._entry(dataset, name)
+    if dataset == "imagenet-c":
+        import torch.hub
+        import torchvision
+
+        url = torchvision.models.ResNet50_Weights.IMAGENET1K_V1.url
+        filename = url.rsplit("/", 1)[-1]
+        if filename != zoo.TORCHVISION_R50_FILE:  # the name load_model looks for
+            raise DownloadError(f"torchvision now serves {filename}, not {zoo.TORCHVISION_R50_FILE}; update unitta")
+        prefix = re.search(torch.hub.HASH_REGEX, filename).group(1)
+        return (f"{mirror}/{filename}" if mirror else url), directory / filename, Digest("sha256", prefix)
+    relative = f"{entry.rb_dataset}/corruptions/{name}.pt"
+    return (f"{mirror}/{relative}" if mirror else None), directory / relative, None
+
+
+def _gdrive_id(dataset: str, name: str) -> str:
+    zoo.import_robustbench()
+    from robustbench.model_zoo import model_dicts
+    from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+
+    _, entry = zoo._entry(dataset, name)
+    return model_dicts[BenchmarkDataset(entry.rb_dataset)][ThreatModel.corruptions][name]["gdrive_id"]
+
+
+def _verify(dataset: str, name: str, path: Path, trust_checkpoints: bool) -> None:
+    """Load ``path`` into the model's architecture (the zoo has no checksums); raises CheckpointError."""
+    model, _ = zoo.build_model(dataset, name)
+    try:
+        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), dataset, path)
+    except zoo.CheckpointError:
+        raise
+    except ValueError as err:
+        raise zoo.CheckpointError(str(err)) from err
+
+
+def fetch_checkpoint(
+    dataset: str,
+    name: str | None = None,
+    directory: str | Path = zoo.DEFAULT_CHECKPOINT_DIR,
+    progress: bool = True,
+    trust_checkpoints: bool = False,
+    timeout: float = TIMEOUT_S,
+) -> Path:
+    """Download one model's checkpoint into ``directory`` (robustbench's layout); returns its path.
+
+    Nothing is downloaded when the file exists or for the embedded 'fmnist-c' model. Errors: DownloadError
+    (network, checksum; one line with the manual alternative) and CheckpointError (the file does not load).
+    """
+    name, _ = zoo._entry(dataset, name)
+    if dataset == "fmnist-c":
+        return zoo.EMBEDDED_CHECKPOINT
+    directory = Path(directory)
+    url, target, digest = _source(dataset, name, directory)
+    if target.is_file():
+        return target
+    manual = (
+        f"offline: run `python -m unitta.models fetch {dataset} --name {name} --dir DIR` on a machine with internet "
+        f"and copy DIR/{target.relative_to(directory)} to {target}"
+    )
+    part = target.with_name(target.name + ".part")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(part, "ab"):
+            pass
+    except OSError as err:
+        raise DownloadError(f"cannot write {part} ({err.strerror}): pick a writable --dir ({manual})") from err
+    try:
+        url = url or _gdrive_url(_gdrive_id(dataset, name), timeout)
+        download(url, part, digest=digest, progress=progress, timeout=timeout)
+    except DownloadError as err:
+        if part.is_file() and not part.stat().st_size:
+            part.unlink()  # the writability probe's empty file
+        raise DownloadError(f"{err} ({manual})") from err
+    try:
+        _verify(dataset, name, part, trust_checkpoints)
+    except zoo.CheckpointError:
+        part.unlink()  # complete but unusable: nothing to resume
+        raise
+    os.replace(part, target)
+    return target
