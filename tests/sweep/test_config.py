@@ -164,7 +164,7 @@ PAPER_METHODS = [
 
 @pytest.mark.parametrize(
     "name, n_cells",
-    [("quick", None), ("fmnist_grid", 17 * 24), ("full_grid", 3 * 17 * 24),
+    [("quick", None), ("fmnist_grid", 17 * 24), ("full_grid", 3 * 17 * 24), ("full_grid_reference", 3 * 17 * 24),
      ("cifar10", 17 * 24), ("cifar100", 17 * 24), ("imagenet", 17 * 24)],
 )
 def test_shipped_sweeps_validate(name, n_cells):
