@@ -84,9 +84,9 @@ def test_bn_batch_of_one_uses_the_sample_over_hw_and_source_stats_for_a_single_v
     torch.testing.assert_close(layer(one_value), expected)
 
 
-# ---------------------------------------------------------------------- Balanced BN (spec 2.3)
+# ---------------------------------------------------------------------- Balanced BN (TRIBE's update rule)
 def balanced_update_loop(local_mean, local_var, x, label, eta, gamma):
-    """Spec 2.3 written per class with Python loops, as an independent check of the vectorised layer."""
+    """TRIBE's class-balanced update written per class with Python loops, an independent check of the layer."""
     local_mean, local_var = local_mean.clone().double(), local_var.clone().double()
     x = x.double()
     K = local_mean.shape[0]
@@ -103,12 +103,13 @@ def balanced_update_loop(local_mean, local_var, x, label, eta, gamma):
         local_mean[k] += (1 - gamma) * delta
         local_var[k] += (1 - gamma) * (m * (q - n * local_var[k]) - delta**2)
     local_mean += gamma * torch.stack([deltas[k] for k in present]).mean(0)
-    local_var += gamma * (torch.stack([gaps[k] for k in present]).mean(0) - np.mean([mn[k] for k in present]) * local_var)
+    mean_gap = torch.stack([gaps[k] for k in present]).mean(0)
+    local_var += gamma * (mean_gap - np.mean([mn[k] for k in present]) * local_var)
     return local_mean, local_var, local_mean.mean(0), local_var.mean(0) + local_mean.var(0)
 
 
 @pytest.mark.parametrize("eta,gamma", [(0.01, 0.0), (0.2, 0.3), (0.5, 1.0)])
-def test_balanced_bn_update_matches_spec(eta, gamma):
+def test_balanced_bn_update_matches_the_loop(eta, gamma):
     gen = torch.Generator().manual_seed(4)
     bn = make_bn(3)
     layer = BalancedBatchNorm2d(bn, num_classes=4, eta=eta, gamma=gamma).train()
@@ -198,19 +199,6 @@ def test_presets_per_dataset():
     assert get_method("unitta", model, info, dataset="fmnist-c").cfg == get_method("unitta", model, info).cfg
     assert get_method("bdn_nofilter", model, info).cfg.filter is False
     assert get_method("cofa_nofilter", model, info).cfg.filter is False
-
-
-@pytest.mark.parametrize("name", MY_METHODS)
-def test_reset_restores_the_fresh_method(name):
-    model, info = tiny_model()
-    batches = [random_batch(16, seed) for seed in range(3)]
-    method = get_method(name, model, info)
-    fresh = [method(b) for b in batches]
-    for b in batches:
-        method(b)
-    method.reset()
-    for b, expected in zip(batches, fresh):
-        torch.testing.assert_close(method(b), expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Fidelity to the official UniTTA adapters on the tiny reference model (shared/reference/adapters).
 
 Each method runs on the 1,920-sample reference stream in batches of 64 (README: 30 batches) and must
-agree with the reference's predictions on >= 99.5 % of the samples (the issue's bar); the BDN-based
+agree with the reference's predictions on >= 99.5 % of the samples (the fidelity bar); the BDN-based
 methods must also discover the same number of domains after every batch and assign >= 99.5 % of the
 samples to the same domain index. The README notes that a float32 reimplementation could flip the
 single tightest domain decision (relative gap 2.8e-6), which these tolerances allow.
@@ -24,7 +24,7 @@ from unitta.methods import get_method
 
 pytestmark = pytest.mark.skipif(not reference_available(), reason="shared/reference/adapters not present")
 
-AGREEMENT = 0.995  # issue 4: prediction agreement >= 99.5 %
+AGREEMENT = 0.995  # the fidelity bar: prediction agreement >= 99.5 %
 PROB_ATOL = 1e-3  # README "Suggested check": probabilities within about 1e-3
 
 # our method name -> reference output file, and the key holding the reference's returned scores
@@ -104,7 +104,7 @@ def test_first_batch_goes_to_domain_zero(reference):
 
 def test_double_softmax_quirk(reference):
     """README quirk 1: where forward 2 wins the reference filter, the output is softmax(p2), a flattened
-    vector (samples 693 and 719). ``double_softmax=False`` gives the filter as the spec describes it:
+    vector (samples 693 and 719). ``double_softmax=False`` gives the filter as the paper describes it:
     forward 2's own probabilities compete, and win far more often."""
     model, info, images = reference
     ref = load_outputs("unitta")

@@ -1,4 +1,4 @@
-"""The UniTTA framework: BDN layer (spec 2), COFA (spec 3.1), UniTTA/BDN methods (spec 3.2-3.3)."""
+"""The UniTTA framework: the BDN layer, COFA and the UniTTA/BDN methods (paper section 4; docs/unitta.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from tests.methods.reference_model import BATCH_SIZE, load_reference_model, load_stream, reference_available
-from tests.methods.test_core import MY_METHODS, make_bn, random_batch, tiny_model
+from tests.methods.test_core import make_bn, random_batch, tiny_model
 from unitta.methods import get_method
 from unitta.methods.cofa import FeatureAverager
 from unitta.methods.norm.bdn import BalancedDomainNorm2d, domain_distance
@@ -29,7 +29,7 @@ def bdn_layer(channels=3, K=4, D=3, eta=0.1, clamp=False, seed=0) -> BalancedDom
 
 
 def bdn_update_loop(layer: BalancedDomainNorm2d, x, label, domain, clamp):
-    """Spec 2.4 written per (domain, class) group with Python loops (independent check)."""
+    """The BDN update written per (domain, class) group with Python loops (independent check)."""
     K = layer.num_classes
     lm, lv = layer.local_mean.clone().double(), layer.local_var.clone().double()
     x = x.double()
@@ -48,7 +48,7 @@ def bdn_update_loop(layer: BalancedDomainNorm2d, x, label, domain, clamp):
 
 
 @pytest.mark.parametrize("clamp", [False, True])
-def test_bdn_update_and_per_domain_normalisation_match_spec(clamp):
+def test_bdn_update_and_per_domain_normalisation_match_the_loop(clamp):
     gen = torch.Generator().manual_seed(1)
     layer = bdn_layer(eta=0.2, clamp=clamp)
     x = torch.randn(30, 3, 4, 4, generator=gen) * 2
@@ -70,7 +70,7 @@ def test_bdn_update_and_per_domain_normalisation_match_spec(clamp):
 
 
 def test_unclamped_update_overshoots_and_clamped_does_not():
-    """Spec 2.4: eta * n = 2 moves the mean past the batch mean; TRIBE's clamp lands on it."""
+    """Unclamped BDN update: eta * n = 2 moves the mean past the batch mean; TRIBE's clamp lands on it."""
     x = torch.full((4, 1, 2, 2), 3.0)
     label, domain = torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long)
     for clamp, expected in [(False, 6.0), (True, 3.0)]:
@@ -130,7 +130,7 @@ def test_expansion_and_pruning():
 
 # ---------------------------------------------------------------------- COFA
 def test_cofa_carries_the_previous_feature_across_batches():
-    """Spec 3.1: pairing follows the stream, so the outputs do not depend on the batch size."""
+    """COFA: pairing follows the stream, so the outputs do not depend on the batch size."""
     model, info = tiny_model()
     x = random_batch(40, seed=3)
     for name in ("cofa", "cofa_nofilter"):
@@ -160,17 +160,7 @@ def test_cofa_averages_with_the_previous_raw_feature():
     torch.testing.assert_close(filtered.max(-1).values, best)
 
 
-# ---------------------------------------------------------------------- methods, batches of one, options
-@pytest.mark.parametrize("name", MY_METHODS)
-def test_batches_of_one_never_give_nan(name):
-    model, info = tiny_model()
-    method = get_method(name, model, info)
-    x = random_batch(20, seed=5)
-    for batch in (x[:1], x[1:17], x[17:18], x[18:19], x[19:20]):  # first and last batches of size 1
-        out = method(batch)
-        assert out.shape == (len(batch), 5) and torch.isfinite(out).all()
-
-
+# ---------------------------------------------------------------------- options
 @pytest.mark.parametrize("overrides", [{"distance": "kl"}, {"clamp": True}, {"eta": 0.5}, {"layer": "bn3"}])
 def test_unitta_options_run_and_stay_finite(overrides):
     model, info = tiny_model()

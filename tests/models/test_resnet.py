@@ -1,18 +1,18 @@
-"""The embedded CIFAR-style ResNet-20 and the training helpers (issue 3, spec/offline_data.md section 3.1)."""
+"""The embedded CIFAR-style ResNet-20 and the training helpers (docs/models.md)."""
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from unitta.methods.norm.swap import named_batchnorms
 from unitta.models.resnet import CifarResNet, resnet20
 from unitta.models.train import augment, build_model, pad_to_32, to_input
+from unitta.nn.batchnorm import named_batchnorms
 
 
 def test_resnet20_size_and_layout():
     model = resnet20()
-    # 272k parameters: spec/offline_data.md section 3.1
+    # 272k parameters (docs/models.md)
     assert sum(p.numel() for p in model.parameters()) == 272_474
     names = [name for name, _ in named_batchnorms(model)]
     # stem BN + 9 blocks x 2 BNs + the 2 projection shortcuts of stages 2 and 3

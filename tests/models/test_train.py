@@ -1,4 +1,4 @@
-"""`python -m unitta.models train fmnist` end to end on a subset (issue 3)."""
+"""`python -m unitta.models train fmnist` end to end on a subset."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""load_model: the embedded checkpoint and the paper's robustbench models, offline (spec 4.4, issue 3)."""
+"""load_model: the embedded checkpoint and the paper's robustbench models, offline (docs/models.md)."""
 
 import subprocess
 import sys
@@ -13,7 +13,7 @@ from unitta.models import ModelInfo, build_model, checkpoint_path, load_model
 from unitta.models.train import pad_to_32, to_input
 
 PAPER_MODELS = [
-    # dataset, default name, classifier, BDN layer, K, input side (spec 4.4 table)
+    # dataset, default name, classifier, BDN layer, K, input side
     ("cifar10-c", "Standard", "fc", "block2.layer.0.bn1", 10, 32),
     ("cifar100-c", "Hendrycks2020AugMix_ResNeXt", "classifier", "stage_2.0.bn", 100, 32),
     ("imagenet-c", "Standard_R50", "model.fc", "model.layer3.0.bn1", 1000, 224),
@@ -43,7 +43,7 @@ def test_embedded_model_loads_in_eval_mode_and_is_accurate():
     with torch.no_grad():
         pred = model(to_input(pad_to_32(images[:n]))).argmax(1).numpy()
     error = float(np.mean(pred != labels[:n]))
-    # clean error on the full test set is <= 10 % (issue 3); with 1,000 images the standard error is about
+    # clean error on the full test set is <= 10 %; with 1,000 images the standard error is about
     # 0.95 pp, so 3.5 standard errors of slack
     assert error <= 0.10 + 3.5 * np.sqrt(0.1 * 0.9 / n), error
     assert checkpoint_path("fmnist-c").stat().st_size < 2_000_000  # float32 state_dict, ~1.1 MB

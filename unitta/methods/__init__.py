@@ -1,10 +1,10 @@
 """TTA methods: one module per method, registered by name (see ``base.py`` for the contract).
 
-Every module in this package is imported here, so adding a method is adding one file.
+Importing this package loads only the registry; the built-in method modules (``BUILTIN_MODULES`` in
+``base.py``) are imported on the first registry access (``list_methods``, ``method_class``,
+``get_method``, ``build_config`` by name), so ``import unitta.models`` or ``import unitta.methods``
+stays cheap. A new built-in method is one file plus one entry in ``BUILTIN_MODULES``.
 """
-
-import importlib
-import pkgutil
 
 from unitta.methods.base import (
     MethodCost,
@@ -15,11 +15,8 @@ from unitta.methods.base import (
     method_class,
     preset_key,
     register_method,
+    resolved_config,
 )
-
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name != "base" and not _module.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "MethodCost",
@@ -30,4 +27,5 @@ __all__ = [
     "method_class",
     "preset_key",
     "register_method",
+    "resolved_config",
 ]

@@ -2,7 +2,7 @@
 
 CoTTA (Wang et al., CVPR'22, sec. 3.2: the teacher averages N=32 augmented views) and RoTTA
 (Yuan et al., CVPR'23, sec. 3.3: the student sees a "strong augmentation" of the memory) use the same
-augmentation (baselines.md 2.4; also TRIBE and UT's ROID). In order:
+augmentation (docs/methods.md "CoTTA"; also TRIBE and UT's ROID). In order:
 
     clip to [0, 1]
     colour jitter "pro", its five ops in random order: brightness [0.6, 1.4], contrast [0.7, 1.3],
@@ -16,12 +16,19 @@ augmentation (baselines.md 2.4; also TRIBE and UT's ROID). In order:
     Gaussian noise, std 0.005
     clip to [0, 1]
 
-The random parameters (jitter factors and order, affine, blur sigma, flip) are drawn once per call
+The random parameters (jitter factors and order, affine, blur sigma, flip) are drawn once per view
 and shared by the whole batch, as in the references, which apply torchvision transforms to a batch
-tensor; the noise is drawn per pixel.
+tensor; the noise is drawn per pixel. ``aug(x, g, views=V)`` returns V independently augmented
+copies of the batch in one pass (CoTTA's 32 teacher views), view-major. For GPU efficiency every
+random parameter is drawn as a tensor on the generator's device and applied with batched tensor ops
+(per-view factors, one affine grid per view, a per-view blur kernel), so an augmentation never reads a
+value back to the host; the random order of the jitter ops is applied by running, at each of the five
+positions, every op with the identity factor (or the unchanged input) for the views that do not pick it.
+DEVIATION(from this project's earlier version): the parameters are drawn in another order and as
+tensors, so the same seed gives other (equally distributed) augmentations than before.
 
 n is the image side. DEVIATION(UT c41bce7): UT's CoTTA hard-codes n = 32 and UT's ImageNet RoTTA
-config sets ``INPUT.SIZE (32, 32)`` (baselines.md 2.4, 2.5, 4.2-4.3), so 224-pixel ImageNet images
+config sets ``INPUT.SIZE (32, 32)`` (docs/methods.md "CoTTA", "RoTTA"), so 224-pixel ImageNet images
 are padded by 16 and centre-cropped to 32 x 32. By default (``image_size=None``) n is the input's own
 side, as in the papers and in md; ``image_size=32`` reproduces the reference (the output is then
 32 x 32 whatever the input size).
@@ -29,7 +36,6 @@ side, as in the papers and in md; ``image_size=32`` reproduces the reference (th
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -82,75 +88,96 @@ class TTAugment:
         if self.noise_std < 0:
             raise ValueError(f"noise_std={self.noise_std!r} must be >= 0")
 
-    def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
-        """Augment a batch ``x`` (B, C, H, W) -> (B, C, n, n) (n = image_size or H)."""
+    def __call__(self, x: Tensor, generator: torch.Generator, views: int = 1) -> Tensor:
+        """Augment a batch ``x`` (B, C, H, W) -> (views * B, C, n, n) (n = image_size or H), view-major."""
         if x.ndim != 4:
             raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        if views < 1:
+            raise ValueError(f"views={views!r} must be >= 1")
+        b, c = x.shape[:2]
         n = self.image_size or x.shape[-2]
-        x = x.clamp(0.0, 1.0)
-        x = self._jitter(x, generator)
+        u = torch.rand(views, _N_DRAWS, generator=generator, device=generator.device)
+        u = u.to(device=x.device, dtype=x.dtype, non_blocking=True)
+        x = x.clamp(0.0, 1.0).unsqueeze(0).expand(views, *x.shape)
+        x = self._jitter(x, u[:, :10]).reshape(views * b, *x.shape[2:])
         pad = n // 2
         x = F.pad(x, (pad, pad, pad, pad), mode="replicate" if self.padding_mode == "edge" else "reflect")
-        x = self._affine(x, generator)
+        x = self._affine_views(x, u[:, 10:14], b)
         if self.blur:
-            x = _gaussian_blur(x, 5, _uniform(generator, *self.blur_sigma))
-        x = _center_crop(x, n)
-        if _uniform(generator, 0.0, 1.0) < self.flip_p:
-            x = x.flip(-1)
+            x = _gaussian_blur(x, 5, _between(u[:, 14], *self.blur_sigma), b)
+        x = _center_crop(x, n).reshape(views, b, c, n, n)
+        flip = (u[:, 15] < self.flip_p).view(views, 1, 1, 1, 1)
+        x = torch.where(flip, x.flip(-1), x).reshape(views * b, c, n, n)
         if self.noise_std > 0:
             noise = torch.randn(x.shape, generator=generator, device=generator.device, dtype=x.dtype)
-            x = x + noise.to(x.device) * self.noise_std
+            x = x + noise.to(x.device, non_blocking=True) * self.noise_std
         return x.clamp(0.0, 1.0)
 
-    def _jitter(self, x: Tensor, g: torch.Generator) -> Tensor:
-        order = torch.randperm(5, generator=g, device=g.device).tolist()
+    def _jitter(self, x: Tensor, u: Tensor) -> Tensor:
+        """Colour jitter "pro" of (V, B, C, H, W) images; ``u`` (V, 10): 5 order keys, then the 5 factors."""
+        views = x.shape[0]
+        order = u[:, :5].argsort(dim=1)  # a uniformly random permutation of the five ops per view
+        f = u[:, 5:]
         factors = (
-            _uniform(g, *self.brightness),
-            _uniform(g, *self.contrast),
-            _uniform(g, *self.saturation),
-            _uniform(g, -self.hue, self.hue),
-            _uniform(g, *self.gamma),
+            _between(f[:, 0], *self.brightness),
+            _between(f[:, 1], *self.contrast),
+            _between(f[:, 2], *self.saturation),
+            _between(f[:, 3], -self.hue, self.hue),
+            _between(f[:, 4], *self.gamma),
         )
-        for op in order:
-            f = factors[op]
-            if op == 0:
-                x = (x * f).clamp(0.0, 1.0)
-            elif op == 1:
-                mean = _grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
-                x = (f * x + (1.0 - f) * mean).clamp(0.0, 1.0)
-            elif op == 2 and x.shape[1] == 3:
-                x = (f * x + (1.0 - f) * _grayscale(x)).clamp(0.0, 1.0)
-            elif op == 3 and x.shape[1] == 3:
-                x = _shift_hue(x, f)
-            elif op == 4:
-                x = x.clamp(0.0, 1.0).pow(f)
+        rgb = x.shape[2] == 3
+        shape = (views, 1, 1, 1, 1)
+        for position in range(5):
+            op = order[:, position]
+            # op k's factor for the views that apply it at this position, 1 (the identity) for the others
+            f0, f1, f2, _, f4 = (torch.where(op == k, factors[k], 1.0).view(shape) for k in range(5))
+            x = (x * f0).clamp(0.0, 1.0)  # brightness; x * 1 is exact on [0, 1]
+            mean = _grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
+            x = (f1 * x + (1.0 - f1) * mean).clamp(0.0, 1.0)  # contrast; f = 1 gives x exactly
+            if rgb:
+                x = (f2 * x + (1.0 - f2) * _grayscale(x)).clamp(0.0, 1.0)  # saturation
+                hue_here = (op == 3).view(shape)
+                x = torch.where(hue_here, _shift_hue(x, factors[3].view(views, 1, 1, 1)), x)
+            x = x.pow(f4)  # gamma; x ** 1 is exact
         return x
 
     def _affine(self, x: Tensor, g: torch.Generator) -> Tensor:
-        b, _, h, w = x.shape
-        angle = math.radians(_uniform(g, -self.degrees, self.degrees))
-        tx = round(_uniform(g, -self.translate * w, self.translate * w))  # whole pixels, as torchvision
-        ty = round(_uniform(g, -self.translate * h, self.translate * h))
-        s = _uniform(g, *self.scale)
+        """The random affine step alone, one draw of (angle, tx, ty, scale) for the batch ``x``."""
+        u = torch.rand(1, 4, generator=g, device=g.device).to(device=x.device, dtype=x.dtype)
+        return self._affine_views(x, u, x.shape[0])
+
+    def _affine_views(self, x: Tensor, u: Tensor, batch: int) -> Tensor:
+        """Per-view random affine of (V * batch, C, h, w) images; ``u`` (V, 4) uniforms: angle, tx, ty, scale."""
+        _, _, h, w = x.shape
+        views = u.shape[0]
+        angle = torch.deg2rad(_between(u[:, 0], -self.degrees, self.degrees))
+        tx = torch.round(_between(u[:, 1], -self.translate * w, self.translate * w))  # whole pixels, as torchvision
+        ty = torch.round(_between(u[:, 2], -self.translate * h, self.translate * h))
+        s = _between(u[:, 3], *self.scale)
         # Output pixel p (centred pixel coordinates) samples the input at R^-1 (p - t) / s; affine_grid
-        # works in coordinates normalised by half the side (align_corners=False), hence D = diag(w/2, h/2).
-        cos, sin = math.cos(angle), math.sin(angle)
-        inv = torch.tensor([[cos, sin], [-sin, cos]], dtype=torch.float64) / s  # R^T / s
-        d = torch.tensor([w / 2.0, h / 2.0], dtype=torch.float64)
-        lin = inv * d.view(1, 2) / d.view(2, 1)  # D^-1 (R^T / s) D
-        shift = -(inv @ torch.tensor([tx, ty], dtype=torch.float64)) / d
-        theta = torch.cat([lin, shift.view(2, 1)], dim=1).to(dtype=x.dtype, device=x.device)
-        grid = F.affine_grid(theta.expand(b, 2, 3), list(x.shape), align_corners=False)
+        # works in coordinates normalised by half the side (align_corners=False), hence D = diag(w/2, h/2):
+        # theta = [D^-1 (R^T / s) D | -D^-1 (R^T / s) t].
+        cos, sin = torch.cos(angle) / s, torch.sin(angle) / s
+        dx, dy = w / 2.0, h / 2.0
+        theta = torch.stack(
+            [cos, sin * (dy / dx), -(cos * tx + sin * ty) / dx, -sin * (dx / dy), cos, (sin * tx - cos * ty) / dy],
+            dim=1,
+        ).view(views, 1, 2, 3)
+        theta = theta.expand(views, batch, 2, 3).reshape(views * batch, 2, 3)
+        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
         return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
 
 
+_N_DRAWS = 16  # uniforms per view: 5 jitter-order keys, 5 jitter factors, 4 affine, blur sigma, flip
+
+
 def cotta_augment(image_size: int | None = None) -> TTAugment:
-    """CoTTA's teacher augmentation (baselines.md 2.4); ``image_size=32`` = UT's hard-coded variant."""
+    """CoTTA's teacher augmentation (docs/methods.md "CoTTA"); ``image_size=32`` = UT's hard-coded variant."""
     return TTAugment(image_size=image_size)
 
 
 def rotta_strong_augment(image_size: int | None = None) -> TTAugment:
-    """RoTTA's strong augmentation: the same transform (baselines.md 2.5); 32 = UT's ImageNet config."""
+    """RoTTA's strong augmentation: the same transform (docs/methods.md "RoTTA"); 32 = UT's ImageNet config."""
     return TTAugment(image_size=image_size)
 
 
@@ -163,22 +190,29 @@ def device_generator(source: torch.Generator, device: torch.device | str) -> tor
 
 # ---------------------------------------------------------------------- helpers
 def _uniform(g: torch.Generator, low: float, high: float) -> float:
+    """One uniform draw on the host (for callers that need a Python number; the augmentation itself never does)."""
     u = float(torch.rand((), generator=g, device=g.device).item())
     return low + (high - low) * u
 
 
+def _between(u: Tensor, low: float, high: float) -> Tensor:
+    """Map uniforms in [0, 1) to [low, high)."""
+    return low + (high - low) * u
+
+
 def _grayscale(x: Tensor) -> Tensor:
-    if x.shape[1] != 3:
-        return x.mean(dim=1, keepdim=True)
-    r, gr, b = x.unbind(dim=1)
-    return (_GRAY[0] * r + _GRAY[1] * gr + _GRAY[2] * b).unsqueeze(1)
+    if x.shape[-3] != 3:
+        return x.mean(dim=-3, keepdim=True)
+    r, gr, b = x.unbind(dim=-3)
+    return (_GRAY[0] * r + _GRAY[1] * gr + _GRAY[2] * b).unsqueeze(-3)
 
 
-def _shift_hue(x: Tensor, shift: float) -> Tensor:
-    """Rotate the hue of RGB images in [0, 1] by ``shift`` turns (torchvision adjust_hue semantics)."""
-    r, g, b = x.unbind(dim=1)
-    maxc, _ = x.max(dim=1)
-    minc, _ = x.min(dim=1)
+def _shift_hue(x: Tensor, shift: float | Tensor) -> Tensor:
+    """Rotate the hue of RGB images (..., 3, H, W) in [0, 1] by ``shift`` turns (torchvision adjust_hue
+    semantics); a tensor ``shift`` broadcasts against (..., H, W)."""
+    r, g, b = x.unbind(dim=-3)
+    maxc, _ = x.max(dim=-3)
+    minc, _ = x.min(dim=-3)
     delta = maxc - minc
     safe_delta = torch.where(delta > 0, delta, torch.ones_like(delta))
     sat = torch.where(maxc > 0, delta / torch.where(maxc > 0, maxc, torch.ones_like(maxc)), torch.zeros_like(maxc))
@@ -194,26 +228,28 @@ def _shift_hue(x: Tensor, shift: float) -> Tensor:
     p = val * (1.0 - sat)
     q = val * (1.0 - sat * f)
     t = val * (1.0 - sat * (1.0 - f))
-    choices_r = torch.stack([val, q, p, p, t, val], dim=1)
-    choices_g = torch.stack([t, val, val, q, p, p], dim=1)
-    choices_b = torch.stack([p, p, t, val, val, q], dim=1)
-    idx = i.unsqueeze(1)
-    out = torch.cat(
-        [choices_r.gather(1, idx), choices_g.gather(1, idx), choices_b.gather(1, idx)], dim=1
-    )
+    choices_r = torch.stack([val, q, p, p, t, val], dim=-3)
+    choices_g = torch.stack([t, val, val, q, p, p], dim=-3)
+    choices_b = torch.stack([p, p, t, val, val, q], dim=-3)
+    idx = i.unsqueeze(-3)
+    out = torch.cat([choices_r.gather(-3, idx), choices_g.gather(-3, idx), choices_b.gather(-3, idx)], dim=-3)
     return out.clamp(0.0, 1.0)
 
 
-def _gaussian_blur(x: Tensor, kernel_size: int, sigma: float) -> Tensor:
+def _gaussian_blur(x: Tensor, kernel_size: int, sigma: Tensor, batch: int) -> Tensor:
+    """Separable Gaussian blur (reflect padding) of (V * batch, C, H, W) images, one ``sigma`` (V,) per view."""
     half = (kernel_size - 1) / 2.0
     coords = torch.linspace(-half, half, kernel_size, dtype=x.dtype, device=x.device)
-    kernel = torch.exp(-0.5 * (coords / sigma) ** 2)
-    kernel = kernel / kernel.sum()
-    c = x.shape[1]
+    kernel = torch.exp(-0.5 * (coords / sigma.unsqueeze(1)) ** 2)  # (V, k)
+    kernel = kernel / kernel.sum(dim=1, keepdim=True)
+    n, c, h, w = x.shape
+    # one depthwise convolution over all images: every (image, channel) plane gets its view's kernel
+    kernel = kernel.repeat_interleave(batch * c, dim=0)  # (V * batch * C, k)
     pad = kernel_size // 2
-    x = F.pad(x, (pad, pad, pad, pad), mode="reflect")
-    x = F.conv2d(x, kernel.view(1, 1, 1, -1).expand(c, 1, 1, kernel_size), groups=c)
-    return F.conv2d(x, kernel.view(1, 1, -1, 1).expand(c, 1, kernel_size, 1), groups=c)
+    planes = F.pad(x, (pad, pad, pad, pad), mode="reflect").reshape(1, n * c, h + 2 * pad, w + 2 * pad)
+    planes = F.conv2d(planes, kernel.view(n * c, 1, 1, kernel_size), groups=n * c)
+    planes = F.conv2d(planes, kernel.view(n * c, 1, kernel_size, 1), groups=n * c)
+    return planes.reshape(n, c, h, w)
 
 
 def _center_crop(x: Tensor, n: int) -> Tensor:

@@ -1,6 +1,7 @@
 """Balanced BN: TRIBE's class-balanced BatchNorm without any parameter update (paper's "Balanced BN").
 
-Reference adapter ``tribe_bbn`` (spec 4.5): every BatchNorm becomes a Balanced BN (spec 2.3). Per
+Reference adapter ``tribe_bbn``: every BatchNorm becomes a Balanced BN (TRIBE paper sec. 3.2; docs/unitta.md
+"Layers"). Per
 batch, the prediction is an eval forward with the statistics of the previous batches; its argmax
 gives pseudo-labels, with which a second, train-mode forward updates the class-balanced statistics.
 """
@@ -14,7 +15,9 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.norm.groups import ClassGroups
+from unitta.methods.validate import check_interval, check_probability
+from unitta.nn.batchnorm import replace_batchnorms
 
 
 @register_method("balanced_bn")
@@ -26,9 +29,13 @@ class BalancedBN(TTAMethod):
         eta: float = 0.01  # TRIBE.ETA, configs/adapter/cifar10/tribe_bbn.yaml
         gamma: float = 0.0  # TRIBE.GAMMA, same file
 
+        def __post_init__(self) -> None:
+            check_interval("eta", self.eta, 0.0, 1.0, open_low=True)
+            check_probability("gamma", self.gamma)
+
     presets = {
-        "cifar100": {"eta": 0.05, "gamma": 0.1},  # configs/adapter/cifar100/tribe_bbn.yaml (spec 4.5)
-        "imagenet": {"eta": 0.5, "gamma": 0.5},  # configs/adapter/imagenet/tribe_bbn.yaml (spec 4.5)
+        "cifar100": {"eta": 0.05, "gamma": 0.1},  # configs/adapter/cifar100/tribe_bbn.yaml
+        "imagenet": {"eta": 0.5, "gamma": 0.5},  # configs/adapter/imagenet/tribe_bbn.yaml
     }
 
     def setup(self) -> None:
@@ -44,10 +51,11 @@ class BalancedBN(TTAMethod):
     def forward(self, x: Tensor) -> Tensor:
         self.model.eval()
         logits = self.model(x)
-        labels = logits.argmax(dim=1)
+        # the pseudo-label grouping is built once per batch and shared by every layer
+        groups = ClassGroups(logits.argmax(dim=1), self.info.num_classes, self.layers[0].eta, x.dtype)
         self.model.train()
         for layer in self.layers:
-            layer.label = labels
+            layer.label = groups
         self.model(x)
         self.model.eval()
         return logits

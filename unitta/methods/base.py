@@ -25,6 +25,10 @@ construction; subclasses put all their state-building in ``setup()``.
 
 The output of ``forward`` is a (B, K) score tensor whose argmax is the prediction (logits or
 probabilities, whichever the method naturally produces; the paper's metric only uses the argmax).
+
+The built-in method modules are listed in ``BUILTIN_MODULES`` and imported on the first registry
+access, so importing ``unitta.methods`` (or anything that needs only the contract) loads no method.
+``unitta/methods/contract.py`` holds the checks every registered method must pass.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import importlib
 import numbers
+import sys
 import time
 import types
 import typing
@@ -54,11 +60,34 @@ __all__ = [
     "method_class",
     "preset_key",
     "build_config",
+    "resolved_config",
+    "BUILTIN_MODULES",
 ]
+
+# The modules that register the built-in methods, imported on the first registry access.
+BUILTIN_MODULES = (
+    "unitta.methods.source",
+    "unitta.methods.bn",
+    "unitta.methods.tent",
+    "unitta.methods.cotta",
+    "unitta.methods.rotta",
+    "unitta.methods.robust_bn",
+    "unitta.methods.note",
+    "unitta.methods.lame",
+    "unitta.methods.tribe",
+    "unitta.methods.roid",
+    "unitta.methods.unmixtns",
+    "unitta.methods.balanced_bn",
+    "unitta.methods.cofa",
+    "unitta.methods.bdn",
+    "unitta.methods.unitta",
+)
+_builtins_loaded = False
 
 _REGISTRY: dict[str, type["TTAMethod"]] = {}
 
-# Dataset name -> the reference config family whose hyper-parameters apply (spec 4.5).
+# Dataset name -> the reference config family whose hyper-parameters apply (the reference's
+# configs/adapter/<cifar10|cifar100|imagenet>/ directories; docs/methods.md).
 # The embedded Fashion-MNIST-C uses CIFAR-10's values (same size: 10 classes, 32x32, 1000 per state).
 _PRESET_KEYS = {
     "cifar10": "cifar10",
@@ -106,6 +135,9 @@ class TTAMethod:
     """
 
     name: ClassVar[str] = ""
+    # Bump when the method's behaviour changes (results computed with another version are stale):
+    # the cell identity includes it, so a resumed sweep recomputes such cells.
+    version: ClassVar[int] = 1
 
     @dataclass(frozen=True)
     class Config:
@@ -147,14 +179,22 @@ class TTAMethod:
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
             raise ValueError(f"{self.name}: expected a batch of images (B, C, H, W), got shape {tuple(x.shape)}")
+        # No device synchronisation here: on a GPU, the host queues the next batch while this one runs.
+        # ``cost.seconds`` is then the host's time; ``evaluate`` measures the stream's wall time.
         start = time.perf_counter()
         out = self.forward(x)
-        if x.is_cuda:
-            torch.cuda.synchronize(x.device)
         self.cost.seconds += time.perf_counter() - start
         self.cost.batches += 1
         self.cost.images += x.shape[0]
         return out
+
+    def compile(self, **options: Any) -> None:
+        """``torch.compile`` the adapted model in place (``nn.Module.compile``): same parameters and state.
+
+        Off by default (a cell's ``compile: true``); methods whose forward changes Python state per batch
+        recompile or fall back to eager at those points, which torch handles by graph breaks.
+        """
+        self.model.compile(**options)
 
     # ------------------------------------------------------------------ helpers for subclasses
     def track(self, module: nn.Module) -> None:
@@ -171,6 +211,16 @@ class TTAMethod:
         """``loss.backward()``, counted in ``self.cost.backwards``."""
         loss.backward()
         self.cost.backwards += 1
+
+    def step(self, loss: Tensor, optimizer: torch.optim.Optimizer | None = None) -> None:
+        """One optimisation step on ``loss``: zero the gradients, counted backward, ``optimizer.step()``.
+
+        ``optimizer`` defaults to ``self.optimizer`` (the one a gradient-based method builds in ``setup()``).
+        """
+        optimizer = self.optimizer if optimizer is None else optimizer
+        optimizer.zero_grad(set_to_none=True)
+        self.backward(loss)
+        optimizer.step()
 
     def num_domains(self) -> int | None:
         """Domains discovered so far (BDN-based methods); None for methods without domains."""
@@ -194,7 +244,10 @@ def _module_device(model: nn.Module) -> torch.device:
 
 # ---------------------------------------------------------------------- registry
 def register_method(name: str):
-    """Class decorator: register a TTAMethod subclass under ``name``."""
+    """Class decorator: register a TTAMethod subclass under ``name``.
+
+    A name already taken by another class is refused with a ValueError naming both modules.
+    """
 
     def wrap(cls: type[TTAMethod]) -> type[TTAMethod]:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
@@ -209,8 +262,13 @@ def register_method(name: str):
 
 
 def _ensure_loaded() -> None:
-    # importing the package imports every method module, which registers them
-    import unitta.methods  # noqa: F401
+    """Import the built-in method modules once (each registers its methods when imported)."""
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    for module in BUILTIN_MODULES:
+        importlib.import_module(module)
+    _builtins_loaded = True
 
 
 def list_methods() -> list[str]:
@@ -232,10 +290,17 @@ def method_class(name: str) -> type[TTAMethod]:
         ) from None
 
 
-def build_config(cls: type[TTAMethod], dataset: str | None = None, **overrides: Any) -> Any:
-    """The method's Config: class defaults, then the dataset preset, then checked overrides."""
+def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str = "default", **overrides: Any) -> Any:
+    """The method's Config: class defaults, the dataset preset, the profile's values, then checked overrides.
+
+    profile: 'default' (each method as its own paper describes it) or 'reference' (the reference
+    implementation's code paths, ``unitta.methods.profiles``; docs/methods.md, "Profiles").
+    """
+    from unitta.methods.profiles import profile_values
+
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
     values: dict[str, Any] = dict(cls.presets.get(preset_key(dataset), {}))
+    values.update(profile_values(cls.name, preset_key(dataset), profile))
     for key, value in overrides.items():
         if key not in fields:
             hint = difflib.get_close_matches(key, fields, n=1)
@@ -243,12 +308,30 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, **overrides: 
             allowed = ", ".join(fields) or "none"
             raise ValueError(f"method {cls.name!r} has no hyper-parameter {key!r}{did_you_mean}; allowed: {allowed}")
         values[key] = _check_type(cls.name, key, value, _resolved_hints(cls.Config)[key])
-    return cls.Config(**values)
+    try:
+        return cls.Config(**values)
+    except ValueError as exc:  # a range check of Config.__post_init__
+        raise ValueError(f"method {cls.name!r}: {exc}") from None
+
+
+def resolved_config(name: str, dataset: str | None = None, profile: str = "default", **overrides: Any) -> dict[str, Any]:
+    """The hyper-parameters method ``name`` runs with on ``dataset`` (defaults, preset, overrides), JSON-ready.
+
+    Part of a result's identity (with ``TTAMethod.version``): tuples become lists so that the dict
+    serialises and hashes the same after a JSON round trip.
+    """
+    return _jsonable(dataclasses.asdict(build_config(method_class(name), dataset, profile, **overrides)))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(item) for item in value]
+    return value
 
 
 def _resolved_hints(config_cls: type) -> dict[str, Any]:
-    import sys
-
     module = sys.modules.get(config_cls.__module__)
     return typing.get_type_hints(config_cls, globalns=vars(module) if module else None)
 
@@ -261,14 +344,13 @@ def _check_type(method: str, key: str, value: Any, hint: Any) -> Any:
             return value
         raise ValueError(f"method {method!r}: {key}={value!r} is not one of {list(get_args(hint))}")
     if origin in (typing.Union, types.UnionType):
-        errors = []
         for option in get_args(hint):
             if option is type(None) and value is None:
                 return None
             try:
                 return _check_type(method, key, value, option)
-            except ValueError as exc:
-                errors.append(str(exc))
+            except ValueError:
+                continue
         raise ValueError(f"method {method!r}: {key}={value!r} has the wrong type (expected {hint})")
     # numbers.* so that numpy scalars (e.g. from a Ray Tune / Optuna search space) are accepted too
     if hint is float and isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
@@ -294,16 +376,19 @@ def get_method(
     info: ModelInfo,
     dataset: str | None = None,
     seed: int = 0,
+    profile: str = "default",
     **overrides: Any,
 ) -> TTAMethod:
     """Build method ``name`` around ``model``.
 
     Hyper-parameters: the method's CIFAR-10 defaults, replaced by the preset of ``dataset``'s
-    family (spec 4.5 / baselines.md), then by ``overrides`` (names and types checked).
+    family (the reference's ``configs/adapter/<dataset>/*.yaml``, docs/methods.md), then by the
+    ``profile``'s values ('reference': the reference implementation's code paths), then by ``overrides``
+    (names and types checked; ranges by the Config itself).
 
     >>> method = get_method("unitta", model, info, eta=0.05)
     >>> logits = method(x)
     """
     cls = method_class(name)
-    cfg = build_config(cls, dataset, **overrides)
+    cfg = build_config(cls, dataset, profile, **overrides)
     return cls(model, cfg, info, seed=seed)

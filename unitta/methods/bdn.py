@@ -1,4 +1,4 @@
-"""BDN-only ablations of UniTTA: three forwards without COFA (reference adapter ``unitta_bdn``, spec 3.3).
+"""BDN-only ablations of UniTTA: three forwards without COFA (reference adapter ``unitta_bdn``; docs/unitta.md).
 
 Forward 1 logits -> pseudo-labels; forward 2 (Balanced BN update, domain prediction) and forward 3
 (BDN update, per-domain normalisation) as in ``unitta/methods/unitta.py``; the output is softmax of
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from unitta.methods.base import register_method
-from unitta.methods.unitta import BDNFramework
+from unitta.methods.unitta import BDNFramework, check_bdn_config
 
-# configs/adapter/<dataset>/unitta_bdn.yaml (spec 4.5); GAMMA there is ignored (hard-coded 0).
+# the reference's configs/adapter/<dataset>/unitta_bdn.yaml; GAMMA there is ignored (hard-coded 0).
 BDN_PRESETS = {
     "cifar100": {"eta": 0.05},
     "imagenet": {"eta": 0.5, "prune": True, "max_domains": 32},
@@ -37,7 +37,10 @@ class BDN(BDNFramework):
         layer: str | None = None  # LAYER; None = ModelInfo.bdn_layer
         prune: bool = False  # PRUNE
         max_domains: int = 64  # MAX_DOMAINS
-        clamp: bool = False  # False = unclamped EMA as the reference (spec 2.4)
+        clamp: bool = False  # False = unclamped EMA as the reference (docs/unitta.md)
+
+        def __post_init__(self) -> None:
+            check_bdn_config(self)
 
     presets = BDN_PRESETS
 

@@ -1,6 +1,6 @@
 """BN: normalise with test-batch statistics instead of the source running statistics.
 
-Spec 4.5 (``configs/adapter/*/bn.yaml``): every BatchNorm uses the current batch's statistics,
+UniTTA ``configs/adapter/*/bn.yaml``: every BatchNorm uses the current batch's statistics,
 running statistics removed, no parameter update. Batches of size 1 (which the reference skips but
 ``evaluate`` feeds) are normalised with the single sample's statistics over H x W; see
 ``unitta/methods/norm/batch_stats.py`` for the exact fallback.
@@ -15,12 +15,12 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.nn.batchnorm import replace_batchnorms
 
 
 @register_method("bn")
 class BatchStatsBN(TTAMethod):
-    """Test-batch normalisation (Schneider et al. 2020 / Nado et al. 2020), spec 4.5 ``bn``."""
+    """Test-batch normalisation (Schneider et al. 2020 / Nado et al. 2020), UniTTA adapter ``bn``."""
 
     @dataclass(frozen=True)
     class Config:

@@ -1,4 +1,4 @@
-"""COFA: Confidence-Filtered Feature Averaging (UniTTA paper section 4.3, eq. 7-8; spec 3.1).
+"""COFA: Confidence-Filtered Feature Averaging (UniTTA paper section 4.3, eq. 7-8).
 
 Temporally correlated streams put same-class samples next to each other, so the classifier input of a
 sample is averaged with its predecessor's: z~_i = (z_i + z_{i-1}) / 2, with raw (not averaged)
@@ -20,7 +20,7 @@ from unitta.methods.heads import FeatureModel
 
 
 class FeatureAverager:
-    """COFA's state for one stream of forwards: the raw feature of the last sample seen (spec 3.1)."""
+    """COFA's state for one stream of forwards: the raw feature of the last sample seen (paper section 4.3)."""
 
     def __init__(self) -> None:
         self.last: Tensor | None = None
@@ -44,7 +44,7 @@ class FeatureAverager:
 
 @register_method("cofa")
 class COFA(TTAMethod):
-    """COFA on the source model (reference adapter ``unitta_cofa``, spec 3.1)."""
+    """COFA on the source model (reference adapter ``unitta_cofa``, paper section 4.3)."""
 
     @dataclass(frozen=True)
     class Config:

@@ -46,16 +46,27 @@ def ema_update_(teacher: nn.Module, student: nn.Module, momentum: float, buffers
     if t_params.keys() != s_params.keys():
         missing = sorted(set(t_params) ^ set(s_params))[:5]
         raise ValueError(f"teacher and student have different parameters (e.g. {missing})")
-    for name, t in t_params.items():
-        t.mul_(momentum).add_(s_params[name].detach(), alpha=1.0 - momentum)
+    # one multi-tensor kernel per op instead of two per parameter; same arithmetic as mul_().add_()
+    _ema_(list(t_params.values()), [s_params[name].detach() for name in t_params], momentum)
     if not buffers:
         return
     s_buffers = dict(student.named_buffers())
+    floats_t, floats_s = [], []
     for name, t in teacher.named_buffers():
         s = s_buffers.get(name)
         if s is None or s.shape != t.shape:
             raise ValueError(f"student has no buffer {name!r} of shape {tuple(t.shape)}")
         if t.is_floating_point():
-            t.mul_(momentum).add_(s, alpha=1.0 - momentum)
+            floats_t.append(t)
+            floats_s.append(s)
         else:
             t.copy_(s)
+    _ema_(floats_t, floats_s, momentum)
+
+
+def _ema_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: float) -> None:
+    """``t.mul_(momentum).add_(s, alpha=1 - momentum)`` for every pair, as two multi-tensor ops."""
+    if not targets:
+        return
+    torch._foreach_mul_(targets, momentum)
+    torch._foreach_add_(targets, sources, alpha=1.0 - momentum)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.swap import get_submodule, set_submodule
+from unitta.nn.batchnorm import get_submodule, set_submodule
 
 
 class FeatureModel(nn.Module):

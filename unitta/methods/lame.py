@@ -1,7 +1,7 @@
 """LAME: Laplacian-regularised maximum-likelihood estimation of the batch's output probabilities.
 
 Paper:     Boudiaf et al., "Parameter-free Online Test-time Adaptation", CVPR 2022
-           (spec/baselines.md section 2.6).
+           (docs/methods.md "LAME").
 Upstream:  fiveai/LAME; UniTTA's ``lame`` adapter (kNN affinity), mariodoebler's ``lame`` (rbf).
 Algorithm: the frozen source model gives probabilities p and L2-normalised penultimate features;
            a B x B affinity W couples neighbouring samples and the bound-optimisation fixed point
@@ -30,6 +30,7 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.heads import FeatureModel
+from unitta.methods.validate import check_at_least
 
 # fiveai/LAME: u = -log(p + 1e-10), at most 100 steps, stop at relative energy change 1e-8.
 _LOG_EPS = 1e-10
@@ -48,10 +49,8 @@ class LAME(TTAMethod):
         force_symmetry: bool = False  # UT and md: W is not symmetrised
 
         def __post_init__(self) -> None:
-            if self.knn < 1:
-                raise ValueError(f"knn={self.knn!r} must be >= 1")
-            if self.max_steps < 1:
-                raise ValueError(f"max_steps={self.max_steps!r} must be >= 1")
+            check_at_least("knn", self.knn, 1)
+            check_at_least("max_steps", self.max_steps, 1)
 
     presets = {}  # UT uses the same values on every dataset
 
@@ -73,7 +72,7 @@ class LAME(TTAMethod):
 
 
 def affinity_matrix(features: Tensor, kind: str, knn: int) -> Tensor:
-    """B x B affinity of (B, d) features (spec 2.6): 'knn' (binary, self excluded), 'rbf' or 'linear'."""
+    """B x B affinity of (B, d) features (LAME paper sec. 3): 'knn' (binary, self excluded), 'rbf' or 'linear'."""
     n = features.shape[0]
     if kind == "linear":
         return features @ features.T

@@ -5,14 +5,14 @@ momentum 0.01); only the BN affine parameters adapt. Predictions come from the m
 (IABN on the running statistics, corrected per instance); each prediction's argmax goes with its
 image into a prediction-balanced reservoir (PBRS, ``memory.py``, capacity 64). Every 64 samples the
 model runs in train mode on the whole memory (which also moves the IABN running statistics) and
-takes one step on the mean entropy of its predictions (paper sec. 3; baselines.md 2.7).
+takes one step on the mean entropy of its predictions (paper sec. 3; docs/methods.md "NOTE").
 
 Hyper-parameters: memory 64, update every 64 samples, k = 4, BN momentum 0.01, and the paper's /
-original code's optimiser: Adam, lr 1e-4, on every dataset (baselines.md 2.7).
+original code's optimiser: Adam, lr 1e-4, on every dataset.
 
 Deviations:
 - DEVIATION(UT c41bce7): UT uses SGD (lr 1e-4, momentum 0.9, Nesterov) instead of NOTE's Adam
-  (baselines.md 4.6); ``optimizer="sgd"`` reproduces UT.
+  (UT ``configs/adapter/*/note.yaml`` OPTIM.METHOD); ``optimizer="sgd"`` reproduces UT.
 - DEVIATION(UT c41bce7): UT updates once per incoming *batch* (at B = 64 with aligned batches this
   equals the paper's every 64 samples; at B = 1 it would be 64x more updates). The default counts
   samples as the paper; ``update_every=0`` updates once per batch as UT.
@@ -33,10 +33,11 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import softmax_entropy
-from unitta.methods.memory import PBRSMemory
+from unitta.methods.memory import PBRSMemory, split_at_updates
 from unitta.methods.norm.iabn import InstanceAwareBN
-from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
 __all__ = ["NOTE"]
 
@@ -47,23 +48,21 @@ class NOTE(TTAMethod):
 
     @dataclass(frozen=True)
     class Config:
-        optimizer: Literal["adam", "sgd"] = "adam"  # NOTE paper / original code, baselines.md 2.7 (UT: sgd)
-        lr: float = 1e-4  # original and UT configs/adapter/*/note.yaml OPTIM.LR (baselines.md 2.7)
-        memory_size: int = 64  # original; UT reuses ADAPTER.RoTTA.MEMORY_SIZE (baselines.md 2.7)
+        optimizer: Literal["adam", "sgd"] = "adam"  # NOTE paper / original code (UT: sgd)
+        lr: float = 1e-4  # original and UT configs/adapter/*/note.yaml OPTIM.LR
+        memory_size: int = 64  # original; UT reuses ADAPTER.RoTTA.MEMORY_SIZE
         update_every: int = 64  # original update_every_x (samples); 0 = once per batch (UT)
         iabn_k: float = 4.0  # original and UT core/utils/iabn.py k = 4
-        bn_momentum: float = 0.01  # original and UT (baselines.md 2.7)
+        bn_momentum: float = 0.01  # original and UT (core/utils/iabn.py)
         skip_threshold: int = 1  # layers with H*W <= 1 skip the instance term (needs H*W >= 2)
 
         def __post_init__(self) -> None:
-            if self.memory_size < 1:
-                raise ValueError(f"memory_size={self.memory_size!r} must be >= 1")
-            if self.update_every < 0:
-                raise ValueError(f"update_every={self.update_every!r} must be >= 0 (0: once per batch)")
-            if self.iabn_k < 0:
-                raise ValueError(f"iabn_k={self.iabn_k!r} must be >= 0")
-            if not 0.0 <= self.bn_momentum <= 1.0:
-                raise ValueError(f"bn_momentum={self.bn_momentum!r} must lie in [0, 1]")
+            check_positive("lr", self.lr)
+            check_at_least("memory_size", self.memory_size, 1)
+            check_at_least("update_every", self.update_every, 0, "0: once per batch")
+            check_at_least("iabn_k", self.iabn_k, 0)
+            check_probability("bn_momentum", self.bn_momentum)
+            check_at_least("skip_threshold", self.skip_threshold, 0)
 
     presets: dict = {}  # the same values on every dataset (UT and original)
 
@@ -86,24 +85,23 @@ class NOTE(TTAMethod):
         with torch.no_grad():
             self.model.eval()
             logits = self.model(x)
-        labels = logits.argmax(dim=1).tolist()
-        for xi, label in zip(x, labels):
-            self.memory.add(xi, label)
-            self.samples_seen += 1
-            if self.cfg.update_every and self.samples_seen % self.cfg.update_every == 0:
-                self._update()
+        labels = logits.argmax(dim=1).tolist()  # the memory's decisions are host work: one transfer per batch
         if not self.cfg.update_every:
+            self.memory.add_batch(x, labels)
             self._update()
+        else:
+            for start, end, update in split_at_updates(self.samples_seen, x.shape[0], self.cfg.update_every):
+                self.memory.add_batch(x[start:end], labels[start:end])
+                if update:
+                    self._update()
+        self.samples_seen += x.shape[0]
         return logits
 
     def _update(self) -> None:
         memory_x, _ = self.memory.batch()
         self.model.train()  # IABN: batch statistics of the memory; running statistics move (momentum 0.01)
         with torch.enable_grad():
-            loss = softmax_entropy(self.model(memory_x)).mean()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.backward(loss)
-            self.optimizer.step()
+            self.step(softmax_entropy(self.model(memory_x)).mean())
         self.model.eval()
         self.updates += 1
 

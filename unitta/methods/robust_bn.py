@@ -8,7 +8,7 @@ and normalises with the updated statistics (RoTTA sec. 3.1). No parameter change
 DEVIATION(UT c41bce7): UT's ``rotta_rbn`` adapter is not RoTTA's RBN: its yaml sets
 ``NAME: tribe_bbn``, i.e. TRIBE's Balanced BN with gamma = 1 and eta = 0.01 / 0.05 / 0.5 (CIFAR-10 /
 CIFAR-100 / ImageNet), updated on every batch with the batch's pseudo-labels and a
-composition-dependent momentum (baselines.md 2.5, 4.4). The paper's "RBN" numbers come from that
+composition-dependent momentum (docs/methods.md "Robust BN"). The paper's "RBN" numbers come from that
 code. ``variant="reference"`` reproduces it (exactly the ``balanced_bn`` method with gamma = 1 and
 the eta below: eval forward to predict, then a train forward with the pseudo-labels; 2F);
 ``variant="rbn"`` (default) is RoTTA's Robust BN.
@@ -26,7 +26,8 @@ from unitta.methods.balanced_bn import BalancedBN
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.robust_bn import RobustBN
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.validate import check_interval, check_probability
+from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["RobustBNMethod"]
 
@@ -42,10 +43,8 @@ class RobustBNMethod(TTAMethod):
         eta: float = 0.01  # reference variant only: UT configs/adapter/cifar10/rotta_rbn.yaml TRIBE.ETA
 
         def __post_init__(self) -> None:
-            if not 0.0 <= self.alpha <= 1.0:
-                raise ValueError(f"alpha={self.alpha!r} must lie in [0, 1]")
-            if not 0.0 < self.eta <= 1.0:
-                raise ValueError(f"eta={self.eta!r} must lie in (0, 1]")
+            check_probability("alpha", self.alpha)
+            check_interval("eta", self.eta, 0.0, 1.0, open_low=True)
 
     presets = {
         "cifar100": {"eta": 0.05},  # UT configs/adapter/cifar100/rotta_rbn.yaml (reference variant)

@@ -1,7 +1,7 @@
 """ROID: certainty- and diversity-weighted self-training with weight ensembling and prior correction.
 
 Paper:     Marsden, Döbler, Yang, "Universal Test-time Adaptation through Weight Ensembling, Diversity
-           Weighting, and Prior Correction", WACV 2024 (spec/baselines.md section 2.9).
+           Weighting, and Prior Correction", WACV 2024 (docs/methods.md "ROID").
 Upstream:  mariodoebler/test-time-adaptation methods/roid.py (official); UniTTA's ``roid`` adapter
            (a copy of the version in devavratTomar/unmixtns) gives the per-dataset values used here.
 Algorithm: BN layers normalise with batch statistics and their affine parameters are trained on the
@@ -43,9 +43,10 @@ from unitta.methods.augment import cotta_augment, device_generator
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.norm.unmixtns import UnMixTNS2d, convert_to_unmixtns
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
 
 @register_method("roid")
@@ -67,16 +68,12 @@ class ROID(TTAMethod):
         min_update_batch: int = 2  # DEVIATION: smaller batches are predicted without a step (UT skips them)
 
         def __post_init__(self) -> None:
-            if not 0.0 <= self.momentum_src <= 1.0:
-                raise ValueError(f"momentum_src={self.momentum_src!r} must lie in [0, 1]")
-            if not 0.0 <= self.momentum_probs <= 1.0:
-                raise ValueError(f"momentum_probs={self.momentum_probs!r} must lie in [0, 1]")
-            if not self.temperature > 0:
-                raise ValueError(f"temperature={self.temperature!r} must be > 0")
-            if self.loss_batch_size < 0:
-                raise ValueError(f"loss_batch_size={self.loss_batch_size!r} must be >= 0 (0: actual batch size)")
-            if self.min_update_batch < 1:
-                raise ValueError(f"min_update_batch={self.min_update_batch!r} must be >= 1")
+            check_positive("lr", self.lr)
+            check_probability("momentum_src", self.momentum_src)
+            check_probability("momentum_probs", self.momentum_probs)
+            check_positive("temperature", self.temperature)
+            check_at_least("loss_batch_size", self.loss_batch_size, 0, "0: the actual batch size")
+            check_at_least("min_update_batch", self.min_update_batch, 1)
 
     presets = {
         # UT configs/adapter/imagenet/roid.yaml: SGD 1e-3 (md: SGD 2.5e-4), momentum 0.9, Nesterov
@@ -113,15 +110,12 @@ class ROID(TTAMethod):
             return self.prior_correct(logits)
         with torch.enable_grad():
             logits = self.model(x)
-            loss = self.loss(x, logits)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.backward(loss)
-            self.optimizer.step()
+            self.step(self.loss(x, logits))
         self.ensemble_with_source()
         return self.prior_correct(logits.detach())
 
     def sample_weights(self, logits: Tensor) -> tuple[Tensor, Tensor]:
-        """(weights (B,), keep (B,) bool) of the paper's certainty x diversity weighting (spec 2.9).
+        """(weights (B,), keep (B,) bool) of the paper's certainty x diversity weighting (ROID paper sec. 3).
 
         w_div = minmax(1 - cos(p_ema, p_i)); samples with w_div below the batch mean are dropped;
         w_cert = minmax(-H(p_i)); w = exp(w_div w_cert / T). Uses the class-prior EMA *before* this
@@ -145,14 +139,22 @@ class ROID(TTAMethod):
         else:
             weights = torch.ones(x.shape[0], device=logits.device)
             keep = torch.ones(x.shape[0], dtype=torch.bool, device=logits.device)
-        loss = (soft_likelihood_ratio(logits) * weights)[keep].sum() / denom
+        # dropped samples have weight 0: a masked sum, the same value and gradient as summing the kept rows
+        zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
+        loss = torch.where(keep, soft_likelihood_ratio(logits) * weights, zero).sum() / denom
         if self.cfg.use_consistency:
+            # the augmented forward normalises with the kept samples' batch statistics, so it must see
+            # exactly those: the one data-dependent shape (one host read) of the step
+            rows = keep.nonzero().squeeze(1) if self.cfg.use_weighting else None
+            kept_x = x if rows is None else x.index_select(0, rows)
             self.before_augmented_forward()
             try:
-                logits_aug = self.model(self.augment(x[keep], self.aug_generator))
+                logits_aug = self.model(self.augment(kept_x, self.aug_generator))
             finally:
                 self.after_augmented_forward()
-            consistency = symmetric_cross_entropy(logits_aug, logits[keep]) * weights[keep]
+            kept_logits = logits if rows is None else logits.index_select(0, rows)
+            kept_weights = weights if rows is None else weights.index_select(0, rows)
+            consistency = symmetric_cross_entropy(logits_aug, kept_logits) * kept_weights
             loss = loss + consistency.sum() / denom
         return loss
 
@@ -168,12 +170,12 @@ class ROID(TTAMethod):
         a = self.cfg.momentum_src
         if a >= 1.0:
             return
-        for p, src in zip(self.params, self.source_params):
-            p.mul_(a).add_(src, alpha=1.0 - a)
+        torch._foreach_mul_(self.params, a)  # two multi-tensor ops, the arithmetic of p.mul_(a).add_(src, 1 - a)
+        torch._foreach_add_(self.params, self.source_params, alpha=1.0 - a)
 
     @torch.no_grad()
     def prior_correct(self, logits: Tensor) -> Tensor:
-        """Adaptive additive prior correction (spec 2.9): pi_bar = mean_i p_i,
+        """Adaptive additive prior correction (ROID paper sec. 3): pi_bar = mean_i p_i,
         s = max(1/B, 1/K) / max_c pi_bar_c, pi = (pi_bar + s) / (1 + s K); returns p * pi normalised
         (``prior_on="probs"``) or the reference's logits * pi (``"logits"``)."""
         if not self.cfg.use_prior_correction:
@@ -205,10 +207,8 @@ class ROIDUnMixTNS(ROID):
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            if self.num_components < 1:
-                raise ValueError(f"num_components={self.num_components!r} must be >= 1")
-            if self.max_batch_size < 1:
-                raise ValueError(f"max_batch_size={self.max_batch_size!r} must be >= 1")
+            check_at_least("num_components", self.num_components, 1)
+            check_at_least("max_batch_size", self.max_batch_size, 1)
 
     presets = ROID.presets  # UT: ROID's learning rates on every dataset
 
@@ -236,6 +236,5 @@ def _minmax(v: Tensor) -> Tensor:
     """(v - min) / (max - min); all zeros when the range is 0 (one sample, or equal values)."""
     low, high = v.min(), v.max()
     span = high - low
-    if not span > 0:
-        return torch.zeros_like(v)
-    return (v - low) / span
+    # where instead of an if: no host read; (v - low) / 0 in the unused branch is discarded
+    return torch.where(span > 0, (v - low) / span, torch.zeros((), dtype=v.dtype, device=v.device))

@@ -5,7 +5,7 @@ the RBN affine parameters; the teacher is an EMA of the student (all parameters,
 predicts. Incoming samples go through a category-balanced memory (CSTU, ``memory.py``); every 64
 samples (counted in samples, not batches) both networks run in train mode on the memory (which
 updates their RBN statistics) and the student takes one step on the timeliness-weighted
-teacher->student cross-entropy (paper sec. 3; baselines.md 2.5):
+teacher->student cross-entropy (paper sec. 3; docs/methods.md "RoTTA"):
 
     z = teacher.eval()(x); p = softmax(z)               # the prediction returned
     for each sample: offer (x_i, argmax p_i, H(p_i)) to CSTU; every 64th sample: update
@@ -19,7 +19,7 @@ lambda_t = lambda_u = 1. H(p) uses log(p + 1e-6) as the reference.
 
 Deviations:
 - DEVIATION(UT c41bce7): UT's ImageNet config keeps ``INPUT.SIZE (32, 32)``, so the strong
-  augmentation centre-crops ImageNet memory images to 32 x 32 (baselines.md 4.3). Here the
+  augmentation centre-crops ImageNet memory images to 32 x 32. Here the
   augmentation is sized to the input (``aug_size=None``, the paper's); ``aug_size=32`` gives UT's.
 - Works for every batch size: predictions use stored RBN statistics; updates are counted in samples.
   Updates fire after the whole batch has been predicted (the reference does the same).
@@ -37,10 +37,11 @@ from torch import Tensor
 from unitta.methods.augment import device_generator, rotta_strong_augment
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.ema import ema_update_, make_teacher
-from unitta.methods.memory import CSTUMemory
+from unitta.methods.memory import CSTUMemory, split_at_updates
 from unitta.methods.norm.robust_bn import RobustBN
-from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.validate import check_at_least, check_optional_size, check_positive, check_probability
+from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
 __all__ = ["RoTTA"]
 
@@ -62,14 +63,14 @@ class RoTTA(TTAMethod):
         aug_size: int | None = None  # None: the input's side (paper); 32: UT's ImageNet INPUT.SIZE
 
         def __post_init__(self) -> None:
-            if self.memory_size < 1:
-                raise ValueError(f"memory_size={self.memory_size!r} must be >= 1")
-            if self.update_every < 1:
-                raise ValueError(f"update_every={self.update_every!r} must be >= 1")
-            if not 0.0 <= self.nu <= 1.0:
-                raise ValueError(f"nu={self.nu!r} must lie in [0, 1]")
-            if not 0.0 <= self.alpha <= 1.0:
-                raise ValueError(f"alpha={self.alpha!r} must lie in [0, 1]")
+            check_positive("lr", self.lr)
+            check_at_least("memory_size", self.memory_size, 1)
+            check_at_least("update_every", self.update_every, 1)
+            check_probability("nu", self.nu)
+            check_probability("alpha", self.alpha)
+            check_at_least("lambda_t", self.lambda_t, 0)
+            check_at_least("lambda_u", self.lambda_u, 0)
+            check_optional_size("aug_size", self.aug_size)
 
     presets: dict = {}  # RoTTA uses the same values on CIFAR-10, CIFAR-100 and ImageNet
 
@@ -94,11 +95,13 @@ class RoTTA(TTAMethod):
             p = logits.softmax(dim=1)
             labels = p.argmax(dim=1)
             uncertainty = -(p * torch.log(p + 1e-6)).sum(dim=1)  # RoTTA's entropy (log(p + 1e-6))
-        for xi, label, unc in zip(x, labels.tolist(), uncertainty.tolist()):
-            self.memory.add(xi, label, unc)
-            self.samples_seen += 1
-            if self.samples_seen % self.cfg.update_every == 0:
+        # the memory's decisions are host work: one transfer of the batch's labels and uncertainties
+        labels_h, uncertainty_h = torch.stack([labels.to(torch.float64), uncertainty.to(torch.float64)]).tolist()
+        for start, end, update in split_at_updates(self.samples_seen, x.shape[0], self.cfg.update_every):
+            self.memory.add_batch(x[start:end], labels_h[start:end], uncertainty_h[start:end])
+            if update:
                 self._update()
+        self.samples_seen += x.shape[0]
         return logits
 
     def _update(self) -> None:
@@ -111,10 +114,7 @@ class RoTTA(TTAMethod):
             student_logits = self.model(self.augment(memory_x, self.device_generator))
             weight = torch.exp(-ages) / (1.0 + torch.exp(-ages))  # timeliness reweighting (RoTTA sec. 3.3)
             ce = -(teacher_logits.softmax(dim=1) * student_logits.log_softmax(dim=1)).sum(dim=1)
-            loss = (ce * weight).mean()
-            self.optimizer.zero_grad(set_to_none=True)
-            self.backward(loss)
-            self.optimizer.step()
+            self.step((ce * weight).mean())
         ema_update_(self.teacher, self.model, 1.0 - self.cfg.nu)
         self.model.eval()
         self.teacher.eval()

@@ -1,4 +1,4 @@
-"""TEST: the source model, unchanged, in eval mode (spec 4.5, ``configs/adapter/*/test.yaml``)."""
+"""TEST: the source model, unchanged, in eval mode (UniTTA ``configs/adapter/*/test.yaml``)."""
 
 from __future__ import annotations
 

@@ -2,12 +2,12 @@
 
 Every BatchNorm normalises with the current batch's statistics (running statistics dropped) and only
 the BN affine parameters (gamma, beta) adapt, by one optimisation step per batch on the mean
-prediction entropy H(softmax(z)) (paper sec. 3; baselines.md 2.3). The prediction returned is the one computed
-*before* the step (TENT's online protocol; tent issue #20; with ``steps`` > 1, the output of the last
-forward, as the original). Everything else is frozen and the model
+prediction entropy H(softmax(z)) (paper sec. 3; docs/methods.md "TENT"). The prediction returned is the one
+computed *before* the step (TENT's online protocol, as in the original tent.py; with ``steps`` > 1, the output
+of the last forward, as the original). Everything else is frozen and the model
 stays in eval mode.
 
-Hyper-parameters (baselines.md 2.3; UT ``configs/adapter/*/tent.yaml`` = md = original):
+Hyper-parameters (UT ``configs/adapter/*/tent.yaml`` = md = original; docs/methods.md "TENT"):
 CIFAR-10/100: Adam lr 1e-3. ImageNet: SGD lr 2.5e-4, momentum 0.9, Nesterov. One step per batch.
 
 Deviations:
@@ -29,8 +29,9 @@ from torch import Tensor
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import softmax_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.norm.swap import replace_batchnorms, train_affine
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.validate import check_at_least, check_positive
+from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
 __all__ = ["Tent"]
 
@@ -47,10 +48,9 @@ class Tent(TTAMethod):
         min_update_batch: int = 2  # DEVIATION: smaller batches are predicted without a step (UT skips them)
 
         def __post_init__(self) -> None:
-            if self.steps < 1:
-                raise ValueError(f"steps={self.steps!r} must be >= 1")
-            if self.min_update_batch < 1:
-                raise ValueError(f"min_update_batch={self.min_update_batch!r} must be >= 1")
+            check_positive("lr", self.lr)
+            check_at_least("steps", self.steps, 1)
+            check_at_least("min_update_batch", self.min_update_batch, 1)
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 2.5e-4},  # UT/md imagenet tent.yaml; TENT paper sec. 4
@@ -71,9 +71,6 @@ class Tent(TTAMethod):
         for _ in range(self.cfg.steps):
             with torch.enable_grad():
                 logits = self.model(x)
-                loss = softmax_entropy(logits).mean()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.backward(loss)
-                self.optimizer.step()
+                self.step(softmax_entropy(logits).mean())
             prediction = logits.detach()  # the last forward's output, as the original tent.py
         return prediction

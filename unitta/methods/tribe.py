@@ -1,7 +1,7 @@
 """TRIBE: a tri-net of class-balanced BatchNorm models trained by masked self-training.
 
 Paper:     Su, Xu, Jia, "Towards Real-World Test-Time Adaptation: Tri-Net Self-Training with Balanced
-           Normalization", AAAI 2024 (spec/baselines.md section 2.8).
+           Normalization", AAAI 2024 (docs/methods.md "TRIBE").
 Upstream:  Gorilla-Lab-SCUT/TRIBE core/adapter/tribe.py; UniTTA's ``tribe`` adapter is the same code.
 Algorithm: every BatchNorm becomes a Balanced BN (norm/balanced_bn.py). A teacher that shares the
            student's affine parameters (but has its own statistics) predicts in eval mode; its argmax
@@ -33,8 +33,9 @@ from unitta.methods.augment import cotta_augment, device_generator
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
-from unitta.methods.norm.swap import replace_batchnorms
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.validate import check_at_least, check_interval, check_positive, check_probability
+from unitta.nn.batchnorm import replace_batchnorms
 
 
 @register_method("tribe")
@@ -51,18 +52,15 @@ class TRIBE(TTAMethod):
         lr: float = 1e-3  # OPTIM.LR (CIFAR dataset configs)
 
         def __post_init__(self) -> None:
-            if not 0.0 < self.eta <= 1.0:
-                raise ValueError(f"eta={self.eta!r} must lie in (0, 1]")
-            if not 0.0 <= self.gamma <= 1.0:
-                raise ValueError(f"gamma={self.gamma!r} must lie in [0, 1]")
-            if not self.h0 > 0:
-                raise ValueError(f"h0={self.h0!r} must be > 0")
-            if self.lam < 0:
-                raise ValueError(f"lam={self.lam!r} must be >= 0")
+            check_interval("eta", self.eta, 0.0, 1.0, open_low=True)
+            check_probability("gamma", self.gamma)
+            check_positive("h0", self.h0)
+            check_at_least("lam", self.lam, 0)
+            check_positive("lr", self.lr)
 
     presets = {
         "cifar100": {"eta": 0.05, "gamma": 0.1, "h0": 0.2},  # configs/adapter/cifar100/tribe.yaml
-        # configs/adapter/imagenet/tribe.yaml; lr 5e-4 is UT's ImageNet dataset LR (baselines.md 2.8)
+        # configs/adapter/imagenet/tribe.yaml; lr 5e-4 is UT's ImageNet dataset LR (configs/dataset/imagenet)
         "imagenet": {"eta": 0.5, "gamma": 0.5, "h0": 0.4, "lr": 5e-4},
     }
 
@@ -89,7 +87,7 @@ class TRIBE(TTAMethod):
             self.generator if self.device.type == "cpu" else device_generator(self.generator, self.device)
         )
         self.mask_threshold = self.cfg.h0 * math.log(K)
-        self.last_mask_fraction = float("nan")
+        self.last_mask: Tensor | None = None  # read back only when asked for (extra_metrics), not per batch
         self.track(self.teacher)
         self.track(self.anchor)
 
@@ -112,14 +110,16 @@ class TRIBE(TTAMethod):
             mask = softmax_entropy(logits_t).detach() < self.mask_threshold
             ce = F.cross_entropy(logits_s, logits_t.argmax(dim=1).detach(), reduction="none")
             mse = F.mse_loss(logits_t, logits_a, reduction="none").mean(dim=1)
-            loss = masked_mean(ce, mask) + self.cfg.lam * masked_mean(mse, mask)
-            self.optimizer.zero_grad(set_to_none=True)
-            self.backward(loss)
-            self.optimizer.step()
+            self.step(masked_mean(ce, mask) + self.cfg.lam * masked_mean(mse, mask))
         for net in (self.model, self.teacher, self.anchor):
             net.eval()
-        self.last_mask_fraction = float(mask.float().mean())
+        self.last_mask = mask
         return prediction
+
+    @property
+    def last_mask_fraction(self) -> float:
+        """Share of the last batch's samples that passed the entropy filter (NaN before any batch)."""
+        return float("nan") if self.last_mask is None else float(self.last_mask.float().mean())
 
     def extra_metrics(self) -> dict[str, float]:
         return {"tribe_mask_fraction_last_batch": self.last_mask_fraction}

@@ -1,17 +1,17 @@
-"""UniTTA: BDN + COFA with three forwards per batch (UniTTA paper section 4; spec 3.2).
+"""UniTTA: BDN + COFA with three forwards per batch (UniTTA paper section 4; docs/unitta.md "Methods").
 
 Every BatchNorm becomes a BDN layer (``unitta/methods/norm/bdn.py``) and the classifier is split off
 so that COFA (``unitta/methods/cofa.py``, filter always on) can average features. Per batch x:
 
   forward 1 (eval):  p1 = cofa_1(f(x)) with the BBN global statistics, no update; y = argmax p1
   forward 2 (train): p2 = cofa_2(f(x)); every BBN updates with y, then normalises; the prediction layer
-                     also assigns each sample to its nearest domain (spec 2.5) and decides expansion
-                     (spec 2.6) and pruning (spec 2.7)
+                     also assigns each sample to its nearest domain (paper section 4.2, domain
+                     prediction) and decides expansion and pruning (docs/unitta.md "Layers")
   forward 3 (train): p3 = cofa_3(f(x)); every BDN layer uses the prediction layer's domains: counts,
                      expands, updates the domain-class statistics with y, normalises per domain, prunes
   output: with ``filter``, per sample whichever of q2 and p3 has the larger maximum (ties -> q2), where
           q2 = softmax(p2) (the reference's double softmax, ``double_softmax=True``) or p2 itself
-          (the filter as the spec/paper describe it, ``double_softmax=False``); else p3.
+          (the filter as the paper describes it, ``double_softmax=False``); else p3.
 
 The three COFA slots carry their previous feature across batches independently. No gradients, no
 optimiser. ``unitta/methods/bdn.py`` holds the BDN-only ablations, which share this class.
@@ -29,9 +29,11 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.cofa import FeatureAverager
 from unitta.methods.heads import FeatureModel
 from unitta.methods.norm.bdn import BalancedDomainNorm2d
-from unitta.methods.norm.swap import replace_batchnorms
+from unitta.methods.norm.groups import ClassGroups, SlotGroups
+from unitta.methods.validate import check_at_least, check_interval, check_probability
+from unitta.nn.batchnorm import replace_batchnorms
 
-# Hyper-parameters of configs/adapter/<dataset>/unitta.yaml (spec 4.5). Defaults are CIFAR-10's.
+# Hyper-parameters of the reference's configs/adapter/<dataset>/unitta.yaml. Defaults are CIFAR-10's.
 UNITTA_PRESETS = {
     "cifar100": {"eta": 0.05, "gamma": 0.1},
     "imagenet": {"eta": 0.5, "gamma": 0.5, "prune": True, "max_domains": 32},
@@ -39,24 +41,19 @@ UNITTA_PRESETS = {
 
 
 def check_bdn_config(cfg) -> None:
-    """Range checks shared by UniTTA and the BDN ablations (bad values name the field and the range)."""
-    if not 0.0 < cfg.eta <= 1.0:
-        raise ValueError(f"eta={cfg.eta} must be in (0, 1]")
-    if not 0.0 <= cfg.gamma <= 1.0:
-        raise ValueError(f"gamma={cfg.gamma} must be in [0, 1]")
-    if cfg.max_domains < 2:
-        raise ValueError(f"max_domains={cfg.max_domains} must be >= 2 (one discovered and the fresh slot)")
+    """Range checks shared by the Configs of UniTTA and the BDN ablations (called in ``__post_init__``)."""
+    check_interval("eta", cfg.eta, 0.0, 1.0, open_low=True)
+    check_probability("gamma", cfg.gamma)
+    check_at_least("max_domains", cfg.max_domains, 2, "one discovered domain and the fresh slot")
 
 
 class BDNFramework(TTAMethod):
-    """The three-forward BDN procedure of spec 3.2/3.3; subclasses pick COFA and the F2/F3 filter."""
+    """The three-forward BDN procedure (docs/unitta.md "Methods"); subclasses pick COFA and the F2/F3 filter."""
 
     use_cofa: bool = True
-    double_softmax_default: bool = True
 
     def setup(self) -> None:
         cfg = self.cfg
-        check_bdn_config(cfg)
         layer_name = self.info.check_bn_layer(cfg.layer if cfg.layer is not None else self.info.bdn_layer)
         self.model.requires_grad_(False)
         K = self.info.num_classes
@@ -65,10 +62,14 @@ class BDNFramework(TTAMethod):
             lambda name, bn: BalancedDomainNorm2d(bn, K, cfg.eta, cfg.gamma, cfg.distance, cfg.clamp),
         )
         if layer_name not in replaced:
-            raise ValueError(f"layer={layer_name!r} is not a BatchNorm layer of the model; found: {', '.join(replaced)}")
+            found = ", ".join(replaced)
+            raise ValueError(f"layer={layer_name!r} is not a BatchNorm layer of the model; found: {found}")
         self.layers: list[BalancedDomainNorm2d] = list(replaced.values())
         self.pred_layer: BalancedDomainNorm2d = replaced[layer_name]
         self.pred_layer.predicts_domain = True
+        if cfg.prune:  # pruning keeps D <= max_domains, so no layer ever needs more slots than that
+            for layer in self.layers:
+                layer.domain_limit = cfg.max_domains
         self.head: nn.Module | None = None
         if self.use_cofa:
             self.model = FeatureModel(self.model, self.info.classifier)
@@ -84,9 +85,17 @@ class BDNFramework(TTAMethod):
             return self.averagers[slot](out, self.head, True)
         return out
 
-    def _instruct(self, label: Tensor | None, domain: Tensor | None = None, expand: bool = False, prune: bool = False):
+    def _instruct(self, label=None, domain=None, expand: bool | Tensor = False, prune: bool | Tensor = False):
         for layer in self.layers:
             layer.instruct(label, domain, expand, prune)
+
+    def _reserve_slots(self) -> None:
+        """Room for one more domain slot in every layer; reads D from the device (once for all layers)
+        only when the host's bound of D reaches the slot capacity (norm/bdn.py "GPU efficiency")."""
+        if any(layer.needs_room() for layer in self.layers):
+            d = self.pred_layer.num_domains
+            for layer in self.layers:
+                layer.reserve(d)
 
     @torch.no_grad()
     def forward(self, x: Tensor) -> Tensor:
@@ -96,15 +105,19 @@ class BDNFramework(TTAMethod):
         self._instruct(None)
         out1 = self._scores(x, 0)
         y = out1.argmax(dim=1)
-        # forward 2: train, class-balanced BBN update; the prediction layer assigns domains
+        # forward 2: train, class-balanced BBN update; the prediction layer assigns domains. The groupings
+        # are built once per batch for all layers, and every decision stays on the device (no host sync)
         self.model.train()
-        self._instruct(y)
+        K, dtype = self.info.num_classes, x.dtype
+        self._instruct(ClassGroups(y, K, cfg.eta, dtype))
         out2 = self._scores(x, 1)
         domain = self.pred_layer.domain_pred
         expand = self.pred_layer.wants_expansion(domain)
-        prune = expand and cfg.prune and self.pred_layer.num_domains >= cfg.max_domains
+        prune = expand & (self.pred_layer.num_active >= cfg.max_domains) if cfg.prune else False
         # forward 3: domain-class update and per-domain normalisation in every layer
-        self._instruct(y, domain, expand, prune)
+        self._reserve_slots()
+        slots = SlotGroups(domain, y, self.pred_layer.capacity, K, cfg.eta, cfg.clamp, dtype)
+        self._instruct(y, slots, expand, prune)
         out3 = self._scores(x, 2)
         self._instruct(None)
         self.model.eval()
@@ -130,7 +143,7 @@ class BDNFramework(TTAMethod):
 
 @register_method("unitta")
 class UniTTA(BDNFramework):
-    """UniTTA (reference adapter ``unitta``, spec 3.2): BDN + COFA, three forwards per batch."""
+    """UniTTA (reference adapter ``unitta``; paper section 4): BDN + COFA, three forwards per batch."""
 
     @dataclass(frozen=True)
     class Config:
@@ -141,7 +154,10 @@ class UniTTA(BDNFramework):
         layer: str | None = None  # LAYER: domain-prediction BN layer; None = ModelInfo.bdn_layer
         prune: bool = False  # PRUNE
         max_domains: int = 64  # MAX_DOMAINS
-        clamp: bool = False  # False = the reference's unclamped BDN EMA (spec 2.4); True = TRIBE's 1/n clamp
+        clamp: bool = False  # False = the reference's unclamped BDN EMA (docs/unitta.md); True = TRIBE's 1/n clamp
         double_softmax: bool = True  # the reference's softmax of forward 2's probabilities in the filter
+
+        def __post_init__(self) -> None:
+            check_bdn_config(self)
 
     presets = UNITTA_PRESETS

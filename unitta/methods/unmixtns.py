@@ -1,7 +1,7 @@
 """UnMix-TNS: mixture-of-components test-time normalisation, no gradient step.
 
 Paper:     Tomar et al., "Un-Mixing Test-Time Normalization Statistics: Combatting Label Temporal
-           Correlation", ICLR 2024 (spec/baselines.md section 2.10).
+           Correlation", ICLR 2024 (docs/methods.md "UnMix-TNS").
 Upstream:  devavratTomar/unmixtns; UniTTA's ``unmixtns`` adapter (configs/adapter/*/unmixtns.yaml).
 Algorithm: every BatchNorm2d becomes an UnMixTNS2d layer (``norm/unmixtns.py``) with K components;
            each instance is normalised with its own mixture of the components and the components
@@ -20,6 +20,7 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.unmixtns import convert_to_unmixtns
+from unitta.methods.validate import check_at_least
 
 
 @register_method("unmixtns")
@@ -32,10 +33,8 @@ class UnMixTNS(TTAMethod):
         max_batch_size: int = 64  # UT: B_max = 64 on every dataset (original: 16 on ImageNet)
 
         def __post_init__(self) -> None:
-            if self.num_components < 1:
-                raise ValueError(f"num_components={self.num_components!r} must be >= 1")
-            if self.max_batch_size < 1:
-                raise ValueError(f"max_batch_size={self.max_batch_size!r} must be >= 1")
+            check_at_least("num_components", self.num_components, 1)
+            check_at_least("max_batch_size", self.max_batch_size, 1)
 
     presets = {}  # UT uses the same values on CIFAR-10, CIFAR-100 and ImageNet
 

@@ -1,4 +1,4 @@
-"""Models: the embedded ResNet-20 for Fashion-MNIST-C and the paper's robustbench models (spec 4.4).
+"""Models: the embedded ResNet-20 for Fashion-MNIST-C and the paper's robustbench models (docs/models.md).
 
 ``load_model(dataset, name=None, checkpoint_dir='ckpt') -> (model in eval mode, ModelInfo)``; see
 ``unitta.models.zoo``. robustbench is imported only when a paper model is built.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """Model metadata (spec 4.4).
+    """Model metadata (docs/models.md).
 
     name: model name (robustbench name or 'resnet20').
     dataset: dataset family the model was trained for ('cifar10', 'cifar100', 'imagenet', 'fmnist').

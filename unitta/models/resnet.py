@@ -3,7 +3,7 @@
 Architecture of He et al. 2016, section 4.2 (the CIFAR-10 ResNets): a 3x3 stem conv with 16 channels,
 three stages of ``n`` BasicBlocks with widths 16/32/64 (stride 2 at the start of stages 2 and 3),
 global average pooling and a linear classifier named ``fc``. Shortcuts that change shape use a 1x1
-conv + BatchNorm (option B). ResNet-20 is n=3 (spec/offline_data.md section 3.1).
+conv + BatchNorm (option B). ResNet-20 is n=3 (He et al., CVPR'16, sec. 4.2).
 
 Input normalisation lives inside the model (like robustbench's models), so every method feeds images
 in [0, 1] and the normalisation statistics travel with the checkpoint.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-# Fashion-MNIST training-set pixel mean/std after zero-padding 28 -> 32 (spec/offline_data.md section 3.1).
+# Fashion-MNIST training-set pixel mean/std after zero-padding 28 -> 32 (docs/models.md).
 FMNIST_MEAN = 0.2860
 FMNIST_STD = 0.3530
 
@@ -102,5 +102,5 @@ class CifarResNet(nn.Module):
 
 
 def resnet20(num_classes: int = 10) -> CifarResNet:
-    """ResNet-20, width 16 (272k parameters; spec/offline_data.md section 3.1)."""
+    """ResNet-20, width 16 (272k parameters; docs/models.md)."""
     return CifarResNet(depth=20, num_classes=num_classes, width=16)

@@ -1,6 +1,6 @@
-"""Train the embedded ResNet-20 on Fashion-MNIST's training set (issue 3, spec/offline_data.md section 3).
+"""Train the embedded ResNet-20 on Fashion-MNIST's training set (docs/models.md, "The embedded ResNet-20").
 
-Recipe of the feasibility study (spec/offline_data.md section 3.1): images zero-padded 28 -> 32 and
+Recipe (docs/models.md, "The embedded ResNet-20"): images zero-padded 28 -> 32 and
 repeated to 3 channels, random +-2 px shift and horizontal flip, SGD with Nesterov momentum 0.9,
 weight decay 5e-4, one-cycle schedule with max learning rate 0.2, batch 128, channels_last.
 Two epochs reached 9.2 % clean test error there.
@@ -28,7 +28,7 @@ DEFAULT_CHECKPOINT = Path(__file__).parent / "checkpoints" / "resnet20_fmnist.pt
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Training hyper-parameters; defaults from spec/offline_data.md section 3.1."""
+    """Training hyper-parameters; defaults: the recipe of docs/models.md."""
 
     epochs: int = 3
     batch_size: int = 128
@@ -66,7 +66,7 @@ class TrainResult:
 
 
 def pad_to_32(images: np.ndarray) -> np.ndarray:
-    """uint8 (N, 28, 28) -> uint8 (N, 32, 32), zero border of 2 px (spec/offline_data.md section 3.1)."""
+    """uint8 (N, 28, 28) -> uint8 (N, 32, 32), zero border of 2 px (as Fashion-MNIST-C)."""
     if images.ndim != 3 or images.shape[1:] != (28, 28):
         raise ValueError(f"images.shape={images.shape}: expected (N, 28, 28)")
     return np.pad(images, ((0, 0), (2, 2), (2, 2)))

@@ -1,10 +1,10 @@
-"""TRIBE's Balanced BatchNorm (Su et al., AAAI'24, "V5"): class-balanced test statistics (spec 2.3).
+"""TRIBE's Balanced BatchNorm (Su et al., AAAI'24, "V5"): class-balanced test statistics (docs/unitta.md).
 
 The layer keeps per-class statistics (mu_k, sigma2_k), k = 1..K, all initialised to the source BN's
 running statistics, and derives global statistics from them as if every class were equally frequent:
 global_mean = mean_k mu_k, global_var = mean_k sigma2_k + var_k(mu_k) (unbiased across classes).
 
-Update (train mode, pseudo-labels given in ``label``), spec 2.3, per class k present with n_k samples:
+Update (train mode, pseudo-labels given in ``label``), per class k present with n_k samples:
   m_k = 1/n_k if n_k > 1/eta else eta                                    (TRIBE's clamp)
   delta_k = m_k sum_{i: y_i=k} (mean_hw(x_i) - mu_k),  q_k = sum_{i: y_i=k} mean_hw((x_i - mu_k)^2)
   mu_k += (1-gamma) delta_k;  then for all j: mu_j += gamma * mean_k delta_k
@@ -13,10 +13,18 @@ Update (train mode, pseudo-labels given in ``label``), spec 2.3, per class k pre
 (means over the present classes; the all-class terms use the values after the present-class step).
 
 Usage: set ``layer.label`` (B,) before a train-mode forward to update then normalise with the
-updated global statistics; the label is consumed (reset to None) by that forward, as in TRIBE.
+updated global statistics; the label is consumed (reset to None) by that forward, as in TRIBE. A
+method that drives many layers may set a ``ClassGroups`` (``norm/groups.py``) instead, built once per
+batch and shared by all layers.
 Without a label, or in eval mode, the layer normalises with the current global statistics and
 changes nothing. Within an updating forward the new statistics keep their autograd history (as in
 TRIBE, where the batch enters the statistics it is normalised with); the stored buffers are detached.
+
+GPU efficiency (docs/benchmarks.md "Operator counts"): the update is a fixed sequence of about twenty
+operators per layer whatever K and the batch's composition (two matrix products with the per-batch
+class weights instead of per-class loops or scatters, no host synchronisation), and a forward that
+does not update is a single ``x * scale + shift`` whose (scale, shift) are cached until the
+statistics or the affine parameters change.
 """
 
 from __future__ import annotations
@@ -24,11 +32,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import across_class_var, instance_second_moment, normalise
+from unitta.methods.norm.groups import ClassGroups
+from unitta.methods.norm.stats import AffineCache, apply_affine, class_mean_var, ema_step, instance_moments, normalise
 
 
 class BalancedBatchNorm2d(nn.Module):
-    """Class-balanced BatchNorm of TRIBE (spec 2.3), built from a source ``nn.BatchNorm2d``."""
+    """Class-balanced BatchNorm of TRIBE (docs/unitta.md "Layers"), built from a source ``nn.BatchNorm2d``."""
 
     def __init__(self, bn: nn.modules.batchnorm._BatchNorm, num_classes: int, eta: float, gamma: float):
         super().__init__()
@@ -53,7 +62,8 @@ class BalancedBatchNorm2d(nn.Module):
         self.register_buffer("global_var", var.clone())
         self.register_buffer("local_mean", mean.unsqueeze(0).repeat(num_classes, 1))
         self.register_buffer("local_var", var.unsqueeze(0).repeat(num_classes, 1))
-        self.label: Tensor | None = None
+        self.label: Tensor | ClassGroups | None = None
+        self._affine = AffineCache()
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, num_classes={self.num_classes}, eta={self.eta}, gamma={self.gamma}"
@@ -61,40 +71,53 @@ class BalancedBatchNorm2d(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         label, self.label = self.label, None
         if self.training and label is not None:
-            mean, var = self._update(x, label)
-        else:
-            mean, var = self.global_mean, self.global_var
-        return normalise(x, mean, var, self.eps, self.weight, self.bias)
+            mean, var = self.update(x, self.groups(label, x))
+            if mean.requires_grad or var.requires_grad:
+                return normalise(x, mean, var, self.eps, self.weight, self.bias)
+        return self.normalise_global(x)
 
-    def _update(self, x: Tensor, label: Tensor) -> tuple[Tensor, Tensor]:
-        """Class-balanced EMA step of spec 2.3; returns the new global (mean, var)."""
+    def normalise_global(self, x: Tensor) -> Tensor:
+        """Normalise with the current global statistics (one cached-affine operator without autograd)."""
+        if not AffineCache.usable(self.weight, self.bias):
+            return normalise(x, self.global_mean, self.global_var, self.eps, self.weight, self.bias)
+        shape = (-1,) + (1,) * (x.ndim - 2)
+        scale, shift = self._affine.get(self.global_mean, self.global_var, self.eps, self.weight, self.bias, shape)
+        return apply_affine(x, scale, shift)
+
+    def groups(self, label: Tensor | ClassGroups, x: Tensor) -> ClassGroups:
+        """The batch's ClassGroups: the one given, or built here from a (B,) label tensor."""
+        if isinstance(label, ClassGroups):
+            if not label.matches(self.num_classes, self.eta, x.shape[0]):
+                raise ValueError("ClassGroups were built for another number of classes, eta or batch size")
+            return label
         if label.shape != (x.shape[0],):
             raise ValueError(f"label has shape {tuple(label.shape)}, expected ({x.shape[0]},)")
-        K = self.num_classes
-        label = label.to(device=x.device, dtype=torch.long)
-        old_mean, old_var = self.local_mean.detach(), self.local_var.detach()
-        d_mean, d_sq = instance_second_moment(x, old_mean[label])  # (B, C) each
-        counts = torch.bincount(label, minlength=K)  # (K,)
-        present = counts > 0
-        n = counts.to(x.dtype)
-        # TRIBE's clamp: a class with more than 1/eta samples moves to its batch mean (weight 1/n)
-        m = torch.where(n > 1.0 / self.eta, 1.0 / n.clamp_min(1.0), torch.full_like(n, self.eta))
-        m = torch.where(present, m, torch.zeros_like(m))
-        delta = d_mean.new_zeros(K, d_mean.shape[1]).index_add(0, label, d_mean) * m[:, None]  # (K, C)
-        q = d_sq.new_zeros(K, d_sq.shape[1]).index_add(0, label, d_sq)  # (K, C)
+        return ClassGroups(label.to(device=x.device), self.num_classes, self.eta, x.dtype)
+
+    def update(self, x: Tensor, groups: ClassGroups, moments: tuple[Tensor, Tensor] | None = None):
+        """Class-balanced EMA step (module docstring); stores and returns the new global (mean, var).
+
+        ``moments``: the per-sample (mean, var) of ``x`` if the caller already has them.
+        """
+        inst_mean, inst_var = instance_moments(x) if moments is None else moments
+        old_mean, old_var = self.local_mean, self.local_var
+        d_mean = inst_mean - old_mean[groups.label]  # mean_hw(x_i) - mu_{y_i}, (B, C)
+        d_sq = torch.addcmul(inst_var, d_mean, d_mean)  # mean_hw((x_i - mu_{y_i})^2)
+        delta = groups.weight @ d_mean  # (K, C): m_k sum_{i in k} (mean_hw(x_i) - mu_k)
+        spread = groups.weight @ d_sq  # m_k q_k
         g = self.gamma
-        pm = present[:, None]
-        new_mean = torch.where(pm, old_mean + (1.0 - g) * delta, old_mean)
-        new_var = torch.where(pm, old_var + (1.0 - g) * (m[:, None] * (q - n[:, None] * old_var) - delta.pow(2)), old_var)
+        new_mean, new_var, _ = ema_step(old_mean, old_var, delta, spread, groups.mn, 1.0 - g)
         if g > 0.0:
-            n_present = present.sum()
-            new_mean = new_mean + g * delta[present].sum(0) / n_present
-            var_gap = (m[:, None] * q - delta.pow(2))[present].sum(0) / n_present
-            new_var = new_var + g * (var_gap - (m * n)[present].sum() / n_present * new_var)
-        global_mean = new_mean.mean(0)
-        global_var = new_var.mean(0) + across_class_var(new_mean, 0)
-        self.local_mean = new_mean.detach()
-        self.local_var = new_var.detach()
-        self.global_mean = global_mean.detach()
-        self.global_var = global_var.detach()
+            # then every class moves by gamma times the mean over the present classes (absent rows are 0)
+            new_mean = torch.add(new_mean, delta.sum(0) / groups.num_present, alpha=g)
+            var_gap = torch.addcmul(spread, delta, delta, value=-1.0).sum(0) / groups.num_present
+            new_var = torch.add(new_var, torch.addcmul(var_gap, groups.mn_mean, new_var, value=-1.0), alpha=g)
+        global_mean, between = class_mean_var(new_mean, 0)
+        global_var = torch.add(between, new_var.sum(0), alpha=1.0 / self.num_classes)
+        self.local_mean, self.local_var = _detached(new_mean), _detached(new_var)
+        self.global_mean, self.global_var = _detached(global_mean), _detached(global_var)
         return global_mean, global_var
+
+
+def _detached(t: Tensor) -> Tensor:
+    return t.detach() if t.requires_grad else t

@@ -1,4 +1,4 @@
-"""BatchNorm with test-batch statistics (the ``BN`` baseline's layer, spec 4.5; also TENT's).
+"""BatchNorm with test-batch statistics (the ``BN`` baseline's layer, configs/adapter/*/bn.yaml; also TENT's).
 
 A source BatchNorm with its running statistics removed: every forward normalises with the mean and
 biased variance of the current batch over (N, H, W), exactly ``F.batch_norm(training=True)``

@@ -1,4 +1,4 @@
-"""Instance-aware BN (IABN): NOTE's normalisation layer (Gong et al., NeurIPS'22, sec. 3.1; baselines.md 2.7).
+"""Instance-aware BN (IABN): NOTE's normalisation layer (Gong et al., NeurIPS'22, sec. 3.1; docs/methods.md "NOTE").
 
 For a sample's instance statistics (mu_i, sigma2_i; unbiased variance over its L = H*W positions)
 and the "batch" statistics (mu_B, sigma2_B):
@@ -19,7 +19,7 @@ A train-mode batch with a single value per channel (N * L == 1) has no unbiased 
 then normalises with the running statistics and leaves them unchanged, so the output stays finite.
 
 DEVIATION(NOTE paper): NOTE pre-trains the source model with IABN; UT (and this project, which uses
-off-the-shelf BN checkpoints) swaps IABN into a BN-trained model at test time (baselines.md 2.7).
+off-the-shelf BN checkpoints) swaps IABN into a BN-trained model at test time (docs/methods.md "NOTE").
 """
 
 from __future__ import annotations

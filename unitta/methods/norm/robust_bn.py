@@ -1,4 +1,4 @@
-"""Robust BN (RBN): RoTTA's normalisation layer (Yuan et al., CVPR'23, sec. 3.1; baselines.md 2.5).
+"""Robust BN (RBN): RoTTA's normalisation layer (Yuan et al., CVPR'23, sec. 3.1; docs/methods.md "RoTTA").
 
 RBN keeps global statistics (mu_g, sigma2_g), initialised from the source BN's running statistics.
 

@@ -1,7 +1,7 @@
 """UnMix-TNS: test-time normalisation with K mixture components per BatchNorm layer.
 
 Tomar et al., "Un-Mixing Test-Time Normalization Statistics: Combatting Label Temporal Correlation",
-ICLR 2024 (spec/baselines.md section 2.10). Every BatchNorm2d keeps K statistic components
+ICLR 2024 (docs/methods.md "UnMix-TNS"). Every BatchNorm2d keeps K statistic components
 (mu_k, var_k) instead of one pair. Each test instance i is normalised with statistics that mix its own
 spatial statistics (mu_i, var_i) into every component, weighted by how close it is to that
 component (p_ik = softmax_k(cos(mu_i, mu_k) / tau)), and the components follow the instances they
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unitta.methods.norm.stats import instance_mean_var, normalise
-from unitta.methods.norm.swap import named_batchnorms, set_submodule
+from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
 INIT_ALPHA = 0.5
@@ -35,7 +35,7 @@ TEMPERATURE = 0.07
 
 
 class UnMixTNS2d(nn.Module):
-    """Drop-in replacement of a BatchNorm2d with K statistic components (spec 2.10).
+    """Drop-in replacement of a BatchNorm2d with K statistic components (UnMix-TNS paper sec. 3).
 
     Args:
         bn: the source BatchNorm2d (its running statistics, affine parameters and eps are used).
@@ -70,7 +70,7 @@ class UnMixTNS2d(nn.Module):
         self.update_stats = True
         src_mean = bn.running_mean.detach().clone()
         src_var = bn.running_var.detach().clone()
-        # Spec 2.10: mu_k = mu_s + sqrt(alpha K / (K - 1)) sigma_s eps_k, var_k = (1 - alpha) var_s,
+        # UnMix-TNS paper sec. 3: mu_k = mu_s + sqrt(alpha K / (K - 1)) sigma_s eps_k, var_k = (1 - alpha) var_s,
         # so that the uniform mixture of the K components has the source mean and variance.
         alpha = INIT_ALPHA if num_components > 1 else 0.0
         scale = math.sqrt(alpha * num_components / (num_components - 1)) if num_components > 1 else 0.0
@@ -82,7 +82,7 @@ class UnMixTNS2d(nn.Module):
         self.bias = None if bn.bias is None else nn.Parameter(bn.bias.detach().clone())
 
     def momentum(self, batch_size: int) -> float:
-        """M = 1 - (1 - m_bn)^(B / B_max) (spec 2.10): 0.1 at B = B_max, about 0.0016 at B = 1 of 64."""
+        """M = 1 - (1 - m_bn)^(B / B_max) (UnMix-TNS paper sec. 3): 0.1 at B = B_max, about 0.0016 at B = 1 of 64."""
         return 1.0 - (1.0 - self.bn_momentum) ** (batch_size / self.max_batch_size)
 
     def assignments(self, inst_mean: Tensor) -> Tensor:

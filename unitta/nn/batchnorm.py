@@ -1,8 +1,11 @@
-"""Find and replace the BatchNorm layers of a model (used by every normalisation-based method)."""
+"""Find and replace the BatchNorm layers of a model.
+
+The model zoo lists them (``ModelInfo.bn_layers``); the normalisation-based TTA methods swap them.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import nn
 

@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.methods.test_baselines_2 import get_method, run_stream, shift, tiny_info, trained_model
+from tests.methods.fmnist_cnn import info_for as tiny_info
+from tests.methods.fmnist_cnn import run_stream, shift
+from unitta.methods import get_method
 from unitta.methods.norm.stats import instance_mean_var
 from unitta.methods.norm.unmixtns import UnMixTNS2d
 
@@ -29,7 +31,7 @@ def test_initial_components_mix_back_to_the_source_statistics():
     bn = _source_bn()
     layer = UnMixTNS2d(bn, num_components=4000, max_batch_size=64, generator=torch.Generator().manual_seed(0))
     means, variances = layer.component_means, layer.component_vars
-    # uniform mixture: mean = mean_k mu_k, variance = mean_k var_k + var_k(mu_k) (spec 2.10 init, alpha 0.5)
+    # uniform mixture: mean = mean_k mu_k, variance = mean_k var_k + var_k(mu_k) (UnMix-TNS initialisation, alpha 0.5)
     mix_var = variances.mean(0) + means.var(0, unbiased=False)
     se = 3.0 * bn.running_var.sqrt() * math.sqrt(0.5 * 4000 / 3999) / math.sqrt(4000)  # 3 standard errors
     assert ((means.mean(0) - bn.running_mean).abs() <= se).all()
@@ -64,11 +66,10 @@ def test_component_update_follows_the_rescaled_momentum():
     assert torch.equal(layer.component_means, frozen)
 
 
-def test_components_track_a_mixed_domain_stream():
+def test_components_track_a_mixed_domain_stream(fmnist_cnn):
     """Clean and shifted images interleaved: every layer's components move towards the instances that
     select them (distance of each instance's statistics to its assignment-weighted component)."""
-    torch.set_num_threads(1)
-    model, x, _ = trained_model()
+    model, x = fmnist_cnn.model, fmnist_cnn.x[:2000]
     g = torch.Generator().manual_seed(0)
     domain = torch.cat([torch.zeros(640), torch.ones(640)]).long()
     images = torch.cat([x[:640], shift(x[640:1280])])
@@ -102,9 +103,8 @@ def test_components_track_a_mixed_domain_stream():
         assert after[key] < 0.9 * before[key], (key, before[key], after[key])
 
 
-def test_batch_of_one_is_normalised_per_instance_and_stays_finite():
-    torch.set_num_threads(1)
-    model, x, _ = trained_model()
+def test_batch_of_one_is_normalised_per_instance_and_stays_finite(fmnist_cnn):
+    model, x = fmnist_cnn.model, fmnist_cnn.x[:2000]
     method = get_method("unmixtns", model, tiny_info(model))
     single = torch.cat([method(shift(x[i : i + 1])) for i in range(4)])
     assert torch.isfinite(single).all()
@@ -116,7 +116,7 @@ def test_batch_of_one_is_normalised_per_instance_and_stays_finite():
     torch.testing.assert_close(alone, together, atol=1e-5, rtol=1e-5)
 
 
-def test_bad_config_is_refused():
-    model, _, _ = trained_model()
+def test_bad_config_is_refused(fmnist_cnn):
+    model = fmnist_cnn.model
     with pytest.raises(ValueError, match="num_components"):
         get_method("unmixtns", model, tiny_info(model), num_components=0)

@@ -7,14 +7,16 @@ import math
 import pytest
 import torch
 
-from tests.methods.test_baselines_2 import error, get_method, run_stream, shift, tiny_info, trained_model
+from tests.methods.fmnist_cnn import error, run_stream, shift
+from tests.methods.fmnist_cnn import info_for as tiny_info
+from unitta.methods import get_method
 from unitta.methods.norm.unmixtns import UnMixTNS2d
 
 
 @pytest.fixture(scope="module")
-def trained():
-    torch.set_num_threads(1)
-    return trained_model()
+def trained(fmnist_cnn):
+    """(source model, 2,000 clean test images, labels)."""
+    return fmnist_cnn.model, fmnist_cnn.x[:2000], fmnist_cnn.y[:2000]
 
 
 def _one_hot_logits(classes: list[int], confidence: list[float], k: int = 10) -> torch.Tensor:
@@ -118,7 +120,7 @@ def test_roid_unmixtns_uses_unmix_layers_and_can_freeze_them_on_the_augmented_vi
         layer = method.model.bn1
         assert isinstance(layer, UnMixTNS2d) and layer.num_components == 8
         seen = []
-        layer.register_forward_hook(lambda mod, args, out: seen.append(mod.component_means.clone()))
+        layer.register_forward_hook(lambda mod, args, out, seen=seen: seen.append(mod.component_means.clone()))
         method(xs)
         assert len(seen) == 2  # the test batch, then its augmented view
         assert (not torch.equal(seen[0], seen[1])) == expect_change

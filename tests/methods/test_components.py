@@ -1,5 +1,5 @@
 """The shared pieces of the baselines: EMA teachers, optimisers, test-time augmentations, CSTU and
-PBRS memories, Robust BN and IABN (issue 5, part 1). Synthetic data, fixed seeds."""
+PBRS memories, Robust BN and IABN. Synthetic data, fixed seeds."""
 
 from __future__ import annotations
 

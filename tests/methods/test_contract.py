@@ -1,0 +1,99 @@
+"""The method contract (``unitta/methods/contract.py``) for every registered method.
+
+On the embedded ResNet-20 and Fashion-MNIST-C images: finite scores at B = 64 and B = 1, ``reset()``
+restores the source exactly, a fixed seed is deterministic, the config check refuses an unknown name and
+a wrong type, and the cost counts forwards and backwards.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+
+import pytest
+import torch
+
+import unitta.methods
+from tests.methods.fmnist_cnn import error, grey_shift, shift
+from unitta.methods import build_config, get_method, list_methods, method_class
+from unitta.methods.base import BUILTIN_MODULES
+from unitta.methods.contract import CHECKS, run_checks
+
+# Short runs: fewer augmented teacher passes for CoTTA, and memory updates every 16 samples for RoTTA and
+# NOTE so that they adapt within the checks' two batches of 8 (what is checked does not depend on these values).
+FAST = {
+    "cotta": {"n_augmentations": 2},
+    "rotta": {"update_every": 16, "memory_size": 16},
+    "note": {"update_every": 16, "memory_size": 16},
+}
+
+
+# Non-default variants whose code paths differ (other optimiser, loss, augmentation size, update rule).
+VARIANTS = {
+    "tent-sgd": ("tent", {"optimizer": "sgd", "lr": 2.5e-4}),
+    "cotta-imagenet-style": ("cotta", {"loss": "symmetric", "aug_size": 16, "anchor_threshold": 1.0}),
+    "robust_bn-reference": ("robust_bn", {"variant": "reference"}),
+    "note-ut": ("note", {"update_every": 0, "optimizer": "sgd", "memory_size": 16}),
+    "roid-logits-prior": ("roid", {"prior_on": "logits"}),
+}
+# Methods whose model state never changes (they adapt outputs only, or not at all).
+STATELESS = {"test", "bn", "lame", "cofa", "cofa_nofilter"}
+
+
+def _assert_contract(name, model, info, images, **overrides):
+    results = run_checks(name, model, info, images, **{**FAST.get(name, {}), **overrides})
+    assert [r.check for r in results] == list(CHECKS)
+    failed = [f"{r.check}: {r.reason}" for r in results if not r.passed]
+    assert not failed, f"{name}: " + "; ".join(failed)
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_method_satisfies_the_contract(name, embedded_model, fmnist_c_images):
+    model, info = embedded_model
+    _assert_contract(name, model, info, fmnist_c_images)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_variant_satisfies_the_contract(variant, embedded_model, fmnist_c_images):
+    name, overrides = VARIANTS[variant]
+    model, info = embedded_model
+    _assert_contract(name, model, info, fmnist_c_images, **overrides)
+
+
+@pytest.mark.parametrize("name", list_methods())
+def test_every_dataset_preset_passes_the_config_check(name):
+    for dataset in ("cifar10", "cifar100", "imagenet", "fmnist-c"):
+        build_config(method_class(name), dataset)
+
+
+@pytest.mark.parametrize("name", sorted(set(list_methods()) - STATELESS))
+def test_adapting_methods_change_their_model_state(name, fmnist_cnn):
+    method = get_method(name, fmnist_cnn.model, fmnist_cnn.info, **FAST.get(name, {}))
+    initial = {k: v.clone() for k, v in method.model.state_dict().items()}
+    for i in range(4):
+        method(grey_shift(fmnist_cnn.x[16 * i : 16 * (i + 1)], seed=1))
+    adapted = method.model.state_dict()
+    assert any(not torch.equal(adapted[k], v) for k, v in initial.items()), f"{name}: nothing adapted"
+
+
+def test_small_cnn_is_a_real_classifier(fmnist_cnn):
+    """The source model of the behaviour tests classifies clean images and suffers from the shifts."""
+    x, y = fmnist_cnn.x[:500], fmnist_cnn.y[:500]
+    with torch.no_grad():
+        clean = error(fmnist_cnn.model(x), y)
+        shifted = error(fmnist_cnn.model(shift(x)), y)
+        grey = error(fmnist_cnn.model(grey_shift(x)), y)
+    assert clean < 0.25  # a few seconds of training on 6k images
+    assert shifted > clean + 0.1 and grey > clean + 0.1  # the shifts hurt the source model
+
+
+def test_every_method_module_is_a_builtin():
+    """A module that registers a method must be listed in BUILTIN_MODULES, or the registry never loads it."""
+    registering = set()
+    for module in pkgutil.iter_modules(unitta.methods.__path__):
+        if module.ispkg or module.name == "base":
+            continue
+        source = (unitta.methods.__path__[0] + f"/{module.name}.py")
+        with open(source) as f:
+            if "@register_method(" in f.read():
+                registering.add(f"unitta.methods.{module.name}")
+    assert registering == set(BUILTIN_MODULES)

@@ -1,0 +1,210 @@
+"""The method contract as checks: what every registered TTA method must do (``base.py`` states it).
+
+Each check builds the method by name, runs it on the batches it is given and returns a ``CheckResult``
+(passed or not, and why), so that the test suite (``tests/methods/test_contract.py``) and a command
+line checker for new methods can share them. The contract:
+
+* finite (B, K) scores for a full batch and for a batch of one (streams end with short batches);
+* ``reset()`` restores the source exactly: the adapted model's state equals the freshly built one,
+  the outputs equal those of a never-used method, and the source model passed in is never modified;
+* a fixed seed gives identical outputs on CPU (randomness comes from the method's seeded generator);
+* the hyper-parameter check refuses an unknown name and a value of the wrong type;
+* ``method.cost`` counts batches, images, forward passes (>= 1 per batch), and backward passes
+  exactly when the method holds an optimiser.
+
+``overrides`` (keyword arguments) go to ``get_method``, e.g. fewer CoTTA augmentations to keep a
+check fast; they must not change what the check is about.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from unitta.methods.base import TTAMethod, _resolved_hints, build_config, get_method, method_class
+from unitta.models.info import ModelInfo
+
+__all__ = [
+    "CheckResult",
+    "CHECKS",
+    "check_finite_outputs",
+    "check_reset_restores_source",
+    "check_deterministic",
+    "check_config_validation",
+    "check_cost_accounting",
+    "run_checks",
+]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one contract check for one method."""
+
+    check: str
+    method: str
+    passed: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def _result(check: str, method: str, failure: str | None) -> CheckResult:
+    return CheckResult(check, method, failure is None, failure or "ok")
+
+
+def _state(module: nn.Module) -> dict[str, Tensor]:
+    return {key: value.detach().clone() for key, value in module.state_dict().items()}
+
+
+def _first_difference(a: dict[str, Tensor], b: dict[str, Tensor]) -> str | None:
+    if a.keys() != b.keys():
+        return f"different state keys, e.g. {sorted(set(a) ^ set(b))[:3]}"
+    for key, value in a.items():
+        if value.shape != b[key].shape or not torch.equal(value, b[key]):
+            return key
+    return None
+
+
+def check_finite_outputs(
+    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
+) -> CheckResult:
+    """Every batch in ``batches`` (e.g. sizes 1, 64, 1) gives finite scores of shape (B, num_classes)."""
+    method = get_method(name, model, info, **overrides)
+    for i, x in enumerate(batches):
+        out = method(x)
+        expected = (x.shape[0], info.num_classes)
+        if tuple(out.shape) != expected:
+            return _result("finite_outputs", name, f"batch {i}: output shape {tuple(out.shape)}, expected {expected}")
+        if not torch.isfinite(out).all():
+            return _result("finite_outputs", name, f"batch {i} (size {x.shape[0]}): non-finite scores")
+    return _result("finite_outputs", name, None)
+
+
+def check_reset_restores_source(
+    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
+) -> CheckResult:
+    """After adapting on ``batches`` and ``reset()``, the method is indistinguishable from a fresh one."""
+    source = _state(model)
+    method = get_method(name, model, info, **overrides)
+    initial = _state(method.model)
+    for x in batches:
+        method(x)
+    method.reset()
+    differs = _first_difference(initial, _state(method.model))
+    if differs is not None:
+        return _result("reset", name, f"state after reset() differs from the fresh method's at {differs!r}")
+    if method.cost.batches or method.cost.forwards or method.cost.backwards:
+        return _result("reset", name, f"cost not cleared by reset(): {method.cost}")
+    fresh = get_method(name, model, info, **overrides)
+    for i, x in enumerate(batches):
+        if not torch.equal(method(x), fresh(x)):
+            return _result("reset", name, f"batch {i}: outputs after reset() differ from a fresh method's")
+    differs = _first_difference(source, _state(model))
+    if differs is not None:
+        return _result("reset", name, f"the source model passed in was modified at {differs!r}")
+    return _result("reset", name, None)
+
+
+def check_deterministic(
+    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], seed: int = 7, **overrides: Any
+) -> CheckResult:
+    """Two methods built with the same seed give identical outputs on ``batches``."""
+    a = get_method(name, model, info, seed=seed, **overrides)
+    b = get_method(name, model, info, seed=seed, **overrides)
+    for i, x in enumerate(batches):
+        if not torch.equal(a(x), b(x)):
+            return _result("deterministic", name, f"batch {i}: outputs differ for the same seed {seed}")
+    return _result("deterministic", name, None)
+
+
+def check_config_validation(name: str) -> CheckResult:
+    """``build_config`` refuses an unknown hyper-parameter and a value of the wrong type (ValueError)."""
+    cls = method_class(name)
+    failure = _refused(lambda: build_config(cls, no_such_hyper_parameter=1), "an unknown hyper-parameter")
+    if failure:
+        return _result("config_validation", name, failure)
+    typed = _scalar_field(cls)
+    if typed is not None:  # methods without hyper-parameters have no type to get wrong
+        failure = _refused(lambda: build_config(cls, **{typed: object()}), f"{typed}=object()")
+        if failure:
+            return _result("config_validation", name, failure)
+    if not dataclasses.is_dataclass(build_config(cls)):
+        return _result("config_validation", name, "build_config() did not return the Config dataclass")
+    return _result("config_validation", name, None)
+
+
+def _refused(build: Callable[[], Any], what: str) -> str | None:
+    try:
+        build()
+    except ValueError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - the contract asks for ValueError, report what came instead
+        return f"{what} raised {type(exc).__name__} instead of ValueError: {exc}"
+    return f"{what} was accepted"
+
+
+def _scalar_field(cls: type[TTAMethod]) -> str | None:
+    """A Config field whose annotation ``build_config`` type-checks (not a free-form tuple/list/Any)."""
+    hints = _resolved_hints(cls.Config)
+    for field in dataclasses.fields(cls.Config):
+        hint = hints[field.name]
+        origin = typing.get_origin(hint)
+        if hint in (float, int, bool, str) or origin is typing.Literal:
+            return field.name
+    return None
+
+
+def check_cost_accounting(name: str, model: nn.Module, info: ModelInfo, x: Tensor, **overrides: Any) -> CheckResult:
+    """One batch: 1 batch, B images, >= 1 forward, time measured; >= 1 backward iff the method has an optimiser.
+
+    ``x`` should be a full batch (64): methods that update every 64 samples then take one step.
+    """
+    method = get_method(name, model, info, **overrides)
+    method(x)
+    cost = method.cost
+    if (cost.batches, cost.images) != (1, x.shape[0]):
+        return _result("cost", name, f"batches={cost.batches}, images={cost.images} after one batch of {x.shape[0]}")
+    if cost.forwards < 1:
+        return _result("cost", name, "no forward pass counted (track() the networks the method runs)")
+    if not cost.seconds > 0:
+        return _result("cost", name, f"seconds={cost.seconds}: wall time not measured")
+    trains = getattr(method, "optimizer", None) is not None
+    if trains and cost.backwards < 1:
+        return _result("cost", name, "the method has an optimiser but no backward pass was counted (use step())")
+    if not trains and cost.backwards:
+        return _result("cost", name, f"{cost.backwards} backward passes counted by a method without an optimiser")
+    return _result("cost", name, None)
+
+
+CHECKS = ("finite_outputs", "reset", "deterministic", "config_validation", "cost")
+
+
+def run_checks(
+    name: str, model: nn.Module, info: ModelInfo, images: Tensor, small: int = 8, **overrides: Any
+) -> list[CheckResult]:
+    """All checks of ``CHECKS`` for method ``name`` on ``images`` (at least 65 + 2 * ``small``, stream order).
+
+    ``images[:64]`` is the full batch (finite outputs, cost: methods that update every 64 samples take one
+    step on it), ``images[64:65]`` the batch of one (first and last in the finite-output stream), and the
+    reset and determinism checks run on the next two batches of ``small`` images (pass overrides such as a
+    shorter update period so that they adapt).
+    """
+    need = 65 + 2 * small
+    if images.shape[0] < need:
+        raise ValueError(f"run_checks needs at least {need} images, got {images.shape[0]}")
+    full, one = images[:64], images[64:65]
+    stream = [images[65 : 65 + small], images[65 + small : need]]
+    return [
+        check_finite_outputs(name, model, info, [one, full, one], **overrides),
+        check_reset_restores_source(name, model, info, stream, **overrides),
+        check_deterministic(name, model, info, stream, **overrides),
+        check_config_validation(name),
+        check_cost_accounting(name, model, info, full, **overrides),
+    ]
