@@ -290,7 +290,9 @@ def method_class(name: str) -> type[TTAMethod]:
         ) from None
 
 
-def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str = "default", **overrides: Any) -> Any:
+def build_config(
+    cls: type[TTAMethod], dataset: str | None = None, profile: str = "default", **overrides: Any
+) -> Any:
     """The method's Config: class defaults, the dataset preset, the profile's values, then checked overrides.
 
     profile: 'default' (each method as its own paper describes it) or 'reference' (the reference
@@ -300,7 +302,9 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str 
 
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
     values: dict[str, Any] = dict(cls.presets.get(preset_key(dataset), {}))
-    values.update(profile_values(cls.name, preset_key(dataset), profile))
+    hints = _resolved_hints(cls.Config)
+    for key, value in profile_values(cls.name, preset_key(dataset), profile).items():
+        values[key] = _check_type(cls.name, key, value, hints[key])  # the profile table is checked like overrides
     for key, value in overrides.items():
         if key not in fields:
             hint = difflib.get_close_matches(key, fields, n=1)
@@ -314,7 +318,9 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str 
         raise ValueError(f"method {cls.name!r}: {exc}") from None
 
 
-def resolved_config(name: str, dataset: str | None = None, profile: str = "default", **overrides: Any) -> dict[str, Any]:
+def resolved_config(
+    name: str, dataset: str | None = None, profile: str = "default", **overrides: Any
+) -> dict[str, Any]:
     """The hyper-parameters method ``name`` runs with on ``dataset`` (defaults, preset, overrides), JSON-ready.
 
     Part of a result's identity (with ``TTAMethod.version``): tuples become lists so that the dict
