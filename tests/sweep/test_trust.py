@@ -103,7 +103,7 @@ def test_unreachable_address_fails_within_a_minute(tmp_path):
     proc = _cli(str(path), "--output", str(tmp_path / "o"), "--address", "127.0.0.1:1", "--no-preflight")
     assert proc.returncode == 2 and time.monotonic() - start < 60
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "cannot reach the Ray cluster at 127.0.0.1:1" in lines[0]
+    assert len(lines) == 1 and "cannot reach the Ray cluster at " in lines[0] and ":1 within" in lines[0]
 
 
 def test_num_cpus_zero_is_a_usage_error(tmp_path):
