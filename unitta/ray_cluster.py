@@ -8,7 +8,9 @@ one started with ``ray start`` on this machine, and otherwise starts a local Ray
 
 Nothing here waits silently: an unreachable address fails within ``CONNECT_TIMEOUT_S`` seconds and a
 cell that no node can hold (``num_cpus: 8`` on a 2-CPU machine, ``num_gpus: 1`` without a GPU) fails
-at start with one line (docs/results.md, "Running on a cluster").
+at start with one line (docs/results.md, "Running on a cluster"). A node that dies mid-run is one line
+too (``NodeWatch``): Ray reruns its tasks elsewhere (``max_retries``), and the screens of Ray internals
+its death makes Ray print on the driver's stdout (``RayMessages``) go to a log file instead.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import argparse
 import os
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -27,6 +32,8 @@ __all__ = [
     "connect",
     "check_fits",
     "capacity",
+    "NodeWatch",
+    "RayMessages",
 ]
 
 CONNECT_TIMEOUT_S = 20.0
@@ -90,17 +97,44 @@ def _reachable(bootstrap: str, timeout: float) -> bool:
         return False
 
 
-def connect(address: str | None = None, num_cpus: int | None = None):
+def _job_py_modules() -> list[str]:
+    """The ``py_modules`` of the job's own runtime_env under ``ray job submit`` (already uploaded URIs), or []."""
+    import json
+
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")  # set by Ray's job manager for the driver it starts
+    if not raw:
+        return []
+    try:
+        return list((json.loads(raw).get("runtime_env") or {}).get("py_modules") or [])
+    except (ValueError, AttributeError):
+        return []
+
+
+def connect(address: str | None = None, num_cpus: int | None = None, runtime_env: dict[str, Any] | None = None):
     """Join the cluster ``address`` names (see the module docstring) or start a local Ray.
 
-    Returns ``(ray, started_here)``; the caller shuts Ray down only if ``started_here``.
+    runtime_env: Ray's job-level runtime environment, e.g. ``{"py_modules": [...]}`` for the plugins of a
+    config (``unitta.plugins.runtime_env``); under ``ray job submit`` it is merged with the job's own (both
+    ``py_modules`` lists kept). Ray already initialised in this process (the Python API) is used as it is:
+    its ``ray.init`` must then ship the plugins. Returns ``(ray, started_here)``; the caller shuts Ray down
+    only if ``started_here``.
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
+    from ray.exceptions import RayError
 
     if ray.is_initialized():
         return ray, False
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
+    override = False
+    if runtime_env:
+        runtime_env = dict(runtime_env)
+        job_modules = _job_py_modules()
+        if job_modules and runtime_env.get("py_modules"):
+            # Ray refuses a key both the job and ray.init set unless told to let ray.init's win: keep both lists
+            runtime_env["py_modules"] = [*job_modules, *runtime_env["py_modules"]]
+            override = True
+        kwargs["runtime_env"] = runtime_env
     bootstrap = _joining(address)
     if bootstrap is None:
         if address == "local":
@@ -113,10 +147,19 @@ def connect(address: str | None = None, num_cpus: int | None = None):
                 "(`ray start --head`), fix --address / RAY_ADDRESS, or use --address local for a new local Ray"
             )
         kwargs["address"] = address if address is not None else bootstrap
+    previous = os.environ.get("RAY_OVERRIDE_JOB_RUNTIME_ENV")
+    if override:
+        os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
     try:
         ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, TimeoutError) as exc:
+    except (ConnectionError, RuntimeError, TimeoutError, ValueError, RayError) as exc:  # runtime_env conflict/upload
         raise ClusterError(f"cannot start or join Ray: {exc}".replace("\n", " ")) from None
+    finally:
+        if override:
+            if previous is None:
+                os.environ.pop("RAY_OVERRIDE_JOB_RUNTIME_ENV", None)
+            else:
+                os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = previous
     return ray, True
 
 
@@ -166,3 +209,69 @@ def capacity(ray, num_cpus: float, num_gpus: float) -> int:
             fits.append(res.get("GPU", 0) / num_gpus)
         total += max(0, int(min(fits) + 1e-9))
     return total
+
+
+class NodeWatch:
+    """Notices the nodes of the cluster that die, from ``ray.nodes()``; one line each for the driver to print."""
+
+    def __init__(self, ray) -> None:
+        self.ray = ray
+        self.alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+    def lost(self) -> list[str]:
+        """A line for each node alive at the last call and dead now."""
+        lines = []
+        for node in self.ray.nodes():
+            node_id = node["NodeID"]
+            if node.get("Alive"):
+                self.alive.add(node_id)
+            elif node_id in self.alive:
+                self.alive.discard(node_id)
+                reason = " ".join(str(node.get("DeathReasonMessage") or "").split())[:120]
+                lines.append(f"node {node.get('NodeManagerAddress', '?')} ({node_id[:8]}) lost"
+                             + (f" ({reason})" if reason else "")
+                             + "; Ray reruns the cells it was running on the other nodes")
+        return lines
+
+
+class RayMessages:
+    """Ray's cluster error messages, written to a file instead of the driver's stdout while installed.
+
+    A Ray driver prints every error the cluster publishes (a dead raylet's last 20 log lines, twice; one
+    paragraph per retried task; lost-node notices) on its stdout, whatever ``log_to_driver`` says
+    (``ray._private.worker.listen_error_messages`` in Ray 2.60). Installed, they go in full to ``path``,
+    and the driver says once where; it reports node losses itself (``NodeWatch``).
+    """
+
+    def __init__(self, path: str | Path, say: Callable[[str], None]) -> None:
+        self.path, self.say = Path(path), say
+        self.count = 0
+        self._lock = threading.Lock()
+        self._original: Callable | None = None
+
+    def install(self) -> RayMessages:
+        try:
+            import ray._private.worker as ray_worker  # the listener thread looks this name up on each message
+        except ImportError:  # another Ray layout: its messages stay on stdout
+            return self
+        self._module, self._original = ray_worker, ray_worker.print_to_stdstream
+        ray_worker.print_to_stdstream = self._divert
+        return self
+
+    def restore(self) -> None:
+        if self._original is not None:
+            self._module.print_to_stdstream = self._original
+            self._original = None
+
+    def _divert(self, data: dict, ignore_prefix: bool = False) -> None:
+        if data.get("pid") != "raylet":  # not a cluster error message (worker output): leave it to Ray
+            return self._original(data, ignore_prefix)  # type: ignore[misc]
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                for line in data.get("lines", []):
+                    f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {line.rstrip()}\n")
+            self.count += 1
+            first = self.count == 1
+        if first:
+            self.say(f"Ray reported a cluster event; Ray's messages go to {self.path}")

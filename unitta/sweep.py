@@ -85,8 +85,15 @@ def _execute(cell: Cell, dataset, extra: dict[str, Any], echo: bool = True) -> t
     return row, buffer.getvalue()
 
 
-def _cell_task(cell: Cell, dataset, extra: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The Ray task of one cell; ``dataset`` arrives from the object store (numpy arrays zero-copy)."""
+def _cell_task(cell: Cell, dataset, extra: dict[str, Any], plugins: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+    """The Ray task of one cell; ``dataset`` arrives from the object store (numpy arrays zero-copy).
+
+    ``plugins`` (the config's) are imported first: the cell's method may be one of theirs (unitta/plugins.py).
+    """
+    if plugins:
+        from unitta.plugins import import_on_worker
+
+        import_on_worker(plugins)
     return _execute(cell, dataset, extra)
 
 
@@ -240,11 +247,18 @@ def _count(outcome: SweepOutcome, row: dict[str, Any]) -> None:
 
 
 def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, wait_for_resources):
-    ray, started_here = ray_cluster.connect(address, num_cpus)
+    from unitta import plugins
+
+    # the plugins' files travel to every worker (Ray's py_modules); cfg.plugins are imported on this driver already
+    runtime_env = plugins.runtime_env(plugins.load(cfg.plugins))
+    ray, started_here = ray_cluster.connect(address, num_cpus, runtime_env=runtime_env)
     from ray.exceptions import RayError
 
     task = ray.remote(_cell_task)
     need = cfg.resources
+    # a dead node's raylet logs and Ray's retry notices: to a file, not dozens of lines on the driver's stdout
+    messages = ray_cluster.RayMessages(out / "logs" / "ray.log", say=lambda text: print(text, file=sys.stderr))
+    messages.install()
     try:
         ray_cluster.check_fits(ray, need.num_cpus, need.num_gpus, wait_s=wait_for_resources)
         # one copy of each dataset per sweep in the object store; every task gets the same ref
@@ -262,15 +276,27 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
                 max_retries=cfg.max_retries,
                 retry_exceptions=False,  # run_cell turns exceptions into 'failed' rows; retries are for lost workers
                 name=f"{TASK_NAME}:{cell.method}:{cell.setting}",
-            ).remote(cell, refs[_dataset_key(cell)], extra)
+            ).remote(cell, refs[_dataset_key(cell)], extra, tuple(cfg.plugins))
 
         pending: dict[Any, Cell] = {submit(cell): cell for cell in todo}
         resubmitted: dict[str, int] = {}
         capacity, checked = ray_cluster.capacity(ray, need.num_cpus, need.num_gpus), time.monotonic()
+        nodes, watched = ray_cluster.NodeWatch(ray), time.monotonic()
         bar = _Progress(len(todo), cfg.name, progress)
+
+        def report_lost_nodes() -> bool:  # one line per lost node; Ray reruns its tasks (max_retries)
+            lost = nodes.lost()
+            for line in lost:
+                bar.bar.write(line, file=sys.stderr)
+            return bool(lost)
+
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                if time.monotonic() - watched > 5:
+                    if report_lost_nodes():
+                        checked = 0.0
+                    watched = time.monotonic()
                 if time.monotonic() - checked > 30:  # autoscaling clusters grow and shrink
                     capacity, checked = ray_cluster.capacity(ray, need.num_cpus, need.num_gpus), time.monotonic()
                 if not ready:
@@ -291,6 +317,7 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
                     record(out, row, text)
                     _count(outcome, row)
                     bar.update(row["status"], min(len(pending), capacity))
+            report_lost_nodes()  # one lost while the last cells ran
         except BaseException:
             for ref in pending:
                 with contextlib.suppress(Exception):
@@ -299,6 +326,7 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
         finally:
             bar.close()
     finally:
+        messages.restore()
         if started_here:
             ray.shutdown()
 
