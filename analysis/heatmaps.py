@@ -13,6 +13,8 @@ configuration; see analysis/common.py) of sweep rows:
 * ``grid_<panel>.png``      per method, the 6 domain settings x 4 class settings grid;
 * ``table_<panel>.md/.tex`` the paper-style table (error per setting + average, best in bold);
 * ``ranking_<panel>.md``    per setting, the methods by error (which method for a stream like yours);
+* ``significance_<panel>.md`` per setting and overall, whether the best method beats the runner-up beyond
+  the 95 % interval (paired over seeds; Wilcoxon signed-rank over settings; analysis/stats.py);
 * ``cells_<panel>.csv``     the numbers behind all of these (one row per method x setting, with status);
 
 and per tune run (``tune_name`` x dataset) of tune rows:
@@ -38,6 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import polars as pl  # noqa: E402
 
 from analysis.common import AnalysisError, load_dirs, split_rows, sweep_panels  # noqa: E402
+from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
 
 __all__ = ["analyse", "main"]
@@ -60,11 +63,14 @@ def analyse(dirs: list[str | Path], out: Path) -> list[Path]:
     written: list[Path] = []
     for panel in sweep_panels(sweep):
         cells = cell_status(panel.rows)
-        table = paper_table(cells, caption=panel.caption)
+        table = paper_table(cells, caption=panel.caption, rows=panel.rows)
         written.append(_write(out / f"table_{panel.name}.md", to_markdown(table)))
         written.append(_write(out / f"table_{panel.name}.tex", to_latex(table)))
         rank = ranking(cells)
         written.append(_write(out / f"ranking_{panel.name}.md", ranking_markdown(rank, caption=panel.caption)))
+        verdicts, overall = best_vs_runner_up(panel.rows)
+        written.append(_write(out / f"significance_{panel.name}.md",
+                              verdict_markdown(verdicts, overall, caption=f"Best vs runner-up — {panel.caption}")))
         cells.write_csv(out / f"cells_{panel.name}.csv")
         written.append(out / f"cells_{panel.name}.csv")
         written.append(plots.heatmap(table, out / f"heatmap_{panel.name}.png", f"Error (%) per method and setting — {panel.caption}"))

@@ -69,10 +69,17 @@ def _legend_below(fig, ax, caption: str) -> None:
                 fontsize=6.5)
 
 
-def _annotate(ax, x, y, v, norm, cmap, fontsize, suffix="") -> None:
+def _annotate(ax, x, y, v, norm, cmap, fontsize, suffix="", halfwidth: float | None = None,
+              seeds: bool = False) -> None:
+    """The value, and under it '±h' (95 % t-interval over seeds) when the table has seed intervals."""
     rgba = cmap(norm(v))
     light = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2] > 0.55
-    ax.text(x, y, f"{v:.1f}{suffix}", ha="center", va="center", fontsize=fontsize, color="black" if light else "white")
+    text = f"{v:.1f}{suffix}"
+    if seeds:
+        text += "\n±" + ("?" if halfwidth is None else f"{halfwidth:.1f}")
+        fontsize *= 0.85
+    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, color="black" if light else "white",
+            linespacing=0.9)
 
 
 def heatmap(t: PaperTable, path: Path, title: str) -> Path:
@@ -87,7 +94,7 @@ def heatmap(t: PaperTable, path: Path, title: str) -> Path:
     cmap = plt.get_cmap(CMAP)
     norm = matplotlib.colors.Normalize(lo, hi)
     width = max(6.0, 0.5 * len(settings) + 2.5)
-    height = max(2.5, 0.45 * len(methods) + 1.6)
+    height = max(2.5, (0.6 if t.has_seeds else 0.45) * len(methods) + 1.6)
     fig, ax = plt.subplots(figsize=(width, height))
     ax.imshow(np.ma.masked_invalid(data), cmap=cmap, norm=norm, aspect="auto")
     fs = 7 if len(settings) > 12 else 8
@@ -97,14 +104,17 @@ def heatmap(t: PaperTable, path: Path, title: str) -> Path:
             if st in ("missing", "failed"):
                 _mark(ax, j, i, st, fs - 1)
             else:
-                _annotate(ax, j, i, data[i, j], norm, cmap, fs, "*" if st == "partial" else "")
+                _annotate(ax, j, i, data[i, j], norm, cmap, fs, "*" if st == "partial" else "",
+                          t.ci.get(m, {}).get(s), t.has_seeds)
     ax.set_xticks(range(len(settings)), settings, rotation=90, fontsize=8, family="monospace")
     ax.set_yticks(range(len(methods)), methods, fontsize=8)
     ax.set_xlabel("setting (class corr, class imb, domain corr, domain imb)", fontsize=8)
     ax.set_title(title, fontsize=9)
     cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.02)
     cbar.set_label("error (%)", fontsize=8)
-    _legend_below(fig, ax, SETTING_CAPTION + " * = some seeds failed.")
+    seeds_note = (" Under each value: ± half-width of the 95 % t-interval over seeds (? = one seed)."
+                  if t.has_seeds else "")
+    _legend_below(fig, ax, SETTING_CAPTION + " * = some seeds failed." + seeds_note)
     fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
@@ -133,7 +143,8 @@ def setting_grids(t: PaperTable, path: Path, title: str) -> Path:
                 if st in ("missing", "failed"):
                     _mark(ax, j, i, st, 6.5)
                 else:
-                    _annotate(ax, j, i, grid[i, j], norm, cmap, 7.5, "*" if st == "partial" else "")
+                    _annotate(ax, j, i, grid[i, j], norm, cmap, 7.5, "*" if st == "partial" else "",
+                              t.ci.get(m, {}).get(c + d), t.has_seeds)
         ax.set_xticks(range(len(CLASS_HALVES)), [half_notation(c) for c in CLASS_HALVES], fontsize=7.5)
         ax.set_yticks(range(len(DOMAIN_HALVES)), [half_notation(d) for d in DOMAIN_HALVES], fontsize=7.5)
         avg = t.avg[m]

@@ -9,29 +9,39 @@ Every (method, setting) pair of a panel gets one *cell status*:
 
 Nothing is dropped: the average column says over how many settings it was taken (``†`` when some
 were failed or missing), and the ranking lists the methods it could not rank.
+
+Where a cell ran with several seeds its value is shown as mean ± the half-width of the 95 % t-interval over
+the seeds (analysis/stats.py); the average column's interval is taken over the seeds' own averages.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from analysis.common import SETTING_CAPTION, half_notation, method_order, setting_order
+from analysis.stats import t_interval
 
-__all__ = ["cell_status", "PaperTable", "paper_table", "to_markdown", "to_latex", "ranking", "ranking_markdown"]
+__all__ = ["tex_escape", "cell_status", "PaperTable", "paper_table", "to_markdown", "to_latex", "ranking",
+           "ranking_markdown"]
 
 
 def cell_status(rows: pl.DataFrame) -> pl.DataFrame:
     """One row per (method_label, setting) of the panel, missing pairs included.
 
-    Columns: method_label, setting, error (mean over the seeds that ran, null if none), n_ok,
-    n_failed, status ('ok' | 'partial' | 'failed' | 'missing'), error_text (a failure's last line).
+    Columns: method_label, setting, error (mean over the seeds that ran, null if none), ci (half-width of
+    the 95 % t-interval over those seeds, null for fewer than 2), n_samples (mean stream length of those
+    seeds), n_ok, n_failed, status ('ok' | 'partial' | 'failed' | 'missing'), error_text (a failure's last line).
     """
     last_line = pl.col("error_text").fill_null("").str.strip_chars().str.split("\n").list.last()
+    is_ok = pl.col("status") == "ok"
     agg = rows.group_by("method_label", "setting").agg(
-        pl.col("error").filter(pl.col("status") == "ok").mean().alias("error"),
+        pl.col("error").filter(is_ok).mean().alias("error"),
+        pl.col("error").filter(is_ok).alias("_errors"),
+        (pl.col("n_samples").filter(is_ok).mean() if "n_samples" in rows.columns else pl.lit(None, pl.Float64))
+        .alias("n_samples"),
         (pl.col("status") == "ok").sum().cast(pl.Int64).alias("n_ok"),
         (pl.col("status") != "ok").sum().cast(pl.Int64).alias("n_failed"),
         last_line.filter(pl.col("status") != "ok").first().alias("error_text")
@@ -53,7 +63,11 @@ def cell_status(rows: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("partial"))
         .otherwise(pl.lit("ok"))
     )
-    return out.with_columns(status.alias("status"), pl.col("n_ok").fill_null(0), pl.col("n_failed").fill_null(0))
+    ci = pl.col("_errors").map_elements(lambda xs: t_interval(list(xs))[1], return_dtype=pl.Float64)
+    return out.with_columns(
+        status.alias("status"), pl.col("n_ok").fill_null(0), pl.col("n_failed").fill_null(0),
+        pl.when(pl.col("_errors").list.len() >= 2).then(ci).otherwise(None).alias("ci"),
+    ).drop("_errors")
 
 
 @dataclass(frozen=True)
@@ -61,7 +75,9 @@ class PaperTable:
     """The numbers of a paper-style table: methods x settings, plus the average column.
 
     values[m][s]: error or None; status[m][s]: cell status; avg[m]: mean over the settings with a
-    value; avg_n[m]: how many settings that mean covers; best[s]: the lowest error of column s.
+    value; avg_n[m]: how many settings that mean covers; best[s]: the lowest error of column s;
+    ci[m][s]: half-width of the 95 % t-interval over seeds (None with one seed); avg_ci[m]: the same over
+    the seeds' averages (every seed must have every setting of the row).
     """
 
     methods: list[str]
@@ -73,17 +89,27 @@ class PaperTable:
     best: dict[str, float | None]
     best_avg: float | None
     caption: str
+    ci: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    avg_ci: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def has_seeds(self) -> bool:
+        """Some cell has a seed interval (then every text shows mean ± half-width)."""
+        return any(v is not None for row in self.ci.values() for v in row.values())
 
 
-def paper_table(cells: pl.DataFrame, caption: str = "") -> PaperTable:
-    """Build the table from ``cell_status`` output."""
+def paper_table(cells: pl.DataFrame, caption: str = "", rows: pl.DataFrame | None = None) -> PaperTable:
+    """Build the table from ``cell_status`` output; ``rows`` (the panel's result rows) gives the average
+    column its interval over seeds."""
     methods = method_order(cells["method_label"].to_list())
     settings = setting_order(cells["setting"].to_list())
     values: dict[str, dict[str, float | None]] = {m: {} for m in methods}
     status: dict[str, dict[str, str]] = {m: {} for m in methods}
+    ci: dict[str, dict[str, float | None]] = {m: {} for m in methods}
     for r in cells.iter_rows(named=True):
         values[r["method_label"]][r["setting"]] = r["error"]
         status[r["method_label"]][r["setting"]] = r["status"]
+        ci[r["method_label"]][r["setting"]] = r.get("ci")
     avg, avg_n = {}, {}
     for m in methods:
         got = [v for v in values[m].values() if v is not None]
@@ -91,7 +117,19 @@ def paper_table(cells: pl.DataFrame, caption: str = "") -> PaperTable:
         avg_n[m] = len(got)
     best = {s: _min([values[m].get(s) for m in methods]) for s in settings}
     complete = [avg[m] for m in methods if avg_n[m] == len(settings)]
-    return PaperTable(methods, settings, values, status, avg, avg_n, best, _min(complete), caption)
+    avg_ci = {m: _avg_ci(rows, m, [s for s in settings if values[m].get(s) is not None]) for m in methods}
+    return PaperTable(methods, settings, values, status, avg, avg_n, best, _min(complete), caption, ci, avg_ci)
+
+
+def _avg_ci(rows: pl.DataFrame | None, method: str, settings: list[str]) -> float | None:
+    """95 % t half-width over seeds of the per-seed average over ``settings``; None unless >= 2 seeds have all."""
+    if rows is None or not settings or "seed" not in rows.columns:
+        return None
+    ok = rows.filter((pl.col("method_label") == method) & (pl.col("status") == "ok")
+                     & pl.col("setting").is_in(settings))
+    per_seed = ok.group_by("seed").agg(pl.col("error").mean(), pl.col("setting").n_unique().alias("n"))
+    complete = per_seed.filter(pl.col("n") == len(settings))["error"].to_list()
+    return t_interval(complete)[1] if len(complete) >= 2 else None
 
 
 def _min(xs) -> float | None:
@@ -110,14 +148,21 @@ def _cell_text(t: PaperTable, m: str, s: str, bold, star: str = "*") -> str:
     if st == "failed":
         return "failed"
     v = t.values[m][s]
-    text = f"{v:.1f}" + (star if st == "partial" else "")
+    text = f"{v:.1f}" + _pm(t.ci.get(m, {}).get(s), t.has_seeds) + (star if st == "partial" else "")
     return bold(text) if _is_best(v, t.best[s]) else text
+
+
+def _pm(halfwidth: float | None, has_seeds: bool) -> str:
+    """' ± 1.2' after a value when the table has seed intervals ('± ?' for a single-seed cell among them)."""
+    if not has_seeds:
+        return ""
+    return " ± ?" if halfwidth is None else f" ± {halfwidth:.1f}"
 
 
 def _avg_text(t: PaperTable, m: str, bold) -> str:
     if t.avg[m] is None:
         return "—"
-    text = f"{t.avg[m]:.1f}"
+    text = f"{t.avg[m]:.1f}" + _pm(t.avg_ci.get(m), t.has_seeds)
     if t.avg_n[m] < len(t.settings):
         return text + f"† ({t.avg_n[m]}/{len(t.settings)})"
     return bold(text) if _is_best(t.avg[m], t.best_avg) else text
@@ -131,6 +176,9 @@ def _notes(t: PaperTable) -> list[str]:
     if "failed" in flat or "missing" in flat:
         notes.append("failed = every seed of the cell failed; — = no result for the cell; "
                      "† average over the settings with a result (count in brackets), not comparable.")
+    if t.has_seeds:
+        notes.append("mean ± half-width of the 95 % t-interval over seeds (± ? = one seed only); the average's "
+                     "interval is over the seeds' own averages.")
     return notes
 
 
@@ -148,13 +196,14 @@ def to_markdown(t: PaperTable) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tex(text: str) -> str:
+def tex_escape(text: str) -> str:
     """Escape text for LaTeX; the table's own markers become math superscripts."""
     out = []
     for ch in text:
         out.append({
             "\\": r"\textbackslash{}", "_": r"\_", "{": r"\{", "}": r"\}", "%": r"\%", "&": r"\&", "#": r"\#",
             "$": r"\$", "<": r"\textless{}", ">": r"\textgreater{}", "—": "--", "†": r"$^\dagger$", "*": r"$^*$",
+            "±": r"$\pm$",
         }.get(ch, ch))
     return "".join(out)
 
@@ -181,18 +230,18 @@ def to_latex(t: PaperTable) -> str:
     for m in t.methods:
         cells = [_tex_cell(_cell_text(t, m, s, lambda x: "\0" + x + "\1")) for s in t.settings]
         avg = _tex_cell(_avg_text(t, m, lambda x: "\0" + x + "\1"))
-        lines.append(" & ".join([_tex(m)] + cells + [avg]) + r" \\")
+        lines.append(" & ".join([tex_escape(m)] + cells + [avg]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     caption = (t.caption + ". " if t.caption else "") + " ".join(_notes(t))
-    lines += [rf"\caption{{{_tex(caption)}}}", r"\end{table}"]
+    lines += [rf"\caption{{{tex_escape(caption)}}}", r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 
 def _tex_cell(text: str) -> str:
     # \0 ... \1 mark the bold span (escaped separately so that \textbf survives _tex)
     if text.startswith("\0"):
-        return r"\textbf{" + _tex(text[1:-1]) + "}"
-    return _tex(text)
+        return r"\textbf{" + tex_escape(text[1:-1]) + "}"
+    return tex_escape(text)
 
 
 def ranking(cells: pl.DataFrame) -> pl.DataFrame:

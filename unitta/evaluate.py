@@ -88,6 +88,17 @@ def _precision(precision: str, device):
         yield
 
 
+def _device_batch(dataset, indices: np.ndarray, device):
+    """A batch as float32 NCHW in [0, 1] on ``device``; a GPU gets the uint8 images and converts them itself
+    (4x fewer bytes over PCIe, no float conversion on the host; the same values: x / 255 is exact IEEE division)."""
+    import torch
+
+    if device.type == "cuda" and hasattr(dataset, "get_batch_uint8"):
+        raw = torch.from_numpy(dataset.get_batch_uint8(indices)).to(device, non_blocking=True)
+        return raw.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+    return dataset.get_batch(indices).to(device, non_blocking=True)
+
+
 _CHECK_EVERY = 16  # batches between checks for non-finite outputs (each check waits for the device)
 
 
@@ -124,7 +135,7 @@ def adapt_stream(method, stream, dataset, cell: Cell, device, progress: bool | C
     with torch.inference_mode(False), _precision(cell.precision, device):
         for i, start in enumerate(range(0, n, cell.batch_size)):
             t0 = time.perf_counter()
-            x = dataset.get_batch(stream.indices[start : start + cell.batch_size]).to(device, non_blocking=True)
+            x = _device_batch(dataset, stream.indices[start : start + cell.batch_size], device)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             data_seconds += time.perf_counter() - t0

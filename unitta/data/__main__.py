@@ -47,7 +47,7 @@ def _prepare(args: argparse.Namespace) -> int:
         corruptions = args.corruptions.split(",") if args.corruptions else list(CORRUPTIONS)
         unknown = [c for c in corruptions if c not in CORRUPTIONS]
         if unknown:
-            raise ValueError(f"--corruptions: unknown {', '.join(unknown)}; expected names among {', '.join(CORRUPTIONS)}")
+            raise ValueError(f"--corruptions: unknown {', '.join(unknown)}; expected among {', '.join(CORRUPTIONS)}")
         for line in prepare_imagenet_c(data_dir, args.severity, corruptions, args.workers, args.force, args.verify):
             print(line)
         print(f"ImageNet-C cache in {data_dir}: {time.perf_counter() - started:.1f} s")
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument(
         "--data-dir", "--dir", default=None, help="data / cache root (default $UNITTA_DATA or ~/.cache/unitta)"
     )
-    prepare.add_argument("--workers", type=int, default=None, help="imagenet-c: decoding processes (default: all cores)")
+    prepare.add_argument("--workers", type=int, default=None, help="imagenet-c: decoding processes (default: cores)")
     prepare.add_argument("--corruptions", default=None, help="imagenet-c: a comma list (default: all 15)")
     prepare.add_argument("--force", action="store_true", help="imagenet-c: rebuild caches that exist")
     prepare.add_argument("--verify", action="store_true", help="imagenet-c: re-hash the caches that are kept")

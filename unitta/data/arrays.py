@@ -28,6 +28,10 @@ class ArrayDataset(CorruptedDataset):
                 f"images, labels, domains: lengths differ ({len(self.images)}, {len(self.labels)}, {len(self.domains)})"
             )
 
+    def get_batch_uint8(self, indices: np.ndarray) -> np.ndarray:
+        """Images at ``indices`` as stored: uint8 (B, H, W, 3) (a GPU converts them itself: 4x fewer bytes)."""
+        return self.images[np.asarray(indices, dtype=np.int64)]
+
     def get_batch(self, indices: np.ndarray) -> torch.Tensor:
         """Images at ``indices`` as float32 (B, 3, H, W) in [0, 1] (contiguous NCHW)."""
         batch = torch.from_numpy(self.images[np.asarray(indices, dtype=np.int64)])  # (B, H, W, 3) copy

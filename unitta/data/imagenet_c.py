@@ -3,18 +3,23 @@
 750,000 files cannot live in memory, so the dataset holds file names only and ``get_batch``
 decodes the requested JPEGs on demand with a thread pool (Pillow's decoder releases the GIL).
 
-Preprocessing follows the reference's ImageNet config (spec/unitta_spec.md section 4.2:
-"224x224 (Resize+ToTensor, no normalisation in loader)"): the shorter side is resized to 224
+Preprocessing follows the reference implementation's ImageNet config (224 x 224 inputs,
+Resize + ToTensor, no normalisation in the loader): the shorter side is resized to 224
 (bilinear, like torchvision's ``Resize(224)`` on PIL images), then the centre 224x224 is kept. The
 released ImageNet-C files are already 224x224, so both steps are no-ops for them; the crop only
 guarantees that a batch of odd-sized files still stacks. Normalisation happens inside the model.
 
 Classes are the sorted wnid folder names; files are sorted by name within a class.
+
+When ``python -m unitta.data prepare imagenet-c`` has decoded the requested domains into
+``<data_dir>/ImageNet-C-prepared`` (``unitta.data.prepared``), ``load_imagenet_c`` reads them from there
+instead: the same images, the same order, without decoding.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +32,7 @@ from PIL import Image
 from unitta.data.arrays import balanced_subset
 from unitta.data.base import CorruptedDataset
 
-IMAGE_SIZE = 224  # spec 4.2: INPUT.SIZE 224 for imagenet
+IMAGE_SIZE = 224  # the reference's ImageNet config: INPUT.SIZE 224
 SOURCE = "https://zenodo.org/record/2235448 (the ImageNet-C tar files: blur.tar, digital.tar, noise.tar, weather.tar)"
 _EXTENSIONS = {".jpeg", ".jpg", ".png"}
 
@@ -85,7 +90,7 @@ class JpegDataset(CorruptedDataset):
         return torch.from_numpy(batch).permute(0, 3, 1, 2).contiguous().float().div_(255.0)
 
 
-def _list_domain(folder: Path, hint: str) -> tuple[list[str], list[str]]:
+def list_domain(folder: Path, hint: str) -> tuple[list[str], list[str]]:
     """Sorted wnids and, per file, ``wnid/name`` (sorted by wnid, then name) of one domain folder."""
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} not found (expected one folder per wnid holding *.JPEG files). {hint}")
@@ -108,8 +113,34 @@ def load_imagenet_c(
     corruptions: Sequence[str],
     n_per_domain: int | None,
     image_size: int = IMAGE_SIZE,
-) -> JpegDataset:
-    """ImageNet-C domains (corruption-major, then severity) from ``<data_dir>/ImageNet-C``."""
+    prepared: bool | None = None,
+    verify: bool = False,
+) -> CorruptedDataset:
+    """ImageNet-C domains (corruption-major, then severity) from ``<data_dir>/ImageNet-C``.
+
+    prepared: None reads the decoded cache when every requested domain has one (else the JPEGs,
+        with a warning if only some have one); True requires the cache; False always decodes JPEGs.
+    verify: re-hash the whole cache before using it (otherwise only its size and manifest are checked).
+    """
+    domain_keys = [(c, s) for c in corruptions for s in severities]
+    if prepared is not False and image_size == IMAGE_SIZE:
+        from unitta.data.prepared import PREPARED_DIR, load_prepared, read_manifest
+
+        manifests = [read_manifest(data_dir, c, s) for c, s in domain_keys]
+        missing = [f"{c}_{s}" for (c, s), m in zip(domain_keys, manifests) if m is None]
+        if not missing:
+            keeps = [
+                balanced_subset(m.labels, n_per_domain, len(m.classes)) if n_per_domain else None for m in manifests
+            ]
+            return load_prepared(data_dir, manifests, keeps, verify=verify)
+        message = (
+            f"no decoded cache in {Path(data_dir) / PREPARED_DIR} for {', '.join(missing)}; "
+            f"run `python -m unitta.data prepare imagenet-c --dir {data_dir}`"
+        )
+        if prepared:
+            raise FileNotFoundError(message)
+        if len(missing) < len(manifests):
+            warnings.warn(message + ": decoding the JPEGs of every domain instead (slow)", stacklevel=3)
     root = Path(data_dir) / "ImageNet-C"
     hint = (
         f"imagenet-c needs {root}/<corruption>/<severity>/<wnid>/*.JPEG (224 x 224 images). "
@@ -117,12 +148,11 @@ def load_imagenet_c(
     )
     if not root.is_dir():
         raise FileNotFoundError(f"{root} not found. {hint}")
-    domain_keys = [(c, s) for c in corruptions for s in severities]
     classes: list[str] | None = None
     listings: dict[tuple[str, ...], list[str]] = {}  # identical listings share one list
     files, labels = [], []
     for corruption, severity in domain_keys:
-        wnids, names = _list_domain(root / corruption / str(severity), hint)
+        wnids, names = list_domain(root / corruption / str(severity), hint)
         if classes is None:
             classes = wnids
         elif wnids != classes:

@@ -1,0 +1,190 @@
+"""One self-contained HTML page after a sweep: what a user opens to see a reproduction.
+
+Example::
+
+    python -m unitta.sweep sweeps/quick_seeds.yaml
+    python analysis/report.py results/quick_seeds --out results/quick_seeds/report   # open report.html
+
+Writes ``<out>/report.html`` (figures embedded as base64 PNG, no external file or network access) with, per
+panel: the paper-style table (mean ± 95 % interval where there are seeds), the heatmap, the per-method
+6 x 4 grids, best vs runner-up (analysis/stats.py) and the per-setting ranking; then the comparison with the
+paper's table (the dataset's own, else ``--paper-dataset``, by default CIFAR-10-C as a proxy) with its scatter
+plot and Spearman's rho; then the tune figures if the directories hold tune rows. The figures and tables
+themselves are written beside it (analysis/heatmaps.py and analysis/compare_paper.py outputs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import html
+import re
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import polars as pl  # noqa: E402
+
+from analysis import compare_paper, heatmaps  # noqa: E402
+from analysis.common import AnalysisError, load_dirs, split_rows  # noqa: E402
+from unitta.paper import PAPER_DATASETS  # noqa: E402
+
+__all__ = ["markdown_to_html", "build_report", "main"]
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1300px; color: #222; line-height: 1.4; }
+h1 { border-bottom: 2px solid #444; } h2 { border-bottom: 1px solid #bbb; margin-top: 2em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; } th { background: #f0f0f0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
+.note { color: #555; font-size: 0.9em; } .warn { background: #fff3cd; padding: 0.5em; border-left: 4px solid #e0a800; }
+nav a { margin-right: 1em; }
+"""
+
+
+def _inline(text: str) -> str:
+    """Markdown inline markup of our own outputs (bold, code) -> HTML, everything else escaped."""
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    out = re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+    return out.replace("\\*", "*")
+
+
+def markdown_to_html(md: str) -> str:
+    """The subset of Markdown the analysis scripts write (headings, pipe tables, paragraphs) as HTML."""
+    parts: list[str] = []
+    lines = md.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip()
+        if line.startswith("|"):
+            block = []
+            while i < len(lines) and lines[i].startswith("|"):
+                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                i += 1
+            head, rows = block[0], [r for r in block[1:] if not all(set(c) <= set("-:") for c in r)]
+            parts.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>")
+            for r in rows:
+                cells = "".join(
+                    f'<td class="num">{_inline(c)}</td>' if re.match(r"^[*+\-]*\d", c) else f"<td>{_inline(c)}</td>"
+                    for c in r)
+                parts.append(f"<tr>{cells}</tr>")
+            parts.append("</table>")
+            continue
+        if line.startswith("#"):
+            level = min(len(line) - len(line.lstrip("#")) + 2, 6)  # the page's own h1/h2 stay above
+            parts.append(f"<h{level}>{_inline(line.lstrip('#').strip())}</h{level}>")
+        elif line.strip():
+            css = ' class="warn"' if "Warning" in line or "Proxy comparison" in line else ""
+            parts.append(f"<p{css}>{_inline(line.strip())}</p>")
+        i += 1
+    return "\n".join(parts)
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
+                 tolerance: float = compare_paper.DEFAULT_TOLERANCE) -> Path:
+    """Write every figure and table into ``out`` and the page ``out/report.html``; return the page's path."""
+    df = load_dirs(dirs)
+    sweep, tune = split_rows(df)
+    written = heatmaps.analyse(dirs, out)
+    by_name = {p.name: p for p in written}
+    body = ["<h1>unitta reproduction report</h1>", _overview(df, dirs)]
+    nav = []
+    panels = sorted({p.name[len("table_"):-3] for p in written if p.name.startswith("table_") and p.suffix == ".md"})
+    for panel in panels:
+        nav.append(f'<a href="#panel-{panel}">{html.escape(panel)}</a>')
+        body.append(f'<h2 id="panel-{panel}">Results: {html.escape(panel)}</h2>')
+        body.append(markdown_to_html(by_name[f"table_{panel}.md"].read_text()))
+        body.append(_img(by_name[f"heatmap_{panel}.png"], f"heatmap {panel}"))
+        body.append("<h3>Per method: 6 domain settings x 4 class settings</h3>")
+        body.append(_img(by_name[f"grid_{panel}.png"], f"grids {panel}"))
+        body.append("<h3>Best vs runner-up</h3>")
+        body.append(markdown_to_html(by_name[f"significance_{panel}.md"].read_text()))
+        body.append("<h3>Which method for a stream like yours: ranking per setting</h3>")
+        body.append(markdown_to_html(by_name[f"ranking_{panel}.md"].read_text()))
+    if sweep.height:
+        nav.append('<a href="#paper">vs paper</a>')
+        body.append('<h2 id="paper">Comparison with the UniTTA paper</h2>')
+        body += _paper_section(dirs, out, sweep, paper_dataset, tolerance)
+    tune_figs = [p for p in written if p.suffix == ".png" and p.name.startswith(("factors_", "layers_"))]
+    if tune_figs:
+        nav.append('<a href="#tune">tune</a>')
+        body.append('<h2 id="tune">Tune runs</h2>')
+        body += [f"<h3>{html.escape(p.stem)}</h3>" + _img(p, p.stem) for p in tune_figs]
+    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>unitta report</title>"
+            f"<style>{_CSS}</style></head><body>\n<nav>{' '.join(nav)}</nav>\n" + "\n".join(body)
+            + "\n</body></html>\n")
+    path = out / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def _overview(df: pl.DataFrame, dirs) -> str:
+    n_ok = df.filter(pl.col("status") == "ok").height
+    items = [f"result directories: {', '.join(html.escape(str(d)) for d in dirs)}",
+             f"{df.height} result rows: {n_ok} ok, {df.height - n_ok} failed",
+             f"datasets: {', '.join(sorted(df['dataset'].unique().to_list()))}"]
+    if "seed" in df.columns:
+        items.append(f"seeds: {', '.join(str(s) for s in sorted(df['seed'].drop_nulls().unique().to_list()))}")
+    profiles = sorted({p or "default" for p in df["profile"].to_list()}) if "profile" in df.columns else ["default"]
+    items.append(f"profile: {', '.join(profiles)}")
+    if "git_commit" in df.columns and df["git_commit"].drop_nulls().len():
+        items.append(f"git commit: {', '.join(sorted(df['git_commit'].drop_nulls().unique().to_list()))}")
+    items.append(f"report written {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC")
+    return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def _paper_section(dirs, out: Path, sweep: pl.DataFrame, paper_dataset: str | None, tolerance: float) -> list[str]:
+    datasets = set(sweep["dataset"].unique().to_list())
+    if paper_dataset is None and not datasets & set(PAPER_DATASETS):
+        paper_dataset = "cifar10-c"  # the closest published table for the embedded Fashion-MNIST-C (10 classes)
+    notes: list[str] = []
+    try:
+        comparisons = compare_paper.compare(dirs, out, paper_dataset, tolerance, log=notes.append)
+    except AnalysisError as exc:
+        return [f'<p class="warn">No comparison: {html.escape(str(exc))}</p>']
+    parts = [f'<p class="note">{html.escape(n)}</p>' for n in notes]
+    for c in comparisons:
+        md = next(p for p in c.paths if p.suffix == ".md").read_text()
+        png = next(p for p in c.paths if p.suffix == ".png")
+        parts.append(f"<p><b>spearman_rho={c.rho:.3f}</b> ({len(c.rho_methods)} methods, "
+                     f"{len(c.rho_settings)} settings)</p>")
+        parts.append(_img(png, f"ours vs paper {c.stem}"))
+        parts.append(markdown_to_html(md))
+    return parts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python analysis/report.py",
+        description="One self-contained HTML page (tables, heatmaps, paper comparison, tune plots) from result dirs.",
+        epilog="example: python analysis/report.py results/quick --out results/quick/report",
+    )
+    parser.add_argument("dirs", nargs="+", metavar="RESULTS_DIR", help="sweep and/or tune result directories")
+    parser.add_argument("--out", type=Path, help="output directory (default: <first RESULTS_DIR>/report)")
+    parser.add_argument("--paper-dataset", choices=sorted(PAPER_DATASETS),
+                        help="paper table to compare with (default: the run's own dataset, else cifar10-c as a proxy)")
+    parser.add_argument("--tolerance", type=float, default=compare_paper.DEFAULT_TOLERANCE,
+                        help="points added to our 95 %% uncertainty before a difference to the paper is highlighted")
+    args = parser.parse_args(argv)
+    out = args.out or Path(args.dirs[0]) / "report"
+    try:
+        path = build_report(args.dirs, out, args.paper_dataset, args.tolerance)
+    except AnalysisError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

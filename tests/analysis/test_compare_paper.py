@@ -1,0 +1,106 @@
+"""analysis/compare_paper.py on a real seeded Fashion-MNIST-C sweep, against the paper's CIFAR-10-C (proxy)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from scipy import stats
+
+from analysis.compare_paper import main
+from analysis.stats import t_interval
+from tests.analysis.conftest import SEEDED_METHODS, SEEDED_SETTINGS
+from unitta.paper import load_paper_table
+from unitta.results import cell_path, load_results
+
+
+@pytest.fixture(scope="module")
+def compared(seeded_dir: Path, tmp_path_factory) -> tuple[Path, str, str]:
+    out = tmp_path_factory.mktemp("compare")
+    import contextlib
+    import io
+
+    o, e = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+        assert main([str(seeded_dir), "--paper-dataset", "cifar10-c", "--out", str(out)]) == 0
+    return out, o.getvalue(), e.getvalue()
+
+
+def test_loader_has_the_papers_grid() -> None:
+    paper = load_paper_table("cifar10-c")
+    assert paper.height == 17 * 24 and paper["setting"].n_unique() == 24
+    lame = load_paper_table("cifar100-c").filter(pl.col("method") == "lame")
+    assert lame.filter(pl.col("source") == "main").height == 10  # only the main table prints these 10
+    avg = load_paper_table("cifar10-c", include_avg=True).filter(pl.col("setting") == "avg24")
+    assert avg.filter(pl.col("method") == "bdn")["error"][0] == pytest.approx(25.63)  # as printed, not 25.30
+
+
+def test_table_values_and_highlighting(seeded_dir: Path, compared) -> None:
+    out, _, _ = compared
+    rows = load_results(seeded_dir)
+    paper = load_paper_table("cifar10-c")
+    cells = pl.read_csv(out / "compare_fmnist-c_vs_cifar10-c.csv")
+    assert cells.height == len(SEEDED_METHODS) * len(SEEDED_SETTINGS)
+    for r in cells.iter_rows(named=True):
+        errors = rows.filter((pl.col("method") == r["method"]) & (pl.col("setting") == r["setting"]))["error"].to_list()
+        mean, hw = t_interval(errors)
+        p = paper.filter((pl.col("method") == r["method"]) & (pl.col("setting") == r["setting"]))["error"][0]
+        assert r["ours"] == pytest.approx(mean) and r["paper"] == pytest.approx(p)
+        assert r["basis"] == "seeds" and r["uncertainty"] == pytest.approx(hw)
+        assert r["diff"] == pytest.approx(mean - p)
+        assert r["beyond"] == (abs(mean - p) > hw + 2.0)
+    md = (out / "compare_fmnist-c_vs_cifar10-c.md").read_text()
+    flagged = cells.filter(pl.col("beyond"))
+    for r in flagged.iter_rows(named=True):
+        assert f"**{r['diff']:+.1f}**" in md
+    assert "Proxy comparison" in md and "Paper methods not in this run:" in md
+    tex = (out / "compare_fmnist-c_vs_cifar10-c.tex").read_text()
+    assert tex.count(r"\textbf{") == flagged.height and r"\end{tabular}" in tex
+    png = (out / "scatter_fmnist-c_vs_cifar10-c.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_spearman_lines_match_scipy(seeded_dir: Path, compared) -> None:
+    _, stdout, _ = compared
+    rows = load_results(seeded_dir)
+    paper = load_paper_table("cifar10-c")
+    ours = rows.group_by("method").agg(pl.col("error").mean()).sort("method")
+    theirs = paper.filter(pl.col("setting").is_in(SEEDED_SETTINGS) & pl.col("method").is_in(SEEDED_METHODS))
+    theirs = theirs.group_by("method").agg(pl.col("error").mean()).sort("method")
+    rho = stats.spearmanr(ours["error"].to_list(), theirs["error"].to_list()).statistic
+    assert f"spearman_rho={rho:.3f}" in stdout.splitlines()
+    for s in SEEDED_SETTINGS:
+        o = rows.filter(pl.col("setting") == s).group_by("method").agg(pl.col("error").mean()).sort("method")
+        t = paper.filter((pl.col("setting") == s) & pl.col("method").is_in(SEEDED_METHODS)).sort("method")
+        assert f"spearman_rho[{s}]={stats.spearmanr(o['error'], t['error']).statistic:.3f}" in stdout
+
+
+def test_profile_is_reported_and_warned(compared) -> None:
+    out, stdout, stderr = compared
+    assert "profile default" in stdout and "not 'reference'" in stderr
+    assert "did not use the `reference` profile" in (out / "compare_fmnist-c_vs_cifar10-c.md").read_text()
+
+
+def test_missing_cell_is_named_not_dropped(seeded_dir: Path, tmp_path: Path, capsys) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(seeded_dir, copy)
+    (copy / "results.parquet").unlink(missing_ok=True)
+    gone = load_results(copy).filter((pl.col("method") == "bn") & (pl.col("setting") == "nu11"))["cell_id"]
+    for cell_id in gone:
+        cell_path(copy, cell_id).unlink()
+    assert main([str(copy), "--paper-dataset", "cifar10-c", "--out", str(tmp_path / "a")]) == 0
+    cells = pl.read_csv(tmp_path / "a" / "compare_fmnist-c_vs_cifar10-c.csv")
+    row = cells.filter((pl.col("method") == "bn") & (pl.col("setting") == "nu11")).row(0, named=True)
+    assert row["ours_status"] == "missing" and row["note"] == "ours missing" and row["paper"] is not None
+    assert "| bn | nu11 | — |" in (tmp_path / "a" / "compare_fmnist-c_vs_cifar10-c.md").read_text()
+    # rho over the block without the hole: 3 methods x 2 settings (6 cells) beat 2 methods x 3 (too few for rho)
+    assert "3 methods x 2 settings" in capsys.readouterr().out
+
+
+def test_dataset_without_a_paper_table_exits_2(seeded_dir: Path, tmp_path: Path, capsys) -> None:
+    assert main([str(seeded_dir), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--paper-dataset cifar10-c" in err and "fmnist-c" in err
+    assert main([str(seeded_dir), "--out", str(tmp_path), "--tolerance", "-1"]) == 2
