@@ -10,12 +10,13 @@ batch size, S / length, subset size, severity and factor overrides (seeds are av
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+
+from unitta.streams.settings import CLASS_HALVES, DOMAIN_HALVES, SETTING_CODES_36
 
 __all__ = [
     "AnalysisError",
@@ -36,15 +37,9 @@ __all__ = [
 
 REQUIRED_COLUMNS = ("cell_id", "dataset", "method", "setting", "status", "error")
 
-_CORR = ("i", "n", "1")
-_IMB = ("1", "u")
-# The paper's 24-setting grid in its table order (class corr, class imb, domain corr, domain imb;
-# spec 5.2), then the 12 class-continual settings that the paper leaves out.
-SETTING_ORDER: tuple[str, ...] = tuple(
-    "".join(c) for c in itertools.product(("i", "n", "1"), _IMB, _CORR, _IMB)
-)
-CLASS_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu")  # the 4 class settings of the paper's grid
-DOMAIN_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu", "11", "1u")  # the 6 domain settings
+# The paper's 24-setting grid in its table order (class corr, class imb, domain corr, domain imb; the
+# reference's sh/run.sh), then the 12 class-continual settings that the paper leaves out.
+SETTING_ORDER: tuple[str, ...] = SETTING_CODES_36
 
 SETTING_CAPTION = (
     "Setting code = class correlation, class imbalance, domain correlation, domain imbalance; "

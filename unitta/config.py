@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import DEFAULT_MODELS, PRECISIONS, PROFILES, Cell
+from unitta.cell import PRECISIONS, PROFILES, Cell
+from unitta.data import DATASETS
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams.settings import (
     FACTOR_KEYS,
@@ -47,8 +48,6 @@ __all__ = [
     "expand_settings",
     "read_yaml_file",
 ]
-
-DATASETS = tuple(DEFAULT_MODELS)
 
 
 class MethodSpec(Strict):
@@ -293,7 +292,7 @@ class SweepConfig(RunConfig):
 
 
 def expand_settings(value: Any) -> list[str]:
-    """'all24' | 'all36' | a 4-character code -> a list of codes (spec 1.1); other input is refused."""
+    """'all24' | 'all36' | a 4-character code -> a list of codes (docs/streams.md); other input is refused."""
     if value == "all24":
         return list(SETTING_CODES_24)
     if value == "all36":
@@ -333,9 +332,18 @@ def _method_entry(entry: Any, index: int) -> Any:
 
 
 # ---------------------------------------------------------------------- loading
-def parse_config(data: Any, source: str = "<config>") -> SweepConfig:
-    """Validate a parsed YAML mapping; method names and overrides are checked against the registry."""
+def parse_config(data: Any, source: str = "<config>", base_dir: str | Path | None = None) -> SweepConfig:
+    """Validate a parsed YAML mapping; method names and overrides are checked against the registry.
+
+    The ``plugins`` are imported first (paths relative to ``base_dir``, default the current directory) and
+    kept as absolute paths, so that the methods they register pass the check (``unitta.plugins``).
+    """
+    from unitta import plugins
+
     cfg = validate(SweepConfig, data, source)
+    if cfg.plugins:
+        loaded = plugins.load(cfg.plugins, base_dir, source)
+        cfg = cfg.model_copy(update={"plugins": [p.spec for p in loaded]})
     check_methods(
         [(f"methods[{i}]", m.name, m.overrides) for i, m in enumerate(cfg.methods)], cfg.datasets, cfg.profile, source
     )
@@ -361,4 +369,4 @@ def load_config(path: str | Path) -> SweepConfig:
     data = read_yaml_file(path)
     if isinstance(data, dict) and "name" not in data:
         data = {"name": path.stem, **data}
-    return parse_config(data, source=str(path))
+    return parse_config(data, source=str(path), base_dir=path.parent)

@@ -1,7 +1,7 @@
 """In-memory datasets: every image of every domain in one uint8 NHWC array (CIFAR-sized sets).
 
 One contiguous array makes ``get_batch`` a single fancy-indexing gather plus one conversion, and it
-pickles as one buffer, so Ray's object store holds it zero-copy, once per node (DESIGN.md "Dataset").
+pickles as one buffer, so Ray's object store holds it zero-copy, once per node (README, "What is inside").
 """
 
 from __future__ import annotations

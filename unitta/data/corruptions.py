@@ -1,6 +1,6 @@
 """The 15 common corruptions at CIFAR-10-C's strengths, on batches of uint8 images.
 
-What it is for: building Fashion-MNIST-C (spec/offline_data.md sections 2.3 and 4), the embedded
+What it is for: building Fashion-MNIST-C (docs/models.md), the embedded
 default benchmark. The severity tables are those of hendrycks/robustness
 ``ImageNet-C/create_c/make_cifar_c.py`` (the script that produced CIFAR-10-C); the code here is a
 re-implementation on current numpy / scipy / OpenCV / Pillow that works on a whole batch
@@ -15,7 +15,7 @@ rows of the full set, and chunking does not change the result.
 Faithfulness notes (deliberate departures or quirks kept):
 - ImageMagick's motion blur (used by motion_blur and snow in the reference) is replaced by a
   numpy line kernel: Gaussian weights over ``2 * radius + 1`` one-sided shifts along the angle,
-  edges replicated (the form ``imagecorruptions`` uses; spec 2.3).
+  edges replicated (the form ``imagecorruptions`` uses).
 - glass_blur: the reference's ``x[h, w], x[h', w'] = x[h', w'], x[h, w]`` on numpy views copies
   ``x[h', w']`` into ``x[h, w]`` and leaves ``x[h', w']`` unchanged (not a swap). Kept, since that
   is what produced CIFAR-10-C. Offsets come from ``randint(-delta, delta)`` (upper bound excluded).

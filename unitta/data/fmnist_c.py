@@ -2,7 +2,7 @@
 
 Fashion-MNIST's 10,000 test images (exactly 1,000 per class) are zero-padded 28 -> 32 and repeated
 over 3 channels, then corrupted with the 15 corruptions at CIFAR-10-C's strengths
-(``unitta.data.corruptions``; spec/offline_data.md sections 2.3 and 4). The cache folder
+(``unitta.data.corruptions``; docs/models.md). The cache folder
 ``<cache>/FashionMNIST-C/`` has CIFAR-10-C's layout: ``<corruption>.npy`` uint8 (rows, 32, 32, 3)
 with severities stacked in ascending order, N rows each, ``labels.npy`` (N labels), and
 ``meta.json`` saying which severities each file holds. With all 5 severities a file is exactly

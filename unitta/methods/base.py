@@ -27,7 +27,9 @@ The output of ``forward`` is a (B, K) score tensor whose argmax is the predictio
 probabilities, whichever the method naturally produces; the paper's metric only uses the argmax).
 
 The built-in method modules are listed in ``BUILTIN_MODULES`` and imported on the first registry
-access, so importing ``unitta.methods`` (or anything that needs only the contract) loads no method.
+access, so importing ``unitta.methods`` (or anything that needs only the contract) loads no method; the
+``unitta.methods`` entry points of installed packages are imported right after them. Methods outside the
+package are plugins (``unitta/plugins.py``, docs/adding_a_method.md).
 ``unitta/methods/contract.py`` holds the checks every registered method must pass.
 """
 
@@ -37,6 +39,7 @@ import copy
 import dataclasses
 import difflib
 import importlib
+import logging
 import numbers
 import sys
 import time
@@ -50,6 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.models.info import ModelInfo
+from unitta.streams.settings import DATASET_ALIASES, canonical_dataset
 
 __all__ = [
     "TTAMethod",
@@ -62,6 +66,8 @@ __all__ = [
     "build_config",
     "resolved_config",
     "BUILTIN_MODULES",
+    "ENTRY_POINT_GROUP",
+    "entry_point_errors",
 ]
 
 # The modules that register the built-in methods, imported on the first registry access.
@@ -84,33 +90,27 @@ BUILTIN_MODULES = (
 )
 _builtins_loaded = False
 
+# Installed packages register their methods here (pyproject.toml: [project.entry-points."unitta.methods"]
+# my_method = "my_pkg.my_method"); imported with the built-ins (docs/adding_a_method.md).
+ENTRY_POINT_GROUP = "unitta.methods"
+_ENTRY_POINT_ERRORS: dict[str, str] = {}
+
 _REGISTRY: dict[str, type["TTAMethod"]] = {}
 
 # Dataset name -> the reference config family whose hyper-parameters apply (the reference's
 # configs/adapter/<cifar10|cifar100|imagenet>/ directories; docs/methods.md).
 # The embedded Fashion-MNIST-C uses CIFAR-10's values (same size: 10 classes, 32x32, 1000 per state).
-_PRESET_KEYS = {
-    "cifar10": "cifar10",
-    "cifar10-c": "cifar10",
-    "fmnist": "cifar10",
-    "fmnist-c": "cifar10",
-    "cifar100": "cifar100",
-    "cifar100-c": "cifar100",
-    "imagenet": "imagenet",
-    "imagenet-c": "imagenet",
-}
-
-
 def preset_key(dataset: str | None) -> str:
-    """Map a dataset name to its hyper-parameter family: 'cifar10', 'cifar100' or 'imagenet'."""
+    """Map a dataset name to its hyper-parameter family: 'cifar10', 'cifar100' or 'imagenet'
+    (``unitta.streams.settings.DATASET_ALIASES``, the one table of dataset families)."""
     if dataset is None:
         return "cifar10"
-    key = _PRESET_KEYS.get(dataset.lower())
-    if key is None:
+    try:
+        return canonical_dataset(dataset)
+    except ValueError:
         raise ValueError(
-            f"dataset={dataset!r} has no hyper-parameter preset; known: {sorted(_PRESET_KEYS)}"
-        )
-    return key
+            f"dataset={dataset!r} has no hyper-parameter preset; known: {sorted(DATASET_ALIASES)}"
+        ) from None
 
 
 @dataclass
@@ -251,7 +251,11 @@ def register_method(name: str):
 
     def wrap(cls: type[TTAMethod]) -> type[TTAMethod]:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"method {name!r} is registered twice ({_REGISTRY[name].__module__}, {cls.__module__})")
+            taken = _REGISTRY[name]
+            raise ValueError(
+                f"method name {name!r} is already taken by {taken.__module__}.{taken.__qualname__}; "
+                f"register {cls.__module__}.{cls.__qualname__} under another name"
+            )
         if not (dataclasses.is_dataclass(cls.Config) and cls.Config.__dataclass_params__.frozen):
             raise TypeError(f"{cls.__name__}.Config must be a frozen dataclass")
         cls.name = name
@@ -262,13 +266,41 @@ def register_method(name: str):
 
 
 def _ensure_loaded() -> None:
-    """Import the built-in method modules once (each registers its methods when imported)."""
+    """Import the built-in method modules once (each registers its methods when imported), then the
+    ``unitta.methods`` entry points of installed packages (docs/adding_a_method.md)."""
     global _builtins_loaded
     if _builtins_loaded:
         return
     for module in BUILTIN_MODULES:
         importlib.import_module(module)
-    _builtins_loaded = True
+    _builtins_loaded = True  # before the entry points: one that lists the methods while importing must not recurse
+    _load_entry_points()
+
+
+def _load_entry_points() -> None:
+    """Import every entry point of the ``unitta.methods`` group; one that fails is one warning line, not a crash.
+
+    The failure is kept by entry-point name (by convention the method's name), so that a config naming that
+    method reports why it is missing (``entry_point_errors``).
+    """
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()
+        except Exception as exc:  # noqa: BLE001 - a broken installed package must not break list_methods()
+            dist = f" (package {entry.dist.name})" if getattr(entry, "dist", None) is not None else ""
+            message = " ".join(f"{type(exc).__name__}: {exc}".split())
+            _ENTRY_POINT_ERRORS[entry.name] = (
+                f"entry point {entry.name} = {entry.value}{dist} failed to import: {message}"
+            )
+            logging.getLogger(__name__).warning("warning: unitta: %s", _ENTRY_POINT_ERRORS[entry.name])
+
+
+def entry_point_errors() -> dict[str, str]:
+    """Entry points of the ``unitta.methods`` group that failed to import: name -> one-line reason."""
+    _ensure_loaded()
+    return dict(_ENTRY_POINT_ERRORS)
 
 
 def list_methods() -> list[str]:

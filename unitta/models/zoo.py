@@ -1,9 +1,9 @@
-"""``load_model``: the embedded ResNet-20 and the paper's robustbench models, offline (spec 4.4).
+"""``load_model``: the embedded ResNet-20 and the paper's robustbench models, offline (docs/models.md).
 
 The paper's models come from RobustBench's "corruptions" threat model. This module builds each
 architecture *without* weights (no network) and loads a local checkpoint in robustbench's layout,
 ``{checkpoint_dir}/{dataset}/corruptions/{name}.pt``. robustbench is imported lazily, only when a
-paper model is loaded, with the import fixes of spec/environment.md.
+paper model is loaded, with the import fixes of docs/models.md.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from unitta.models.info import ModelInfo
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 # torchvision's file for resnet50(pretrained=True) == ResNet50_Weights.IMAGENET1K_V1, which robustbench's
-# Standard_R50 uses (spec/environment.md).
+# Standard_R50 uses (docs/models.md).
 TORCHVISION_R50_FILE = "resnet50-0676ba61.pth"
 EMBEDDED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "resnet20_fmnist.pt"
-# The reference's CKPT_DIR (spec 4.4), used when checkpoint_dir is None.
+# The reference's CKPT_DIR (docs/models.md), used when checkpoint_dir is None.
 DEFAULT_CHECKPOINT_DIR = "ckpt"
 
 
@@ -39,7 +39,7 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class _Entry:
-    """One loadable model: how to build it and its metadata (spec 4.4 table)."""
+    """One loadable model: how to build it and its metadata (docs/models.md)."""
 
     family: str  # ModelInfo.dataset
     rb_dataset: str  # robustbench's dataset folder name
@@ -51,7 +51,7 @@ class _Entry:
 
 
 def import_robustbench():
-    """Import robustbench with the fixes of spec/environment.md (also needed inside Ray workers).
+    """Import robustbench with the fixes of docs/models.md (also needed inside Ray workers).
 
     robustbench 1.1.1 imports ``autoattack``, which PyPI ships as ``pyautoattack``; alias it first.
     Its ``pkg_resources`` import needs setuptools < 82 (pinned in pyproject.toml).
@@ -107,7 +107,7 @@ def _resnet20() -> nn.Module:
 # dataset name -> {model name -> entry}; the first model of each dataset is its default.
 _ZOO: dict[str, dict[str, _Entry]] = {
     "fmnist-c": {
-        # BDN layer: first BN of the first block of the middle stage (issue 3)
+        # BDN layer: first BN of the first block of the middle stage
         "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32),
     },
     "cifar10-c": {
@@ -251,7 +251,7 @@ def load_model(
     checkpoint_dir: str | Path | None = None,
     trust_checkpoints: bool = False,
 ) -> tuple[nn.Module, ModelInfo]:
-    """Load a source model in eval mode, offline, with its metadata (spec 4.4).
+    """Load a source model in eval mode, offline, with its metadata (docs/models.md).
 
     dataset: 'fmnist-c' (embedded ResNet-20), 'cifar10-c' ('Standard' WRN-28-10),
         'cifar100-c' ('Hendrycks2020AugMix_ResNeXt'), 'imagenet-c' ('Standard_R50').

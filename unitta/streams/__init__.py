@@ -1,4 +1,4 @@
-"""The UniTTA benchmark: ULMM-driven test streams over (domain, class) states (paper section 3, spec 1).
+"""The UniTTA benchmark: ULMM-driven test streams over (domain, class) states (paper section 3, docs/streams.md).
 
 numpy only (no torch), so the streams can be built and inspected anywhere::
 
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 SAMPLERS = ("official", "exact")
-DEFAULT_SEED = 425  # the reference's cfg.SEED (spec 7.19)
+DEFAULT_SEED = 425  # the reference's cfg.SEED
 
 
 def make_stream(
@@ -73,7 +73,7 @@ def make_stream(
         labels, domains: int arrays over the dataset's images in dataset order (domain-major); domain ids
             index the reference corruption order. D and K are max + 1 of each.
         setting: a 4-character code such as 'nui1' or a Setting.
-        dataset: picks the default factors and S (spec 1.1): cifar10[-c], cifar100[-c], imagenet[-c],
+        dataset: picks the default factors and S (docs/streams.md): cifar10[-c], cifar100[-c], imagenet[-c],
             fmnist-c (CIFAR-10's values).
         sampler: 'official' (bit-identical to the reference) or 'exact' (fixed length, no drift).
         seed: 425 is the reference's seed.
@@ -110,7 +110,7 @@ def make_stream(
         states = _official.sample_states(
             plan, pool_sizes, seed, domain_alpha=factors["domain_alpha"], class_alpha=factors["class_alpha"]
         )
-        order = np.argsort(sort_keys, kind="stable")  # each pool in dataset order (spec 1.2)
+        order = np.argsort(sort_keys, kind="stable")  # each pool in dataset order (docs/streams.md)
         pools = _official.shuffled_pools(order, starts, seed)
         meta["consistency"] = {"domain": plan.domain_consistent, "class": plan.class_consistent}
         used_S: int | None = plan.S

@@ -1,6 +1,6 @@
 """The ``exact`` sampler: two independent ULMM chains run for a fixed length with a stationary start.
 
-DESIGN.md's principled generator. Per attribute (domain with n = D, class with n = K):
+The principled generator of docs/streams.md. Per attribute (domain with n = D, class with n = K):
 
 * correlation ``n``: a ULMM with alpha_j = 1 - (1 - alpha_1) beta^(j/(n-1)) (paper Cor. 1), started
   from its stationary distribution pi (Prop. 1); pairs (alpha_1, beta) without a valid ULMM whose
@@ -10,7 +10,7 @@ DESIGN.md's principled generator. Per attribute (domain with n = D, class with n
   segment lengths proportional to pi (largest-remainder rounding to the exact length).
 
 So the empirical marginals, self-transition rates and head/tail ratios match pi, alpha and beta within
-sampling error everywhere in the stream: no quota exhaustion, no drift (unlike the reference, spec 1.8).
+sampling error everywhere in the stream: no quota exhaustion, no drift (unlike the reference, docs/streams.md).
 Beyond the paper's settings, any row-stochastic domain matrix and class matrix can be given, and the
 class matrix may be (D, K, K): class transitions that depend on the current domain (paper section 3.3).
 """

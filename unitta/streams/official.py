@@ -1,4 +1,4 @@
-"""The ``official`` sampler: the reference UniTTA sampler's index sequence, bit for bit (spec 1.2-1.8).
+"""The ``official`` sampler: the reference UniTTA sampler's index sequence, bit for bit (docs/streams.md).
 
 The reference (``core/data/unittasampler.py`` of LeapLabTHU/UniTTA) builds its whole stream in its
 constructor: pools shuffled with Python's ``random``, a dense DK x DK Kronecker transition matrix,
@@ -40,7 +40,7 @@ _CDF_CACHE_BYTES = 64 * 2**20
 
 @dataclass(frozen=True)
 class OfficialPlan:
-    """Everything the reference derives from its factors before sampling (spec 1.3-1.4)."""
+    """Everything the reference derives from its factors before sampling (docs/streams.md)."""
 
     num_domains: int
     num_classes: int
@@ -53,7 +53,7 @@ class OfficialPlan:
 
     @property
     def mode(self) -> str:
-        """'CC' cap at S; 'QQ' per-state quotas; 'DQ' domain totals; 'CQ' class totals (spec 1.6)."""
+        """'CC' cap at S; 'QQ' per-state quotas; 'DQ' domain totals; 'CQ' class totals."""
         if self.domain_consistent and self.class_consistent:
             return "CC"
         if not self.domain_consistent and not self.class_consistent:
@@ -116,7 +116,7 @@ def _pool_permutations(seed: int, sizes: bytes) -> np.ndarray:
 
 
 def shuffled_pools(order: np.ndarray, starts: np.ndarray, seed: int) -> np.ndarray:
-    """Every state's pool (dataset order, grouped by state) shuffled with ``random.Random(seed)`` (spec 1.2)."""
+    """Every state's pool (dataset order, grouped by state) shuffled with ``random.Random(seed)`` (docs/streams.md)."""
     sizes = (starts[1:] - starts[:-1]).astype(np.int64)
     local = _pool_permutations(int(seed), sizes.tobytes())
     return order[np.repeat(starts[:-1], sizes) + local]
@@ -158,7 +158,7 @@ class _Rows:
     def refill_info(self, s: int) -> tuple[float, int, np.ndarray | None]:
         """(row sum before this refill's renormalisation, offset, normalised cdf from the offset on).
 
-        Records the renormalisation (spec 1.5: ``if sum(p) != 1: p /= sum(p)`` in place). A zero sum
+        Records the renormalisation (the reference's ``if sum(p) != 1: p /= sum(p)`` in place). A zero sum
         (dead end) returns cdf None. searchsorted(full cdf, u) == offset + searchsorted(cdf, u) for u < 1.
         """
         if s in self.zeroed_rows:
@@ -214,7 +214,7 @@ def sample_states(
     class_alpha: float,
     cdf_cache_bytes: int = _CDF_CACHE_BYTES,
 ) -> np.ndarray:
-    """The reference's state sequence s = d*K + k (spec 1.5-1.6), from ``numpy.random.RandomState(seed)``."""
+    """The reference's state sequence s = d*K + k (docs/streams.md), from ``numpy.random.RandomState(seed)``."""
     D, K, S = plan.num_domains, plan.num_classes, plan.S
     DK = D * K
     P = S  # presampling_size = max_state_samples
@@ -239,7 +239,7 @@ def sample_states(
         if cdf is None:
             if valid[s]:
                 raise RuntimeError(f"state {s} is valid but its transition row is all zero")
-            # Dead end: one uniform draw among the valid states (spec 1.5), restricted to the next domain
+            # Dead end: one uniform draw among the valid states (as the reference), restricted to the next domain
             # when domains are continual.
             cand = np.flatnonzero(valid_arr)
             if domain_alpha == 1.0:
@@ -252,7 +252,7 @@ def sample_states(
         # legacy RandomState.choice(DK, P, p=row): uniforms through the normalised cdf (see legacy_choice_with_p)
         return (cdf.searchsorted(rs.random_sample(P), side="right") + lo).tolist()
 
-    # Stop rules (spec 1.6) as countdowns: every visit decrements the budget of the visited state's group
+    # Stop rules as countdowns: every visit decrements the budget of the visited state's group
     # (CC and QQ: the state, cap S resp. its quota; DQ: its domain's total quota; CQ: its class's).
     if mode == "DQ":
         group_of, left = [s // K for s in range(DK)], plan.quota.sum(axis=1).tolist()

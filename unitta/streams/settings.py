@@ -1,4 +1,4 @@
-"""Benchmark scenarios (settings), their notation and the default factors per dataset (spec 1.1).
+"""Benchmark scenarios (settings), their notation and the default factors per dataset (docs/streams.md).
 
 A setting is a class attribute and a domain attribute, each (correlation, imbalance) with
 correlation in {i: i.i.d., n: non-i.i.d., 1: continual} and imbalance in {1: balanced, u: imbalanced}.
@@ -115,10 +115,11 @@ DATASET_ALIASES: dict[str, str] = {
     "cifar100-c": "cifar100",
     "imagenet": "imagenet",
     "imagenet-c": "imagenet",
+    "fmnist": "cifar10",
     "fmnist-c": "cifar10",
 }
 
-# Class i.i.d. alpha_1 = 1/K printed with 3 decimals by `bc` in sh/run.sh (spec 1.1).
+# Class i.i.d. alpha_1 = 1/K printed with 3 decimals by `bc` in sh/run.sh (docs/streams.md).
 _CLASS_IID_ALPHA = {"cifar10": 0.1, "cifar100": 0.01, "imagenet": 0.001}
 
 
@@ -131,7 +132,7 @@ def canonical_dataset(dataset: str) -> str:
 
 
 def default_factors(setting: "str | Setting", dataset: str = "cifar10") -> dict[str, float]:
-    """The factors sh/run.sh passes for a setting (spec 1.1 table), as floats.
+    """The factors sh/run.sh passes for a setting (docs/streams.md), as floats.
 
     Domain alpha_1: i 0.067, n 0.85, 1 1.0; class alpha_1: i 1/K (3 decimals), n 0.95, 1 1.0;
     beta: 1.0 balanced, 5.0 (domain) / 10.0 (class) imbalanced.
@@ -149,7 +150,7 @@ def default_factors(setting: "str | Setting", dataset: str = "cifar10") -> dict[
 
 
 def default_state_cap(setting: "str | Setting", dataset: str = "cifar10") -> int:
-    """The reference's max_state_samples S per dataset and setting (spec 1.1, sh/run.sh).
+    """The reference's max_state_samples S per dataset and setting (the reference's sh/run.sh; docs/streams.md).
 
     CIFAR-10: 1000; CIFAR-100: 100; ImageNet: 100 for class n x domain n, 50 for class n x domain (i,1),
     10 otherwise.

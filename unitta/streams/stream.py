@@ -121,7 +121,7 @@ def draw_from_pools(states: np.ndarray, pools: np.ndarray, starts: np.ndarray) -
     """Map a state sequence to dataset indices: the v-th visit of state s takes pools[s][v mod |pool s|].
 
     ``pools`` holds every state's (already shuffled) pool back to back, delimited by ``starts``; this is
-    the reference's round-robin queue (spec 1.2). Returns (indices, number of positions that re-used an image).
+    the reference's round-robin queue (docs/streams.md). Returns (indices, number of positions that re-used an image).
     """
     states = np.asarray(states, dtype=np.int64)
     n = len(states)

@@ -1,7 +1,7 @@
 """Uniformly-leaving Markov matrices (ULMMs): the math under the UniTTA benchmark.
 
 A ULMM over n states stays in state j with probability alpha_j and otherwise leaves to one of
-the other n - 1 states uniformly (paper section 3.2, spec 1.3 item 5). Its stationary distribution
+the other n - 1 states uniformly (paper section 3.2, docs/streams.md). Its stationary distribution
 is pi_j proportional to 1 / (1 - alpha_j) (paper Prop. 1), so an imbalance factor beta (head/tail
 ratio of pi) and a correlation factor alpha_1 (the head state's self-transition probability) fix
 the whole correlation vector: alpha_j = 1 - (1 - alpha_1) * beta^(j/(n-1)) (paper Cor. 1).
@@ -24,7 +24,7 @@ def check_num_states(n: int, name: str = "n") -> int:
 
 
 def check_factors(alpha_1: float, beta: float, n: int, *, name: str = "") -> None:
-    """Validate a (correlation, imbalance) factor pair: alpha_1 in [1/n, 1], beta >= 1 (spec 1.1)."""
+    """Validate a (correlation, imbalance) factor pair: alpha_1 in [1/n, 1], beta >= 1 (docs/streams.md)."""
     check_num_states(n)
     pre = f"{name}_" if name else ""  # e.g. domain_alpha
     if not np.isfinite(beta) or beta < 1.0:
@@ -37,7 +37,7 @@ def check_factors(alpha_1: float, beta: float, n: int, *, name: str = "") -> Non
 
 
 def imbalance_ratios(beta: float, n: int) -> np.ndarray:
-    """Head-to-tail ratio list r_j = rho^(-j) / sum_i rho^(-i), rho = beta^(1/(n-1)) (spec 1.3 item 1).
+    """Head-to-tail ratio list r_j = rho^(-j) / sum_i rho^(-i), rho = beta^(1/(n-1)) (docs/streams.md).
 
     Index 0 is the head, index n-1 the tail, r_0 / r_{n-1} = beta. This is the stationary
     distribution pi that Cor. 1 realises.
@@ -49,7 +49,7 @@ def imbalance_ratios(beta: float, n: int) -> np.ndarray:
 
 
 def is_consistent(alpha_1: float, beta: float, n: int) -> bool:
-    """The reference's consistency test: (1 - alpha_1) * beta <= 1 - 1/n and alpha_1 < 1 (spec 1.3 item 3).
+    """The reference's consistency test: (1 - alpha_1) * beta <= 1 - 1/n and alpha_1 < 1 (docs/streams.md).
 
     The paper writes a strict '<'; the reference uses '<=', which makes class (i,1) with alpha_1 = 1/K
     consistent (0.9 <= 0.9 as the same float expression). A consistent pair is realised by a pure
@@ -68,7 +68,7 @@ def feasible_alpha_range(beta: float, n: int) -> tuple[float, float]:
 
 
 def correlation_vector(alpha_1: float, beta: float, n: int) -> np.ndarray:
-    """Per-state self-transition probabilities alpha_j as the reference computes them (spec 1.3 item 4).
+    """Per-state self-transition probabilities alpha_j as the reference computes them (docs/streams.md).
 
     Consistent pairs: alpha_j = 1 - (1 - alpha_1) * beta^(j/(n-1)) (Cor. 1), whose stationary
     distribution is ``imbalance_ratios(beta, n)``. Inconsistent pairs: alpha_j = alpha_1 for all j
@@ -81,7 +81,7 @@ def correlation_vector(alpha_1: float, beta: float, n: int) -> np.ndarray:
 
 
 def ulmm(alpha: np.ndarray) -> np.ndarray:
-    """The uniformly-leaving matrix T[i,i] = alpha_i, T[i,j] = (1 - alpha_i)/(n - 1) (spec 1.3 item 5).
+    """The uniformly-leaving matrix T[i,i] = alpha_i, T[i,j] = (1 - alpha_i)/(n - 1) (docs/streams.md).
 
     Any alpha in [0, 1]^n is allowed, including anti-correlated states (alpha_i < 1/n) and alpha_i = 0.
     """
@@ -131,7 +131,7 @@ def check_transition_matrix(t: np.ndarray, name: str = "matrix") -> np.ndarray:
 
 
 def kron_row(t_domain: np.ndarray, t_class: np.ndarray, d: int, k: int) -> np.ndarray:
-    """Row s = d*K + k of kron(T_D, T_C), computed alone: P((d,k) -> (d',k')) = T_D[d,d'] * T_C[k,k'] (spec 1.4).
+    """Row s = d*K + k of kron(T_D, T_C), computed alone: P((d,k) -> (d',k')) = T_D[d,d'] * T_C[k,k'] (docs/streams.md).
 
     Each entry is the same single float64 product as in the dense Kronecker matrix, so the values are
     bit-identical to it, without the DK x DK memory (1.8 GB for ImageNet).
