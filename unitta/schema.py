@@ -84,11 +84,14 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
 
 class RunConfig(Strict):
-    """What every run (sweep or tune) has: a name, where results go, the resources of one cell."""
+    """What every run (sweep or tune) has: a name, where results go, the resources of one cell, its plugins."""
 
     name: str
     output: str | None = None
     resources: Resources = Resources()
+    # modules or files that register methods of one's own, imported on the driver and every Ray worker
+    # (unitta/plugins.py, docs/adding_a_method.md)
+    plugins: list[str] = []
 
     @field_validator("name")
     @classmethod
@@ -219,13 +222,17 @@ def check_methods(entries: list[tuple[str, str, dict[str, Any]]], datasets: list
     check instead of every cell.
     """
     from unitta.methods import list_methods, resolved_config
+    from unitta.methods.base import entry_point_errors
 
     registered = list_methods()
     for label, name, overrides in entries:
+        if name not in registered and name in entry_point_errors():
+            raise ConfigError(f"{source}: {label}: method {name!r} is not available: {entry_point_errors()[name]}")
         if name not in registered:
             raise ConfigError(
                 f"{source}: {label}: unknown method {name!r}{hint(name, registered)}; "
-                f"registered methods: {', '.join(registered)}"
+                f"registered methods: {', '.join(registered)} (a method of one's own: list its module under "
+                "'plugins', docs/adding_a_method.md)"
             )
         for dataset in datasets:
             try:

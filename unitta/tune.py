@@ -156,6 +156,10 @@ def trial_rows(
 def _trainable(config: dict[str, Any], cfg_json: str, dataset, done_rows, meta: dict[str, Any]):
     """The Ray Tune function trainable: one trial, one final report (a returned dict)."""
     cfg = TuneConfig.model_validate_json(cfg_json)
+    if cfg.plugins:  # the trial's methods may be a plugin's: import them on this worker (unitta/plugins.py)
+        from unitta.plugins import import_on_worker
+
+        import_on_worker(cfg.plugins)
     point = config.get("point", config)
     if cfg.search.feasible_only:
         point = map_feasible(cfg, point, {"domain": meta["num_domains"], "class": meta["num_classes"]})
@@ -266,7 +270,11 @@ def run_tune(
         num_samples = todo
 
     if todo:
-        ray, _ = ray_cluster.connect(address, num_cpus)
+        from unitta import plugins
+
+        # the plugins' files travel to every worker (Ray's py_modules); the driver imported them with the config
+        runtime_env = plugins.runtime_env(plugins.load(cfg.plugins))
+        ray, _ = ray_cluster.connect(address, num_cpus, runtime_env=runtime_env)
         ray_cluster.check_fits(ray, cfg.resources.num_cpus, cfg.resources.num_gpus, wait_s=wait_for_resources)
         trainable = tune.with_parameters(
             _trainable,

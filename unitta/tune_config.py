@@ -236,15 +236,25 @@ class TuneConfig(RunConfig):
         return list(self.objective.gap) if self.objective.metric == "gap" else list(self.methods)
 
 
-def parse_tune_config(raw: Any, where: str = "tune config") -> TuneConfig:
-    """Validate an already-parsed YAML mapping; ConfigError (one line) on any problem."""
-    return validate(TuneConfig, raw, where)
+def parse_tune_config(raw: Any, where: str = "tune config", base_dir: str | Path | None = None) -> TuneConfig:
+    """Validate an already-parsed YAML mapping; ConfigError (one line) on any problem.
+
+    The ``plugins`` are imported here (paths relative to ``base_dir``, default the current directory) and kept
+    as absolute paths, so that the methods they register pass the method check (``unitta.plugins``).
+    """
+    from unitta import plugins
+
+    cfg = validate(TuneConfig, raw, where)
+    if cfg.plugins:
+        loaded = plugins.load(cfg.plugins, base_dir, where)
+        cfg = cfg.model_copy(update={"plugins": [p.spec for p in loaded]})
+    return cfg
 
 
 def load_tune_config(path: str | Path) -> TuneConfig:
     """Read and validate a tune YAML file."""
     path = Path(path)
-    return parse_tune_config(read_yaml_file(path), where=str(path))
+    return parse_tune_config(read_yaml_file(path), where=str(path), base_dir=path.parent)
 
 
 # ---------------------------------------------------------------------- search space -> cells
