@@ -241,14 +241,18 @@ def _stderr(text: str) -> None:
 def cell_statuses(out_dir: str | Path, quarantine: bool = False, warn=_stderr) -> dict[str, str]:
     """cell_id -> status of every readable cell file in ``out_dir`` (see ``load_results`` for ``quarantine``)."""
     out: dict[str, str] = {}
+    unreadable: set[str] = set()  # their cells run again, even if results.parquet still has a row
     for path in _cell_files(out_dir):
         table = _read_valid(path, ["cell_id", "status"], quarantine, warn)
         if table is not None:
             out[table.column("cell_id")[0].as_py()] = table.column("status")[0].as_py()
+        else:
+            unreadable.add(path.stem)
     consolidated = _consolidated_rows(out_dir, warn)  # rows kept only there count too
     if consolidated is not None and {"cell_id", "status"} <= set(consolidated.column_names):
         for cid, status in zip(consolidated.column("cell_id").to_pylist(), consolidated.column("status").to_pylist()):
-            out.setdefault(cid, status)
+            if cid not in unreadable:
+                out.setdefault(cid, status)
     return out
 
 
