@@ -190,7 +190,7 @@ def test_plugin_path_mistakes(tmp_path, clean_registry):
 
 def test_tune_config_loads_plugins(tmp_path, clean_registry):
     _write(tmp_path / "zz_bn_tune.py", BN_PLUGIN.format(name="zz_bn_tune"))
-    raw = {"name": "t", "plugins": ["zz_bn_tune.py"], "cell": {"dataset": "fmnist-c", "setting": "nnnu", "S": 5},
+    raw = {"name": "t", "plugins": ["zz_bn_tune.py"], "cell": {"dataset": "fmnist-c", "setting": "n1nu", "S": 5},
            "methods": ["zz_bn_tune"], "space": {"domain_alpha": [0.5, 0.9]}}
     cfg = parse_tune_config(raw, "tune.yaml", base_dir=tmp_path)
     assert cfg.plugins == [str(tmp_path / "zz_bn_tune.py")] and "zz_bn_tune" in registry.list_methods()

@@ -5,7 +5,7 @@ the methods, the search space (the four stream factors of docs/streams.md and th
 layer of docs/unitta.md), the search algorithm and the objective. Example (``sweeps/tune_factors.yaml``)::
 
     name: tune_factors
-    cell: {dataset: fmnist-c, setting: nnnu, S: 20}
+    cell: {dataset: fmnist-c, setting: n1nu, S: 20}
     methods: [bn, unitta]
     space:
       domain_alpha: [0.5, 0.7, 0.85, 0.95]          # a grid ...
@@ -30,7 +30,7 @@ from pydantic import Field, field_validator, model_validator
 
 from unitta.cell import Cell
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, hint, read_yaml_file, validate
-from unitta.streams.settings import FACTOR_KEYS
+from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
 
 __all__ = [
     "FACTORS",
@@ -200,6 +200,15 @@ class TuneConfig(RunConfig):
         bad = set(v.get("factors", {})) - set(FACTORS)
         if bad:
             raise ValueError(f"unknown factor(s) {sorted(bad)} in cell.factors; allowed: {', '.join(FACTORS)}")
+        if "setting" in v and not is_setting_code(v["setting"]):
+            raise ValueError(
+                f"setting: invalid code {v['setting']!r}{hint(v['setting'], SETTING_CODES_36)}: "
+                "<class corr><class imb><domain corr><domain imb>, corr in i,n,1 and imb in 1,u (e.g. 'nui1')"
+            )
+        try:
+            Cell(**v)  # the Cell's own checks (precision, profile, factor keys, types)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
         return v
 
     @model_validator(mode="after")
