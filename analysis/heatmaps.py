@@ -73,8 +73,12 @@ def analyse(dirs: list[str | Path], out: Path) -> list[Path]:
                               verdict_markdown(verdicts, overall, caption=f"Best vs runner-up — {panel.caption}")))
         cells.write_csv(out / f"cells_{panel.name}.csv")
         written.append(out / f"cells_{panel.name}.csv")
-        written.append(plots.heatmap(table, out / f"heatmap_{panel.name}.png", f"Error (%) per method and setting — {panel.caption}"))
-        written.append(plots.setting_grids(table, out / f"grid_{panel.name}.png", f"Error (%) per method — {panel.caption}"))
+        written.append(plots.heatmap(
+            table, out / f"heatmap_{panel.name}.png", f"Error (%) per method and setting — {panel.caption}"
+        ))
+        written.append(plots.setting_grids(
+            table, out / f"grid_{panel.name}.png", f"Error (%) per method — {panel.caption}"
+        ))
     if tune.height:
         written += _tune_outputs(tune, out, plots)
     return written
@@ -100,10 +104,14 @@ def _tune_outputs(tune: pl.DataFrame, out: Path, plots) -> list[Path]:
         factors = [f for f in _FACTORS if f"param_{f}" in rows.columns and rows[f"param_{f}"].is_not_null().any()]
         if factors:
             factor_rows = rows.filter(pl.col("param_layer").is_null()) if "param_layer" in rows.columns else rows
-            written.append(plots.factor_lines(factor_rows, factors, out / f"factors_{run}.png", f"Error vs stream factors — {what}"))
+            written.append(plots.factor_lines(
+                factor_rows, factors, out / f"factors_{run}.png", f"Error vs stream factors — {what}"
+            ))
         if "param_layer" in rows.columns and rows["param_layer"].is_not_null().any():
             layer_rows = rows.filter(pl.col("param_layer").is_not_null())
-            written.append(plots.layer_bars(layer_rows, out / f"layers_{run}.png", f"Error per BDN prediction layer — {what}"))
+            written.append(plots.layer_bars(
+                layer_rows, out / f"layers_{run}.png", f"Error per BDN prediction layer — {what}"
+            ))
     return written
 
 

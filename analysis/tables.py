@@ -49,7 +49,11 @@ def cell_status(rows: pl.DataFrame) -> pl.DataFrame:
         else pl.lit(None, pl.String).alias("error_text"),
     )
     grid = pl.DataFrame(
-        [(m, s) for m in method_order(rows["method_label"].to_list()) for s in setting_order(rows["setting"].to_list())],
+        [
+            (m, s)
+            for m in method_order(rows["method_label"].to_list())
+            for s in setting_order(rows["setting"].to_list())
+        ],
         schema=[("method_label", pl.String), ("setting", pl.String)],
         orient="row",
     )
@@ -210,7 +214,8 @@ def tex_escape(text: str) -> str:
 
 def to_latex(t: PaperTable) -> str:
     """A LaTeX table in the paper's layout: class setting over its domain settings, booktabs rules."""
-    bold = lambda x: r"\textbf{" + x + "}"  # noqa: E731
+    # Bold spans are marked with \0 ... \1 and rendered by _tex_cell, so tex_escape cannot mangle \textbf.
+    mark_bold = lambda x: "\0" + x + "\1"  # noqa: E731
     # Group consecutive settings by their class half (first two characters).
     groups: list[tuple[str, list[str]]] = []
     for s in t.settings:
@@ -228,8 +233,8 @@ def to_latex(t: PaperTable) -> str:
     lines = [r"\begin{table}[t]", r"\centering", r"\scriptsize", rf"\begin{{tabular}}{{{cols}}}", r"\toprule",
              head1 + r" \\", head2 + r" \\", r"\midrule"]
     for m in t.methods:
-        cells = [_tex_cell(_cell_text(t, m, s, lambda x: "\0" + x + "\1")) for s in t.settings]
-        avg = _tex_cell(_avg_text(t, m, lambda x: "\0" + x + "\1"))
+        cells = [_tex_cell(_cell_text(t, m, s, mark_bold)) for s in t.settings]
+        avg = _tex_cell(_avg_text(t, m, mark_bold))
         lines.append(" & ".join([tex_escape(m)] + cells + [avg]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     caption = (t.caption + ". " if t.caption else "") + " ".join(_notes(t))
@@ -272,7 +277,8 @@ def ranking_markdown(rank: pl.DataFrame, caption: str = "", top: int = 5) -> str
         ok = sub.filter(pl.col("rank").is_not_null())
         picks = [f"{r['method_label']} ({r['error']:.1f})" for r in ok.head(top).iter_rows(named=True)]
         picks += [""] * (top - len(picks))
-        bad = [f"{r['method_label']} ({r['status']})" for r in sub.filter(pl.col("rank").is_null()).iter_rows(named=True)]
+        unranked = sub.filter(pl.col("rank").is_null())
+        bad = [f"{r['method_label']} ({r['status']})" for r in unranked.iter_rows(named=True)]
         lines.append(
             f"| {setting} | {half_notation(setting[:2])} | {half_notation(setting[2:])} | "
             + " | ".join(picks) + f" | {', '.join(bad) or '—'} |"

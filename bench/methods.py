@@ -6,10 +6,11 @@
 For every method in ``list_methods()`` (so methods added later are picked up automatically) it runs
 the same batches of the embedded Fashion-MNIST-C model at batch size 64 and at batch size 1, and
 prints: time per image divided by TEST's (all methods timed round-robin, one batch each per round,
-fastest round counted, so that the load of other processes on a shared machine hits all alike), forwards and backwards per batch, and the peak memory the
-method needed on top of what was allocated before it started (CUDA: max_memory_allocated; CPU: peak
-resident set size sampled every millisecond, minus the level before the method was built).
-Target (issue 4): UniTTA at most 3.5x TEST (three forwards are inherent).
+fastest round counted, so that the load of other processes on a shared machine hits all alike),
+forwards and backwards per batch, and the peak memory the method needed on top of what was allocated
+before it started (CUDA: max_memory_allocated; CPU: peak resident set size sampled every millisecond,
+minus the level before the method was built).
+Target : UniTTA at most 3.5x TEST (three forwards are inherent).
 
 If the embedded checkpoint or the dataset is not there yet, the same architecture with random
 weights and random images are used: the timings are the same, the adaptation is not meaningful.
@@ -112,7 +113,11 @@ def _memory_child(queue, name, model, info, images, batch_size, n_batches, devic
         else:
             peak = rss.extra_mib
         cost = method.cost
-        queue.put({"peak_mib": peak, "forwards": cost.forwards / cost.batches, "backwards": cost.backwards / cost.batches})
+        queue.put({
+            "peak_mib": peak,
+            "forwards": cost.forwards / cost.batches,
+            "backwards": cost.backwards / cost.batches,
+        })
     except Exception as exc:  # noqa: BLE001 - reported in the table
         queue.put({"error": f"{type(exc).__name__}: {exc}"[:60]})
 
@@ -175,12 +180,19 @@ def speed_table(args) -> None:
     print(f"model {info.name} ({info.dataset}), device {device}, {torch.get_num_threads()} thread(s)")
     for line in note:
         print(f"note: {line}")
-    print(f"B=64: {args.batches} timed rounds; B=1: {args.single} timed rounds; one warm-up batch each; memory from 2 batches")
-    header = f"{'method':16s} | {'x TEST B=64':>11s} {'ms/img':>7s} {'fw/b':>5s} {'bw/b':>5s} {'MiB':>7s} | {'x TEST B=1':>10s} {'ms/img':>7s} {'MiB':>7s}"
+    print(f"B=64: {args.batches} timed rounds; B=1: {args.single} timed rounds; "
+          "one warm-up batch each; memory from 2 batches")
+    header = (
+        f"{'method':16s} | {'x TEST B=64':>11s} {'ms/img':>7s} {'fw/b':>5s} {'bw/b':>5s} {'MiB':>7s} | "
+        f"{'x TEST B=1':>10s} {'ms/img':>7s} {'MiB':>7s}"
+    )
     print(header)
     print("-" * len(header))
     memory = {(name, bs): measure_memory(name, model, info, images, bs, 2, device) for name in names for bs in (64, 1)}
-    speed = {bs: measure_speed(names, model, info, images, bs, nb, device) for bs, nb in ((64, args.batches), (1, args.single))}
+    speed = {
+        bs: measure_speed(names, model, info, images, bs, nb, device)
+        for bs, nb in ((64, args.batches), (1, args.single))
+    }
     results = {}
     for name in names:
         results[name] = {}
@@ -202,7 +214,8 @@ def speed_table(args) -> None:
             ratio = r["s_per_image"] / base["s_per_image"] if "s_per_image" in base else float("nan")
             if bs == 64:
                 cells.append(
-                    f"{ratio:11.2f} {1e3 * r['s_per_image']:7.3f} {r['forwards']:5.1f} {r['backwards']:5.1f} {r['peak_mib']:7.1f}"
+                    f"{ratio:11.2f} {1e3 * r['s_per_image']:7.3f} {r['forwards']:5.1f} {r['backwards']:5.1f} "
+                    f"{r['peak_mib']:7.1f}"
                 )
             else:
                 cells.append(f"{ratio:10.2f} {1e3 * r['s_per_image']:7.3f} {r['peak_mib']:7.1f}")
@@ -222,8 +235,8 @@ TABLE_SETTINGS = ("i111", "i1i1", "n111", "nu11", "n1n1", "nunu")
 
 def error_table(args) -> None:
     """Fashion-MNIST-C error (%) per setting and method, official sampler, via evaluate(Cell(...))."""
-    from unitta.evaluate import Cell, evaluate
     from unitta.data import load_dataset
+    from unitta.evaluate import Cell, evaluate
     from unitta.models import load_model
 
     torch.set_num_threads(args.threads)
@@ -241,8 +254,8 @@ def error_table(args) -> None:
             errors[name][setting] = row["error"]
             domains[name][setting] = row["domains_discovered"]
             lengths[setting] = row["n_samples"]
-            print(f"  {setting} {name:14s} error {row['error']:6.2f}  n={row['n_samples']}  domains={row['domains_discovered']}  "
-                  f"{time.perf_counter() - t0:5.1f}s", file=sys.stderr, flush=True)
+            print(f"  {setting} {name:14s} error {row['error']:6.2f}  n={row['n_samples']}  "
+                  f"domains={row['domains_discovered']}  {time.perf_counter() - t0:5.1f}s", file=sys.stderr, flush=True)
     print(f"Fashion-MNIST-C, official sampler, S={args.S}, seed {args.seed_stream}, batch 64: error (%)")
     print("| method | " + " | ".join(settings) + " | avg |")
     print("|---|" + "---|" * (len(settings) + 1))

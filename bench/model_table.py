@@ -55,7 +55,8 @@ def domain_batches(dataset, order: np.ndarray, batch_size: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n-per-domain", type=int, default=None, help="class-balanced subset per domain (default: all)")
+    parser.add_argument("--n-per-domain", type=int, default=None,
+                        help="class-balanced subset per domain (default: all)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--severity", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0, help="shuffles each domain so batches mix classes")

@@ -144,7 +144,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     model, info, x, note = _load(args.batch, args.seed)
     kind = "all aten ops" if args.all_ops else "top-level aten ops"
-    print(f"{info.name}, batch {x.shape[0]}, {args.batches} counted batches after {args.warmup} warm-up; {kind} per batch")
+    print(f"{info.name}, batch {x.shape[0]}, {args.batches} counted batches after {args.warmup} warm-up; "
+          f"{kind} per batch")
     if note:
         print(note)
     base = count_ops("test", model, info, x, args.warmup, args.batches, args.all_ops)

@@ -22,6 +22,7 @@ import resource
 import statistics
 import time
 import tracemalloc
+from functools import partial
 
 from unitta.streams import SETTINGS_24, make_stream, synthetic_labels
 from unitta.streams import official as _official
@@ -43,14 +44,14 @@ def bench_dataset(dataset: str, codes: list[str], repeat: int, length: int) -> N
     print(f"\n== {dataset}: {len(labels):,} images, {(domains.max() + 1) * (labels.max() + 1):,} states ==")
     rows = []
     for code in codes:
-        exact = [_timed(lambda: make_stream(labels, domains, code, dataset=dataset, sampler="exact", length=length))
-                 for _ in range(repeat)]
+        exact_stream = partial(make_stream, labels, domains, code, dataset=dataset, sampler="exact", length=length)
+        official_stream = partial(make_stream, labels, domains, code, dataset=dataset, sampler="official")
+        exact = [_timed(exact_stream) for _ in range(repeat)]
         cold = []
         for _ in range(repeat):
             _official._pool_permutations.cache_clear()
-            cold.append(_timed(lambda: make_stream(labels, domains, code, dataset=dataset, sampler="official")))
-        warm = [_timed(lambda: make_stream(labels, domains, code, dataset=dataset, sampler="official"))
-                for _ in range(repeat)]
+            cold.append(_timed(official_stream))
+        warm = [_timed(official_stream) for _ in range(repeat)]
         best = lambda runs, i: min(r[i] for r in runs)  # noqa: E731 - best of the repeats
         rows.append((code, len(cold[0][2]), best(exact, 0), best(exact, 1), best(cold, 0), best(cold, 1),
                      best(warm, 0), best(warm, 1)))

@@ -28,8 +28,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from unitta.config import parse_config  # noqa: E402
-from unitta.streams.settings import SETTING_CODES_24 as SETTINGS_24  # noqa: E402
 from unitta.results import load_results  # noqa: E402
+from unitta.streams.settings import SETTING_CODES_24 as SETTINGS_24  # noqa: E402
 from unitta.sweep import run_sweep  # noqa: E402
 
 
@@ -133,7 +133,8 @@ def main() -> None:
         rows += [_run(args, "ray x1", 1, root), _run(args, "ray x2", 2, root)]
     print(f"{len(args.methods)} methods x {args.settings} settings, fmnist-c n_per_domain={args.n_per_domain}, "
           f"S={args.S}, {os.cpu_count()} CPUs")
-    print(f"{'mode':<8} {'cells':>5} {'images':>7} {'wall s':>8} {'sum cell s':>10} {'overhead/cell s':>15} {'cells/min':>9}")
+    print(f"{'mode':<8} {'cells':>5} {'images':>7} {'wall s':>8} {'sum cell s':>10} "
+          f"{'overhead/cell s':>15} {'cells/min':>9}")
     for r in rows:
         print(f"{r['mode']:<8} {r['cells']:>5} {r['images']:>7} {r['wall_s']:>8.2f} {r['cell_sum_s']:>10.2f} "
               f"{r['overhead_per_cell_s']:>15.3f} {r['cells_per_min']:>9.1f}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import sys
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["EXIT_OK", "EXIT_FAILED_CELLS", "EXIT_USAGE", "EXIT_CRASHED", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
            "Terminated", "run_cli"]

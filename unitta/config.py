@@ -204,7 +204,7 @@ class SweepConfig(RunConfig):
         return value
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> "SweepConfig":
+    def _cross_checks(self) -> SweepConfig:
         given = [self.settings is not None, self.class_settings is not None or self.domain_settings is not None]
         if given == [False, False]:
             raise ValueError("settings: missing; give settings (codes, 'all24' or 'all36') "

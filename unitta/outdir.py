@@ -38,7 +38,7 @@ class OutputLock:
         self.owner = self.out_dir / ".lock.owner"
         self._lock = FileLock(str(self.out_dir / ".lock"), timeout=0)
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> OutputLock:
         from filelock import Timeout
 
         self.out_dir.mkdir(parents=True, exist_ok=True)

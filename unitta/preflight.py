@@ -8,8 +8,8 @@ and the device. The sweep CLI prints them all and exits with code 2 before anyth
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from unitta.cell import Cell
 

@@ -83,7 +83,9 @@ def _joining(address: str | None) -> str | None:
         named = address or os.environ.get("RAY_ADDRESS")
         return None if named in (None, "", "local") else named
     except Exception as exc:  # e.g. 'auto' with no cluster running here
-        raise ClusterError(f"Ray address {address or os.environ.get('RAY_ADDRESS')!r}: {exc}".replace("\n", " "))
+        raise ClusterError(
+            f"Ray address {address or os.environ.get('RAY_ADDRESS')!r}: {exc}".replace("\n", " ")
+        ) from exc
 
 
 def _reachable(bootstrap: str, timeout: float) -> bool:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -215,7 +216,9 @@ def read_yaml_file(path: str | Path) -> Any:
 
 
 # ---------------------------------------------------------------------- methods
-def check_methods(entries: list[tuple[str, str, dict[str, Any]]], datasets: list[str], profile: str, source: str) -> None:
+def check_methods(
+    entries: list[tuple[str, str, dict[str, Any]]], datasets: list[str], profile: str, source: str
+) -> None:
     """Each (label, method name, overrides) against the registry and the method's Config, per dataset.
 
     The Config's own validation (types, ranges) runs here, so a bad hyper-parameter fails the config

@@ -30,14 +30,15 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from unitta import cli, ray_cluster
 from unitta.cell import Cell
 from unitta.config import SweepConfig, load_config
-from unitta.evaluate import STATUS_FAILED, STATUS_OK, failed_row, git_commit, now, ray_version, run_cell, short_error
+from unitta.evaluate import STATUS_FAILED, STATUS_OK, failed_row, git_commit, now, run_cell, short_error
 from unitta.outdir import OutputBusy, OutputLock, fresh_output_dir, record, remove_stale_temp_files, write_manifest
 from unitta.preflight import problems
 from unitta.results import cells_dir, consolidate, done_cells, load_results

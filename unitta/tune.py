@@ -256,10 +256,9 @@ def run_tune(
         points, rewards = _previous_points(cfg, done, {"domain": num_domains, "class": num_classes})
         todo = max(0, cfg.search.num_samples - len(points))
         log.info("optuna: %d trials in total, %d already done, %d to run", cfg.search.num_samples, len(points), todo)
+        import optuna
         from ray.tune.search import ConcurrencyLimiter
         from ray.tune.search.optuna import OptunaSearch
-
-        import optuna
 
         search_alg = OptunaSearch(
             points_to_evaluate=points or None,
@@ -303,7 +302,9 @@ def run_tune(
             run_config=tune.RunConfig(
                 name=cfg.name,
                 storage_path=str(out / "tune"),
-                callbacks=[_RowWriter(out, write_cell_result, set(done), total=len(todo) if isinstance(todo, list) else todo)],
+                callbacks=[
+                    _RowWriter(out, write_cell_result, set(done), total=len(todo) if isinstance(todo, list) else todo)
+                ],
                 verbose=0,
             ),
         )
@@ -401,7 +402,8 @@ def summary_lines(rows, cfg: TuneConfig, top: int = 10) -> list[str]:
     if rows.height == 0:
         return ["no trial rows"]
     params = [f"param_{n}" for n in cfg.space.searched()]
-    keep = [c for c in ["method", *params, "error", "tune_objective_value", "status", "tune_feasible"] if c in rows.columns]
+    wanted = ["method", *params, "error", "tune_objective_value", "status", "tune_feasible"]
+    keep = [c for c in wanted if c in rows.columns]
     trials = rows.select(keep)
     feasible = trials.filter(pl.col("tune_objective_value").is_not_nan() & pl.col("tune_objective_value").is_not_null())
     lines = [f"{rows.height} rows, {feasible.height} with an objective ({cfg.objective.metric}, {cfg.objective.mode})"]

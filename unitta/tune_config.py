@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from unitta.cell import Cell
-from unitta.schema import ConfigError, Resources, RunConfig, Strict, hint, read_yaml_file, validate
+from unitta.schema import ConfigError, RunConfig, Strict, hint, read_yaml_file, validate
 from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
 
 __all__ = [
@@ -68,7 +68,7 @@ class RangeSpec(Strict):
     num: int | None = Field(default=None, ge=2)
 
     @model_validator(mode="after")
-    def _check(self) -> "RangeSpec":
+    def _check(self) -> RangeSpec:
         if not self.low < self.high:
             raise ValueError(f"range needs low < high, got low={self.low}, high={self.high}")
         if self.log and self.low <= 0:
@@ -171,7 +171,7 @@ class ObjectiveSpec(Strict):
     gap: tuple[str, str] | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "ObjectiveSpec":
+    def _check(self) -> ObjectiveSpec:
         if self.metric == "gap" and self.gap is None:
             raise ValueError("objective.metric 'gap' needs objective.gap: [METHOD_A, METHOD_B]")
         if self.metric == "error" and self.gap is not None:
@@ -212,7 +212,7 @@ class TuneConfig(RunConfig):
         return v
 
     @model_validator(mode="after")
-    def _check(self) -> "TuneConfig":
+    def _check(self) -> TuneConfig:
         if not self.space.searched():
             raise ValueError("space is empty: search at least one of " + ", ".join([*FACTORS, "layer"]))
         if self.objective.metric == "gap":

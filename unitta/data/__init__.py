@@ -64,8 +64,8 @@ def load_dataset(
         and for fmnist-c the cache root holding ``FashionMNIST-C/``; default ``$UNITTA_DATA``, else
         ``~/.cache/unitta``. Nothing is downloaded; fmnist-c is prepared on first use.
     severity: 1..5 or a list of them (default 5, the paper's setting).
-    corruptions: a subset / order of ``CORRUPTIONS`` (default: all 15 in the reference order, the reference's dataset config);
-        domain id = position in this list (x severities).
+    corruptions: a subset / order of ``CORRUPTIONS`` (default: all 15 in the reference order, the reference's
+        dataset config); domain id = position in this list (x severities).
     n_per_domain: a class-balanced subset, the first n/K images of each class in test-set order,
         the same images in every domain (tests, debugging). Must be a multiple of the class count.
     """

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-# The reference's corruption order (the reference's configs/order/*.yaml; docs/streams.md): it defines domain ids, the continual order and
-# the head -> tail order of domain imbalance. Same list for every dataset config.
+# The reference's corruption order (the reference's configs/order/*.yaml; docs/streams.md): it defines domain ids,
+# the continual order and the head -> tail order of domain imbalance. Same list for every dataset config.
 CORRUPTIONS: tuple[str, ...] = (
     "motion_blur",
     "snow",

@@ -92,7 +92,7 @@ def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
             ) from err
     else:
         try:
-            handle = open(folder / ".lock", "r")
+            handle = open(folder / ".lock")
         except FileNotFoundError:
             handle = None
     if handle is None:
@@ -264,7 +264,9 @@ def prepare_fmnist_c(
                 blocks[severity] = block
             order = sorted(blocks)
             stacked = np.concatenate([blocks[s] for s in order])
-            sums[f"{corruption}.npy"] = _atomic_save(folder / f"{corruption}.npy", lambda f: np.save(f, stacked))
+            sums[f"{corruption}.npy"] = _atomic_save(
+                folder / f"{corruption}.npy", lambda f, arr=stacked: np.save(f, arr)
+            )
             meta["severities"][corruption] = order
             _atomic_save(folder / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
         if bar is not None:

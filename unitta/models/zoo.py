@@ -12,15 +12,15 @@ import pickle
 import re
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
 
-from unitta.nn.batchnorm import named_batchnorms
 from unitta.models.info import ModelInfo
+from unitta.nn.batchnorm import named_batchnorms
 
 # ImageNet mean/std of torchvision's and robustbench's Standard_R50 (robustbench/model_zoo/imagenet.py).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -240,7 +240,8 @@ def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str
     missing, unexpected = target.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise ValueError(
-            f"{path} does not fit {type(target).__name__}: missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"{path} does not fit {type(target).__name__}: "
+            f"missing keys {missing[:5]}{'...' if len(missing) > 5 else ''}, "
             f"unexpected keys {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
         )
 

@@ -38,7 +38,7 @@ class Setting:
                 raise ValueError(f"{field}={value!r}: allowed values are {allowed}")
 
     @classmethod
-    def parse(cls, code: "str | Setting") -> "Setting":
+    def parse(cls, code: str | Setting) -> Setting:
         """A Setting from its 4-character code (or a Setting, returned as is)."""
         if isinstance(code, Setting):
             return code
@@ -80,7 +80,8 @@ class Setting:
 def _grid(class_corrs: tuple[str, ...]) -> tuple[Setting, ...]:
     # The reference's npz key order: class corr, class imb, domain corr (i, n, 1), domain imb.
     return tuple(
-        Setting(cc, ci, dc, di) for cc, ci, dc, di in itertools.product(class_corrs, IMBALANCES, CORRELATIONS, IMBALANCES)
+        Setting(cc, ci, dc, di)
+        for cc, ci, dc, di in itertools.product(class_corrs, IMBALANCES, CORRELATIONS, IMBALANCES)
     )
 
 
@@ -131,7 +132,7 @@ def canonical_dataset(dataset: str) -> str:
     return DATASET_ALIASES[key]
 
 
-def default_factors(setting: "str | Setting", dataset: str = "cifar10") -> dict[str, float]:
+def default_factors(setting: str | Setting, dataset: str = "cifar10") -> dict[str, float]:
     """The factors sh/run.sh passes for a setting (docs/streams.md), as floats.
 
     Domain alpha_1: i 0.067, n 0.85, 1 1.0; class alpha_1: i 1/K (3 decimals), n 0.95, 1 1.0;
@@ -149,7 +150,7 @@ def default_factors(setting: "str | Setting", dataset: str = "cifar10") -> dict[
     }
 
 
-def default_state_cap(setting: "str | Setting", dataset: str = "cifar10") -> int:
+def default_state_cap(setting: str | Setting, dataset: str = "cifar10") -> int:
     """The reference's max_state_samples S per dataset and setting (the reference's sh/run.sh; docs/streams.md).
 
     CIFAR-10: 1000; CIFAR-100: 100; ImageNet: 100 for class n x domain n, 50 for class n x domain (i,1),
