@@ -1,4 +1,4 @@
-"""Speed and memory of every registered TTA method on the same batches (issue 4 "Figures").
+"""Speed and memory of every registered TTA method on the same batches.
 
     python bench/methods.py [--batches 16] [--single 64] [--methods unitta bdn ...] [--threads 1]
     python bench/methods.py --table [--S 100]      # Fashion-MNIST-C error table via evaluate()
@@ -30,7 +30,7 @@ import torch
 
 from unitta.methods import get_method, list_methods
 
-TARGET_UNITTA_RATIO = 3.5  # issue 4
+TARGET_UNITTA_RATIO = 3.5  # UniTTA may cost at most 3.5x TEST on the CPU (docs/benchmarks.md)
 
 
 def load_model_and_batches(n_images: int, seed: int):

@@ -1,4 +1,4 @@
-"""Speed and memory of the stream samplers (issue 2, item 7). Prints figures; not a test.
+"""Speed and memory of the stream samplers. Prints figures; not a test.
 
     python bench/streams.py                      # CIFAR-10-C and ImageNet-C, both samplers, all 24 settings
     python bench/streams.py --datasets imagenet --settings nunu,iuiu --repeat 3

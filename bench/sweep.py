@@ -12,7 +12,7 @@ Per-cell orchestration overhead = (sweep wall time x concurrency - sum of the ce
 what the driver, Ray scheduling, result writing and worker start-up add to each cell. The Ray
 clusters are started, and their workers warmed up (torch and unitta imported), before the clock
 starts: on a cluster both happen once per sweep, not per cell (``--cold`` counts worker start-up).
-Target of issue 6: ray x2 / ray x1 throughput >= 1.8 on 2 cores.
+Target: ray x2 / ray x1 throughput >= 1.8 on 2 cores.
 """
 
 from __future__ import annotations
