@@ -1,6 +1,6 @@
 """Per-corruption error of the embedded ResNet-20 on Fashion-MNIST-C: source model vs BN re-estimation.
 
-Issue 3's figure (spec/offline_data.md section 3.3 has the feasibility study's numbers):
+The figure of docs/models.md (the per-corruption table):
 - source: the model in eval mode (training-set BatchNorm statistics);
 - BN-64: every BatchNorm layer normalises with the statistics of the current test batch of 64
   (train-mode BN, no parameter update), i.e. Nado et al. 2020 / Schneider et al. 2020 "BN adapt".
