@@ -88,8 +88,14 @@ class TTAugment:
         if self.noise_std < 0:
             raise ValueError(f"noise_std={self.noise_std!r} must be >= 0")
 
-    def __call__(self, x: Tensor, generator: torch.Generator, views: int = 1) -> Tensor:
-        """Augment a batch ``x`` (B, C, H, W) -> (views * B, C, n, n) (n = image_size or H), view-major."""
+    def __call__(
+        self, x: Tensor, generator: torch.Generator, views: int = 1, host_generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Augment a batch ``x`` (B, C, H, W) -> (views * B, C, n, n) (n = image_size or H), view-major.
+
+        ``host_generator`` (a CPU generator, optional): with one view, the jitter order is drawn from it
+        on the host, so that only the five chosen ops run (instead of all five at every position).
+        """
         if x.ndim != 4:
             raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
         if views < 1:
@@ -99,7 +105,10 @@ class TTAugment:
         u = torch.rand(views, _N_DRAWS, generator=generator, device=generator.device)
         u = u.to(device=x.device, dtype=x.dtype, non_blocking=True)
         x = x.clamp(0.0, 1.0).unsqueeze(0).expand(views, *x.shape)
-        x = self._jitter(x, u[:, :10]).reshape(views * b, *x.shape[2:])
+        order = None
+        if views == 1 and host_generator is not None and host_generator.device.type == "cpu":
+            order = torch.randperm(5, generator=host_generator).tolist()  # host memory: no device read
+        x = self._jitter(x, u[:, :10], order).reshape(views * b, *x.shape[2:])
         pad = n // 2
         x = F.pad(x, (pad, pad, pad, pad), mode="replicate" if self.padding_mode == "edge" else "reflect")
         x = self._affine_views(x, u[:, 10:14], b)
@@ -113,10 +122,12 @@ class TTAugment:
             x = x + noise.to(x.device, non_blocking=True) * self.noise_std
         return x.clamp(0.0, 1.0)
 
-    def _jitter(self, x: Tensor, u: Tensor) -> Tensor:
-        """Colour jitter "pro" of (V, B, C, H, W) images; ``u`` (V, 10): 5 order keys, then the 5 factors."""
+    def _jitter(self, x: Tensor, u: Tensor, host_order: list[int] | None = None) -> Tensor:
+        """Colour jitter "pro" of (V, B, C, H, W) images; ``u`` (V, 10): 5 order keys, then the 5 factors.
+
+        ``host_order``: the op order of a single view, known on the host (the order keys are then unused).
+        """
         views = x.shape[0]
-        order = u[:, :5].argsort(dim=1)  # a uniformly random permutation of the five ops per view
         f = u[:, 5:]
         factors = (
             _between(f[:, 0], *self.brightness),
@@ -127,6 +138,21 @@ class TTAugment:
         )
         rgb = x.shape[2] == 3
         shape = (views, 1, 1, 1, 1)
+        if host_order is not None:
+            for op in host_order:
+                factor = factors[op].view(shape)
+                if op == 0:
+                    x = (x * factor).clamp(0.0, 1.0)
+                elif op == 1:
+                    x = (factor * x + (1.0 - factor) * _grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)).clamp(0, 1)
+                elif op == 2 and rgb:
+                    x = (factor * x + (1.0 - factor) * _grayscale(x)).clamp(0.0, 1.0)
+                elif op == 3 and rgb:
+                    x = _shift_hue(x, factors[3].view(views, 1, 1, 1))
+                elif op == 4:
+                    x = x.pow(factor)
+            return x
+        order = u[:, :5].argsort(dim=1)  # a uniformly random permutation of the five ops per view
         for position in range(5):
             op = order[:, position]
             # op k's factor for the views that apply it at this position, 1 (the identity) for the others

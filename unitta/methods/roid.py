@@ -149,7 +149,7 @@ class ROID(TTAMethod):
             kept_x = x if rows is None else x.index_select(0, rows)
             self.before_augmented_forward()
             try:
-                logits_aug = self.model(self.augment(kept_x, self.aug_generator))
+                logits_aug = self.model(self.augment(kept_x, self.aug_generator, host_generator=self.generator))
             finally:
                 self.after_augmented_forward()
             kept_logits = logits if rows is None else logits.index_select(0, rows)

@@ -111,7 +111,7 @@ class RoTTA(TTAMethod):
         with torch.no_grad():
             teacher_logits = self.teacher(memory_x)  # train mode: updates the teacher's RBN statistics
         with torch.enable_grad():
-            student_logits = self.model(self.augment(memory_x, self.device_generator))
+            student_logits = self.model(self.augment(memory_x, self.device_generator, host_generator=self.generator))
             weight = torch.exp(-ages) / (1.0 + torch.exp(-ages))  # timeliness reweighting (RoTTA sec. 3.3)
             ce = -(teacher_logits.softmax(dim=1) * student_logits.log_softmax(dim=1)).sum(dim=1)
             self.step((ce * weight).mean())

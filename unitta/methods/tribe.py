@@ -102,7 +102,7 @@ class TRIBE(TTAMethod):
             logits_t = self.teacher(x)
             self.model.train()
             _set_labels(self.model, labels)
-            logits_s = self.model(self.augment(x, self.aug_generator))
+            logits_s = self.model(self.augment(x, self.aug_generator, host_generator=self.generator))
             with torch.no_grad():
                 self.anchor.train()
                 _set_labels(self.anchor, labels)
