@@ -15,6 +15,7 @@ import numpy as np
 
 from unitta.streams import exact as _exact
 from unitta.streams import official as _official
+from unitta.streams.estimate import Factors, estimate_factors
 from unitta.streams.settings import (
     FACTOR_KEYS,
     SETTING_CODES_24,
@@ -27,7 +28,6 @@ from unitta.streams.settings import (
     default_state_cap,
 )
 from unitta.streams.stream import Stream, check_labels_domains, draw_from_pools
-from unitta.streams.estimate import Factors, estimate_factors
 
 __all__ = [
     "SETTINGS_24",
@@ -53,7 +53,7 @@ DEFAULT_SEED = 425  # the reference's cfg.SEED
 def make_stream(
     labels: np.ndarray,
     domains: np.ndarray,
-    setting: "str | Setting",
+    setting: str | Setting,
     *,
     dataset: str = "cifar10",
     sampler: str = "official",
