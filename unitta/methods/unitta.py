@@ -117,7 +117,7 @@ class BDNFramework(TTAMethod):
         # forward 3: domain-class update and per-domain normalisation in every layer
         self._reserve_slots()
         slots = SlotGroups(domain, y, self.pred_layer.capacity, K, cfg.eta, cfg.clamp, dtype)
-        self._instruct(y, slots, expand, prune)
+        self._instruct(y, slots, expand.long(), prune)  # D += expand, as an integer in every layer
         out3 = self._scores(x, 2)
         self._instruct(None)
         self.model.eval()
@@ -130,8 +130,8 @@ class BDNFramework(TTAMethod):
             q2 = out2.softmax(dim=-1) if cfg.double_softmax else out2
         else:
             q2 = out2.softmax(dim=-1)
-        keep_2 = q2.max(dim=-1).values >= p3.max(dim=-1).values
-        return torch.where(keep_2[:, None], q2, p3)
+        keep_2 = torch.amax(q2, dim=-1, keepdim=True) >= torch.amax(p3, dim=-1, keepdim=True)
+        return torch.where(keep_2, q2, p3)
 
     def num_domains(self) -> int:
         """Discovered domains D - 1 (the last slot is the always-fresh source copy)."""

@@ -20,7 +20,7 @@ Without a label, or in eval mode, the layer normalises with the current global s
 changes nothing. Within an updating forward the new statistics keep their autograd history (as in
 TRIBE, where the batch enters the statistics it is normalised with); the stored buffers are detached.
 
-GPU efficiency (docs/benchmarks.md "Operator counts"): the update is a fixed sequence of about twenty
+GPU efficiency (measured by bench/opcount.py): the update is a fixed sequence of about twenty
 operators per layer whatever K and the batch's composition (two matrix products with the per-batch
 class weights instead of per-class loops or scatters, no host synchronisation), and a forward that
 does not update is a single ``x * scale + shift`` whose (scale, shift) are cached until the
@@ -94,19 +94,15 @@ class BalancedBatchNorm2d(nn.Module):
             raise ValueError(f"label has shape {tuple(label.shape)}, expected ({x.shape[0]},)")
         return ClassGroups(label.to(device=x.device), self.num_classes, self.eta, x.dtype)
 
-    def update(self, x: Tensor, groups: ClassGroups, moments: tuple[Tensor, Tensor] | None = None):
+    def update(self, x: Tensor, groups: ClassGroups, moments: tuple[Tensor, Tensor, int] | None = None):
         """Class-balanced EMA step (module docstring); stores and returns the new global (mean, var).
 
-        ``moments``: the per-sample (mean, var) of ``x`` if the caller already has them.
+        ``moments``: ``instance_moments(x)`` if the caller already has them.
         """
-        inst_mean, inst_var = instance_moments(x) if moments is None else moments
-        old_mean, old_var = self.local_mean, self.local_var
-        d_mean = inst_mean - old_mean[groups.label]  # mean_hw(x_i) - mu_{y_i}, (B, C)
-        d_sq = torch.addcmul(inst_var, d_mean, d_mean)  # mean_hw((x_i - mu_{y_i})^2)
-        delta = groups.weight @ d_mean  # (K, C): m_k sum_{i in k} (mean_hw(x_i) - mu_k)
-        spread = groups.weight @ d_sq  # m_k q_k
+        # (K, C) each: m_k sum_{i in k} of mean_hw(x_i) and of mean_hw(x_i^2)
+        s1, s2 = groups.sums(*(instance_moments(x) if moments is None else moments))
         g = self.gamma
-        new_mean, new_var, _ = ema_step(old_mean, old_var, delta, spread, groups.mn, 1.0 - g)
+        new_mean, new_var, delta, spread = ema_step(self.local_mean, self.local_var, s1, s2, groups.mn, 1.0 - g)
         if g > 0.0:
             # then every class moves by gamma times the mean over the present classes (absent rows are 0)
             new_mean = torch.add(new_mean, delta.sum(0) / groups.num_present, alpha=g)

@@ -24,7 +24,7 @@ The method drives the layer through attributes set before each forward:
     ``prune``.
 Everything is vectorised over the batch: groups are handled with ``index_add`` on g = d*K + k.
 
-GPU efficiency (docs/benchmarks.md "Operator counts"): the statistics live in preallocated tensors of
+GPU efficiency (measured by bench/opcount.py): the statistics live in preallocated tensors of
 ``capacity`` >= D slots; slots D.. hold the source statistics and count 0, and D itself is a device
 tensor (``num_active``). Expanding is then ``D += expand`` and pruning a stable reordering of the slots,
 both on the device, so the expansion and pruning decisions never travel to the host; distances to the
@@ -56,6 +56,7 @@ from unitta.methods.norm.groups import ClassGroups, SlotGroups
 from unitta.methods.norm.stats import (
     AffineCache,
     apply_affine,
+    as_map,
     class_mean_var,
     ema_step,
     instance_mean_var,
@@ -145,7 +146,7 @@ class BalancedDomainNorm2d(nn.Module):
     def _allocate(self, capacity: int) -> None:
         """(Re)allocate ``capacity`` slots, keeping the first ``self.capacity`` and filling the rest with the
         source statistics (count 0)."""
-        K, C, old = self.num_classes, self.num_features, self.capacity
+        K, old = self.num_classes, self.capacity
         new = capacity - old
         src_mean, src_var = self.source_mean, self.source_var
         fresh = {
@@ -168,10 +169,11 @@ class BalancedDomainNorm2d(nn.Module):
     def reserve(self, num_domains: int | None = None) -> None:
         """Make room for one more domain slot. ``num_domains``: D if the caller has read it (a method reads
         it once for all its layers); otherwise it is read here (one host synchronisation)."""
-        if not self.needs_room():
-            return
-        d = int(self.num_active) if num_domains is None else num_domains
-        self._bound = d
+        if num_domains is None:
+            if not self.needs_room():
+                return
+            num_domains = int(self.num_active)
+        d = self._bound = num_domains
         if d + 1 + SLOT_HEADROOM > self.capacity:
             capacity = max(2 * self.capacity, d + 1 + SLOT_HEADROOM)
             if self.domain_limit is not None:
@@ -241,8 +243,9 @@ class BalancedDomainNorm2d(nn.Module):
             groups = self.bbn.groups(self.label, x)
             moments = None
             if self.predicts_domain:
-                moments = instance_mean_var(x.detach())
-                self.domain_pred = self.predict_domain(x, moments)
+                mean, var = instance_mean_var(x.detach())
+                self.domain_pred = self.predict_domain(x, (mean, var))
+                moments = (mean, torch.addcmul(var, mean, mean), 1)  # (mean, mean square) for the update
             if not self.bbn.training:
                 return self.bbn.normalise_global(x)
             mean, var = self.bbn.update(x, groups, moments)
@@ -256,11 +259,11 @@ class BalancedDomainNorm2d(nn.Module):
             self.slot_count = self.slot_count + groups.domain_counts
             self._expand(self.expand)
             self._update(x.detach() if x.requires_grad else x, groups)
-            domain = groups.domain
+            out = self.normalise_domains(x, groups.domain, groups)
+        elif isinstance(self.domain, SlotGroups):
+            out = self.normalise_domains(x, self.domain.domain, self.domain)
         else:
-            domain = self.domain.domain if isinstance(self.domain, SlotGroups) else self.domain
-            domain = domain.to(device=x.device, dtype=torch.long)
-        out = self.normalise_domains(x, domain)
+            out = self.normalise_domains(x, self.domain.to(device=x.device, dtype=torch.long))
         if self.prune is not False:
             self._prune(self.prune)
         return out
@@ -278,14 +281,17 @@ class BalancedDomainNorm2d(nn.Module):
             self.clamp, x.dtype,
         )
 
-    def normalise_domains(self, x: Tensor, domain: Tensor) -> Tensor:
-        """Normalise every sample with its own domain slot's statistics and the BN affine parameters."""
+    def normalise_domains(self, x: Tensor, domain: Tensor, groups: SlotGroups | None = None) -> Tensor:
+        """Normalise every sample with its own domain slot's statistics and the BN affine parameters
+        (``groups``: the batch's SlotGroups, whose cached flat indices gather the per-slot tables)."""
         weight, bias = self.bbn.weight, self.bbn.bias
         if not AffineCache.usable(weight, bias):
             return normalise(x, self.slot_mean[domain], self.slot_var[domain], self.eps, weight, bias)
-        shape = (self.capacity, -1) + (1,) * (x.ndim - 2)
-        scale, shift = self._affine.get(self.slot_mean, self.slot_var, self.eps, weight, bias, shape)
-        return apply_affine(x, scale[domain], shift[domain])
+        scale, shift = self._affine.get(self.slot_mean, self.slot_var, self.eps, weight, bias)  # (slots, C)
+        if groups is None:
+            return apply_affine(x, as_map(scale[domain], x), as_map(shift[domain], x))
+        trailing = x.ndim - 2
+        return apply_affine(x, groups.rows(scale, "domain", trailing), groups.rows(shift, "domain", trailing))
 
     # ------------------------------------------------------------------ domain prediction
     def predict_domain(self, x: Tensor, moments: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -304,18 +310,9 @@ class BalancedDomainNorm2d(nn.Module):
 
     # ------------------------------------------------------------------ statistics
     def _update(self, x: Tensor, groups: SlotGroups) -> None:
-        C = self.num_features
-        inst_mean, inst_var = instance_moments(x)
-        old_mean, old_var = self.slot_local_mean, self.slot_local_var
-        d_mean = inst_mean - old_mean[groups.index]  # mean_hw(x_i) - mu_g
-        d_sq = torch.addcmul(inst_var, d_mean, d_mean)  # mean_hw((x_i - mu_g)^2)
-        source = torch.cat([d_mean, d_sq], dim=1)
-        if groups.sample_weight is None:  # the reference: every group moves with weight eta
-            sums = old_mean.new_zeros(old_mean.shape[0], 2 * C).index_add_(0, groups.index, source, alpha=self.eta)
-        else:  # TRIBE's clamp: weight 1/n for a group of n > 1/eta samples
-            sums = old_mean.new_zeros(old_mean.shape[0], 2 * C).index_add_(0, groups.index, source * groups.sample_weight)
-        delta, spread = sums.split(C, dim=1)
-        self.slot_local_mean, self.slot_local_var, _ = ema_step(old_mean, old_var, delta, spread, groups.mn)
+        s1, s2 = groups.sums(*instance_moments(x))  # m_g sum_{i in g} of mean_hw(x_i), of mean_hw(x_i^2)
+        mean, var = self.slot_local_mean, self.slot_local_var
+        self.slot_local_mean, self.slot_local_var, _, _ = ema_step(mean, var, s1, s2, groups.mn)
         self._refresh_domain_stats()
 
     def _refresh_domain_stats(self) -> None:

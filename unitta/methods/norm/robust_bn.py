@@ -41,15 +41,16 @@ class RobustBN(nn.Module):
         self.register_buffer("running_var", bn.running_var.detach().clone())
 
     @classmethod
-    def from_bn(cls, bn: nn.modules.batchnorm._BatchNorm, momentum: float = 0.05) -> "RobustBN":
+    def from_bn(cls, bn: nn.modules.batchnorm._BatchNorm, momentum: float = 0.05) -> RobustBN:
         return cls(bn, momentum)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training:
             dims = [0, *range(2, x.ndim)]
             batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
-            mean = (1.0 - self.momentum) * self.running_mean + self.momentum * batch_mean
-            var = (1.0 - self.momentum) * self.running_var + self.momentum * batch_var
+            # (1 - alpha) mu_g + alpha mu_b in one operator (torch.lerp), likewise the variance
+            mean = torch.lerp(self.running_mean, batch_mean, self.momentum)
+            var = torch.lerp(self.running_var, batch_var, self.momentum)
             with torch.no_grad():
                 self.running_mean.copy_(mean)
                 self.running_var.copy_(var)

@@ -2,12 +2,14 @@
 
 All helpers treat a feature map ``x`` of shape (B, C, *spatial) (spatial may be empty, as for a
 BatchNorm1d input of shape (B, C)) and return per-sample, per-channel quantities of shape (B, C).
-They are written for GPU efficiency (docs/benchmarks.md "Operator counts"): few, fused operators, no
+They are written for GPU efficiency (measured by bench/opcount.py): few, fused operators, no
 host synchronisation, Python numbers only where an operator takes them as a parameter (``alpha``,
 ``value``, ``min``), since a Python number operand costs a host-side conversion per call.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -26,47 +28,45 @@ def constant(value: float, like: Tensor) -> Tensor:
     return out
 
 
-def instance_mean_var(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-sample, per-channel mean and *biased* variance over the spatial positions, each (B, C).
+def instance_mean_var(x: Tensor, unbiased: bool = False) -> tuple[Tensor, Tensor]:
+    """Per-sample, per-channel mean and *biased* (``unbiased``: divided by L - 1) variance over the L
+    spatial positions, each (B, C).
 
     The quantities of ``torch.var_mean(x, dim=[2, 3], unbiased=False)`` in the reference BDN (UniTTA
     core/utils/bdn.py), computed in two passes (mean, then mean((x - mean)^2)). On CUDA that is the one
     fused ``torch.var_mean`` kernel; on the CPU ``torch.var_mean`` over inner dimensions is ~10x slower
-    than a sum and a dot product, so the two passes are spelled out.
+    than a sum and a Euclidean norm, so the two passes are spelled out.
     For a (B, C) input every sample has one value per channel: mean = x, variance = 0.
     """
     if x.ndim == 2:
         return x, torch.zeros_like(x)
-    flat = x.flatten(2)
-    if flat.is_cuda:
-        var, mean = torch.var_mean(flat, dim=2, unbiased=False)
+    dims = tuple(range(2, x.ndim))
+    if x.is_cuda:
+        var, mean = torch.var_mean(x, dim=dims, unbiased=unbiased)
         return mean, var
-    positions = constant(float(flat.shape[2]), flat)
-    mean = torch.div(flat.sum(2), positions)
-    centred = flat - mean.unsqueeze(2)
-    return mean, torch.div(torch.linalg.vecdot(centred, centred), positions)
+    positions = math.prod(x.shape[2:])
+    mean = torch.div(x.sum(dims), constant(float(positions), x))
+    norm = torch.linalg.vector_norm(x - as_map(mean, x), dim=dims)  # ||x - mean|| over the positions
+    return mean, torch.div(norm * norm, constant(float(positions - 1 if unbiased else positions), x))
 
 
-def instance_moments(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-sample, per-channel mean and biased variance, each (B, C), in one pass over ``x``.
+def instance_moments(x: Tensor) -> tuple[Tensor, Tensor, int]:
+    """Per-sample, per-channel spatial sums of x and x^2, each (B, C), and the number of positions L.
 
-    The statistics of the EMA updates of Balanced BN and BDN (docs/unitta.md "Layers"). On the CPU the
-    variance is E[x^2] - mean^2 from a sum and a dot product, without materialising x - mean (speed:
-    UniTTA from ~3.7x to ~3.4x TEST on the CPU). Precision: E[x^2] - mean^2 carries an absolute error of
-    about 1e-7 * E[x^2], a relative error 1e-7 * (1 + mean^2/var), negligible against the EMA noise
-    unless a channel's spatial mean exceeds its spatial std by ~1000x; it is clamped at 0. On CUDA this
-    is the (exact, two-pass) ``torch.var_mean`` kernel.
+    (first / L, second / L) are a sample's spatial mean and mean square E[x^2]: the statistics of the
+    EMA updates of Balanced BN and BDN (``ema_step``), which fold 1/L into their group weights (one
+    operator per batch instead of two per layer). On the CPU: a sum and a Euclidean norm, two fast
+    reductions without any x-sized temporary (``torch.var_mean`` over inner dimensions is ~10x slower
+    there); on CUDA the one fused ``torch.var_mean`` kernel, returned as means (L = 1).
     """
     if x.ndim == 2:
-        return x, torch.zeros_like(x)
-    flat = x.flatten(2)
-    if flat.is_cuda:
-        var, mean = torch.var_mean(flat, dim=2, unbiased=False)
-        return mean, var
-    positions = constant(float(flat.shape[2]), flat)
-    mean = torch.div(flat.sum(2), positions)
-    square = torch.div(torch.linalg.vecdot(flat, flat), positions)
-    return mean, torch.addcmul(square, mean, mean, value=-1.0).clamp_min_(0.0)
+        return x, x * x, 1
+    dims = tuple(range(2, x.ndim))
+    if x.is_cuda:
+        var, mean = torch.var_mean(x, dim=dims, unbiased=False)
+        return mean, torch.addcmul(var, mean, mean), 1
+    norm = torch.linalg.vector_norm(x, dim=dims)
+    return x.sum(dims), norm * norm, math.prod(x.shape[2:])
 
 
 def class_mean_var(means: Tensor, dim: int) -> tuple[Tensor, Tensor]:
@@ -82,19 +82,32 @@ def class_mean_var(means: Tensor, dim: int) -> tuple[Tensor, Tensor]:
     return mean, var
 
 
-def ema_step(mean: Tensor, var: Tensor, delta: Tensor, spread: Tensor, mn: Tensor, rate: float = 1.0):
-    """One class-balanced EMA step of (mean, var) per group, given the group sums of the batch.
+def ema_step(mean: Tensor, var: Tensor, s1: Tensor, s2: Tensor, mn: Tensor, rate: float = 1.0):
+    """One class-balanced EMA step of (mean, var) per group g, from the batch's weighted group sums.
 
-    With m_g the group's weight (eta, or TRIBE's clamp 1/n) and n_g its size, ``delta`` = m_g
-    sum_i (mu_i - mean_g), ``spread`` = m_g sum_i mean_hw((x_i - mean_g)^2) and ``mn`` = m_g n_g:
-        mean_g += rate * delta_g
-        var_g  += rate * (spread_g - mn_g var_g - delta_g^2)
-    (docs/unitta.md "Layers"; TRIBE's Balanced BN and UniTTA's BDN with rate = 1 - gamma and 1). Groups
-    without samples have delta = spread = mn = 0 and stay unchanged.
-    Returns (new_mean, new_var, gap) with gap = spread - mn var - delta^2, the variance increment.
+    With m_g the group's weight (eta, or TRIBE's clamp 1/n), n_g its size, mu_i and E_i[x^2] a sample's
+    spatial mean and mean square: ``s1`` = m_g sum_{i in g} mu_i, ``s2`` = m_g sum_{i in g} E_i[x^2] and
+    ``mn`` = m_g n_g (the group sums of ``norm/groups.py``). The step of TRIBE's Balanced BN and UniTTA's
+    BDN (docs/unitta.md "Layers") is
+        delta_g  = m_g sum_i (mu_i - mean_g)                    = s1 - mn mean_g
+        spread_g = m_g sum_i mean_hw((x_i - mean_g)^2)          = s2 - mean_g (s1 + delta_g)
+        mean_g  += rate * delta_g
+        var_g   += rate * (spread_g - mn_g var_g - delta_g^2)
+    with rate = 1 - gamma (Balanced BN) or 1 (BDN). Groups without samples have s1 = s2 = mn = 0 and stay
+    unchanged. Precision: spread is a difference of terms of size m n E[x^2], so it carries an absolute
+    error of about 1e-7 m n (E[x^2] + mean^2), a relative error 1e-7 (1 + mean^2/var) of the variance
+    step: negligible against the EMA noise unless a channel's mean exceeds its std by ~1000x.
+    Returns (new_mean, new_var, delta, spread); ``spread`` is None when rate == 1, where the variance
+    step is evaluated as s2 - mn var - mean s1 - delta new_mean (one operator fewer).
     """
+    delta = torch.addcmul(s1, mn, mean, value=-1.0)
+    if rate == 1.0:
+        new_mean = mean + delta
+        gap = torch.addcmul(torch.addcmul(s2, mn, var, value=-1.0), mean, s1, value=-1.0)
+        return new_mean, var + torch.addcmul(gap, delta, new_mean, value=-1.0), delta, None
+    spread = torch.addcmul(s2, mean, s1 + delta, value=-1.0)
     gap = torch.addcmul(torch.addcmul(spread, mn, var, value=-1.0), delta, delta, value=-1.0)
-    return torch.add(mean, delta, alpha=rate), torch.add(var, gap, alpha=rate), gap
+    return torch.add(mean, delta, alpha=rate), torch.add(var, gap, alpha=rate), delta, spread
 
 
 def affine(mean: Tensor, var: Tensor, eps: float, weight: Tensor | None, bias: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -162,8 +175,9 @@ class AffineCache:
             return True
         return not any(p is not None and p.requires_grad for p in (weight, bias))
 
-    def get(self, mean: Tensor, var: Tensor, eps: float, weight: Tensor | None, bias: Tensor | None, shape) -> tuple:
-        """(scale, shift) of ``affine(mean, var, ...)``, each viewed as ``shape``."""
+    def get(self, mean: Tensor, var: Tensor, eps: float, weight: Tensor | None, bias: Tensor | None,
+            shape: tuple[int, ...] | None = None) -> tuple[Tensor, Tensor]:
+        """(scale, shift) of ``affine(mean, var, ...)``, each viewed as ``shape`` if given."""
         inputs = (mean, var, weight, bias)
         versions = tuple(-1 if t is None else t._version for t in inputs)
         if (
@@ -172,7 +186,7 @@ class AffineCache:
             or any(a is not b for a, b in zip(inputs, self._inputs))
         ):
             scale, shift = affine(mean, var, eps, weight, bias)
-            self._value = (scale.view(shape), shift.view(shape))
+            self._value = (scale, shift) if shape is None else (scale.view(shape), shift.view(shape))
             self._inputs, self._versions = inputs, versions
         return self._value
 

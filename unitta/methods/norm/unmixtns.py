@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import instance_mean_var, normalise
+from unitta.methods.norm.stats import constant, instance_mean_var
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
@@ -88,26 +87,42 @@ class UnMixTNS2d(nn.Module):
     def assignments(self, inst_mean: Tensor) -> Tensor:
         """p_ik = softmax_k(cos(mu_i, mu_k) / 0.07), (B, K); no gradient (as the reference)."""
         with torch.no_grad():
-            sim = F.normalize(inst_mean, dim=1) @ F.normalize(self.component_means, dim=1).T
-            return torch.softmax(sim / TEMPERATURE, dim=1)
+            inst = inst_mean.detach() if inst_mean.requires_grad else inst_mean
+            # F.normalize's x / max(||x||, 1e-12), written out (fewer operators)
+            inst = inst / torch.linalg.vector_norm(inst, dim=1, keepdim=True).clamp_min(1e-12)
+            comp = self.component_means
+            comp = comp / torch.linalg.vector_norm(comp, dim=1, keepdim=True).clamp_min(1e-12)
+            sim = torch.mm(inst, comp.transpose(0, 1))
+            return torch.softmax(torch.div(sim, constant(TEMPERATURE, sim)), dim=1)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
             raise ValueError(f"UnMixTNS2d expects (B, C, H, W) input, got shape {tuple(x.shape)}")
+        B, C, K = x.shape[0], self.num_features, self.num_components
         inst_mean, inst_var = instance_mean_var(x)  # (B, C) each
-        p = self.assignments(inst_mean).unsqueeze(-1)  # (B, K, 1)
-        mixed_means = (1.0 - p) * self.component_means.unsqueeze(0) + p * inst_mean.unsqueeze(1)  # (B, K, C)
-        mixed_vars = (1.0 - p) * self.component_vars.unsqueeze(0) + p * inst_var.unsqueeze(1)
-        mean = mixed_means.mean(dim=1)
-        # variance of the uniform mixture of the K mixed components (law of total variance)
-        var = mixed_vars.mean(dim=1) + mixed_means.pow(2).mean(dim=1) - mean.pow(2)
+        p = self.assignments(inst_mean).view(B, K, 1, 1, 1)
+        # everything below is laid out (B, K, C, 1, 1), so that the mixture statistics come out as
+        # (B, C, 1, 1) maps of x without further reshaping. Component k mixed with the instance:
+        # (1 - p) mu_k + p mu_i (torch.lerp), likewise the variances
+        comp_mean, comp_var = self.component_means.view(K, C, 1, 1), self.component_vars.view(K, C, 1, 1)
+        mixed_means = torch.lerp(comp_mean, inst_mean.view(B, 1, C, 1, 1), p)
+        mixed_vars = torch.lerp(comp_var, inst_var.view(B, 1, C, 1, 1), p)
+        # the uniform mixture of the K mixed components: its mean, and its variance by the law of total
+        # variance (mean of the variances + biased variance of the means, the latter in two passes)
+        between, mean = torch.var_mean(mixed_means, dim=1, unbiased=False)
+        var = torch.add(between, mixed_vars.sum(1), alpha=1.0 / K)  # >= 0: no clamp needed
         if self.update_stats:
             with torch.no_grad():
-                m = self.momentum(x.shape[0])
-                pd = p.detach()
-                self.component_means += m * (pd * (inst_mean.detach().unsqueeze(1) - self.component_means)).mean(0)
-                self.component_vars += m * (pd * (inst_var.detach().unsqueeze(1) - self.component_vars)).mean(0)
-        return normalise(x, mean, var, self.eps, self.weight, self.bias)
+                # mu_k += M mean_i p_ik (mu_i - mu_k), likewise the variances
+                rate = self.momentum(B) / B
+                comp_mean.add_((mixed_means - comp_mean).sum(0), alpha=rate)
+                comp_var.add_((mixed_vars - comp_var).sum(0), alpha=rate)
+        scale = torch.rsqrt(torch.add(var, constant(self.eps, var)))
+        if self.weight is not None:
+            scale = scale * self.weight.view(C, 1, 1)
+        if self.bias is None:
+            return x * scale - mean * scale
+        return torch.addcmul(torch.addcmul(self.bias.view(C, 1, 1), mean, scale, value=-1.0), x, scale)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, components={self.num_components}, max_batch_size={self.max_batch_size}"
