@@ -95,7 +95,7 @@ _builtins_loaded = False
 ENTRY_POINT_GROUP = "unitta.methods"
 _ENTRY_POINT_ERRORS: dict[str, str] = {}
 
-_REGISTRY: dict[str, type["TTAMethod"]] = {}
+_REGISTRY: dict[str, type[TTAMethod]] = {}
 
 # Dataset name -> the reference config family whose hyper-parameters apply (the reference's
 # configs/adapter/<cifar10|cifar100|imagenet>/ directories; docs/methods.md).

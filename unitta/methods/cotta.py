@@ -56,6 +56,9 @@ __all__ = ["CoTTA"]
 class CoTTA(TTAMethod):
     """CoTTA (Wang et al., CVPR'22): EMA teacher, augmentation-averaged pseudo-labels, stochastic restore."""
 
+    # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
+    version = 2
+
     @dataclass(frozen=True)
     class Config:
         optimizer: Literal["adam", "sgd"] = "adam"  # UT/md cifar10 cotta.yaml OPTIM.METHOD

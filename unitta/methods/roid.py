@@ -53,6 +53,9 @@ from unitta.nn.batchnorm import replace_batchnorms, train_affine
 class ROID(TTAMethod):
     """ROID (Marsden et al., WACV'24): weighted SLR + consistency, weight ensembling, prior correction."""
 
+    # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
+    version = 2
+
     @dataclass(frozen=True)
     class Config:
         optimizer: Literal["adam", "sgd"] = "adam"  # UT configs/adapter/cifar10/roid.yaml (md likewise)

@@ -50,6 +50,9 @@ __all__ = ["RoTTA"]
 class RoTTA(TTAMethod):
     """RoTTA (Yuan et al., CVPR'23): Robust BN + CSTU memory + timeliness-weighted EMA teacher."""
 
+    # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
+    version = 2
+
     @dataclass(frozen=True)
     class Config:
         optimizer: Literal["adam", "sgd"] = "adam"  # UT configs/adapter/*/rotta.yaml OPTIM.METHOD

@@ -42,6 +42,9 @@ from unitta.nn.batchnorm import replace_batchnorms
 class TRIBE(TTAMethod):
     """TRIBE (Su et al., AAAI'24): tri-net self-training on Balanced BN."""
 
+    # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
+    version = 2
+
     @dataclass(frozen=True)
     class Config:
         eta: float = 0.01  # UT/TRIBE configs/adapter/cifar10/tribe.yaml ADAPTER.TRIBE.ETA
