@@ -99,56 +99,23 @@ def make_stream(
     sort_keys = state_of_image.astype(np.uint16) if num_states <= 2**16 else state_of_image
     starts = np.concatenate(([0], np.cumsum(pool_sizes)))
     meta: dict[str, Any] = {}
-
     if sampler == "official":
         for key, value in (("length", length), ("domain_matrix", domain_matrix), ("class_matrix", class_matrix)):
             if value is not None:
                 raise ValueError(f"{key}: only the 'exact' sampler accepts it (the official stream length is random)")
         factors.update({k: float(v) for k, v in overrides.items() if v is not None})
-        cap = default_state_cap(s, dataset) if S is None else S
-        plan = _official.make_plan(num_domains, num_classes, factors, cap)
-        states = _official.sample_states(
-            plan, pool_sizes, seed, domain_alpha=factors["domain_alpha"], class_alpha=factors["class_alpha"]
+        states, pools, used_S = _official_states(
+            s, dataset, factors, S, num_domains, num_classes, pool_sizes, sort_keys, starts, seed, meta
         )
-        order = np.argsort(sort_keys, kind="stable")  # each pool in dataset order (docs/streams.md)
-        pools = _official.shuffled_pools(order, starts, seed)
-        meta["consistency"] = {"domain": plan.domain_consistent, "class": plan.class_consistent}
-        used_S: int | None = plan.S
     else:
         if S is not None:
             raise ValueError(f"S={S!r}: only the 'official' sampler has a per-state cap; use length= for 'exact'")
-        n_len = len(labels) if length is None else length
-        if int(n_len) != n_len or n_len < 1:
-            raise ValueError(f"length={length!r}: expected an integer >= 1")
-        n_len = int(n_len)
         factors = _exact_factors(s, factors, overrides, num_domains, num_classes)
-        empty = np.flatnonzero(pool_sizes == 0)
-        if empty.size:
-            pairs = [(int(x) // num_classes, int(x) % num_classes) for x in empty[:5]]
-            raise ValueError(
-                f"labels, domains: {empty.size} (domain, class) pool(s) are empty, e.g. {pairs}; "
-                "the exact sampler needs at least one image per state"
-            )
-        seq_domain, seq_class, seq_pool = np.random.SeedSequence(seed).spawn(3)
-        rng_d, rng_c = np.random.default_rng(seq_domain), np.random.default_rng(seq_class)
-        d_path = _exact.attribute_path(
-            s.domain_corr, factors["domain_alpha"], factors["domain_beta"], num_domains, n_len, rng_d,
-            name="domain", matrix=domain_matrix,
+        states, pools = _exact_states(
+            s, factors, len(labels) if length is None else length, num_domains, num_classes, pool_sizes, sort_keys,
+            seed, domain_matrix, class_matrix, meta,
         )
-        if class_matrix is not None and np.ndim(class_matrix) == 3:
-            c_path = _exact.conditional_class_path(class_matrix, d_path, num_domains, num_classes, rng_c)
-        else:
-            c_path = _exact.attribute_path(
-                s.class_corr, factors["class_alpha"], factors["class_beta"], num_classes, n_len, rng_c,
-                name="class", matrix=class_matrix,
-            )
-        states = d_path * num_classes + c_path
-        # Each pool in a random order: a random permutation of all images, stably grouped by state.
-        perm = np.random.default_rng(seq_pool).permutation(len(labels))
-        pools = perm[np.argsort(sort_keys[perm], kind="stable")]
         used_S = None
-        if domain_matrix is not None or class_matrix is not None:
-            meta["custom_matrices"] = {"domain": domain_matrix is not None, "class": class_matrix is not None}
 
     indices, n_reused = draw_from_pools(states, pools, starts)
     return Stream(
@@ -167,6 +134,53 @@ def make_stream(
         meta=meta,
     )
 
+
+
+def _official_states(s, dataset, factors, S, num_domains, num_classes, pool_sizes, sort_keys, starts, seed, meta):
+    """The reference sampler's state sequence and shuffled pools (docs/streams.md, "official"); (states, pools, S)."""
+    cap = default_state_cap(s, dataset) if S is None else S
+    plan = _official.make_plan(num_domains, num_classes, factors, cap)
+    states = _official.sample_states(
+        plan, pool_sizes, seed, domain_alpha=factors["domain_alpha"], class_alpha=factors["class_alpha"]
+    )
+    order = np.argsort(sort_keys, kind="stable")  # each pool in dataset order (docs/streams.md)
+    pools = _official.shuffled_pools(order, starts, seed)
+    meta["consistency"] = {"domain": plan.domain_consistent, "class": plan.class_consistent}
+    return states, pools, plan.S
+
+
+def _exact_states(s, factors, length, num_domains, num_classes, pool_sizes, sort_keys, seed,
+                  domain_matrix, class_matrix, meta):
+    """Two independent chains of fixed length and randomly ordered pools (docs/streams.md, "exact")."""
+    if int(length) != length or length < 1:
+        raise ValueError(f"length={length!r}: expected an integer >= 1")
+    n_len = int(length)
+    empty = np.flatnonzero(pool_sizes == 0)
+    if empty.size:
+        pairs = [(int(x) // num_classes, int(x) % num_classes) for x in empty[:5]]
+        raise ValueError(
+            f"labels, domains: {empty.size} (domain, class) pool(s) are empty, e.g. {pairs}; "
+            "the exact sampler needs at least one image per state"
+        )
+    seq_domain, seq_class, seq_pool = np.random.SeedSequence(seed).spawn(3)
+    rng_d, rng_c = np.random.default_rng(seq_domain), np.random.default_rng(seq_class)
+    d_path = _exact.attribute_path(
+        s.domain_corr, factors["domain_alpha"], factors["domain_beta"], num_domains, n_len, rng_d,
+        name="domain", matrix=domain_matrix,
+    )
+    if class_matrix is not None and np.ndim(class_matrix) == 3:
+        c_path = _exact.conditional_class_path(class_matrix, d_path, num_domains, num_classes, rng_c)
+    else:
+        c_path = _exact.attribute_path(
+            s.class_corr, factors["class_alpha"], factors["class_beta"], num_classes, n_len, rng_c,
+            name="class", matrix=class_matrix,
+        )
+    # Each pool in a random order: a random permutation of all images, stably grouped by state.
+    perm = np.random.default_rng(seq_pool).permutation(len(sort_keys))
+    pools = perm[np.argsort(sort_keys[perm], kind="stable")]
+    if domain_matrix is not None or class_matrix is not None:
+        meta["custom_matrices"] = {"domain": domain_matrix is not None, "class": class_matrix is not None}
+    return d_path * num_classes + c_path, pools
 
 def _exact_factors(
     s: Setting, defaults: dict[str, float], overrides: dict[str, float | None], num_domains: int, num_classes: int
