@@ -290,10 +290,13 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr):
     tables = [t for t in (_read_valid(p, None, quarantine, warn) for p in _cell_files(out_dir)) if t is not None]
     have = {t.column("cell_id")[0].as_py() for t in tables}
     consolidated = _consolidated_rows(out_dir, warn)
-    if consolidated is not None and consolidated.num_rows and "cell_id" in consolidated.column_names:
-        keep = [cid not in have for cid in consolidated.column("cell_id").to_pylist()]
-        if any(keep):
-            tables.append(consolidated.filter(pa.array(keep)))
+    if consolidated is not None and consolidated.num_rows:
+        if "cell_id" not in consolidated.column_names:
+            tables.append(consolidated)  # rows without ids (written by another tool): nothing to match them to
+        else:
+            keep = [cid not in have for cid in consolidated.column("cell_id").to_pylist()]
+            if any(keep):
+                tables.append(consolidated.filter(pa.array(keep)))
     if not tables:
         return pl.from_arrow(SCHEMA.empty_table())
     return pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))

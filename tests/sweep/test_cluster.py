@@ -35,8 +35,11 @@ def test_launcher_config_rejects_a_typo():
 def test_rayjob_manifest_runs_a_valid_sweep_with_the_data_mounted():
     job = yaml.safe_load((ROOT / "cluster" / "rayjob.yaml").read_text())
     assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
-    argv = shlex.split(job["spec"]["entrypoint"])
+    commands = [shlex.split(c) for c in job["spec"]["entrypoint"].split("&&")]
+    argv = commands[-1]  # the data is checked first, then the sweep runs
     assert argv[:3] == ["python", "-m", "unitta.sweep"]
+    checks = {c[4] for c in commands[:-1] if c[:4] == ["python", "-m", "unitta.data", "check"]}
+    assert checks == {"cifar10-c", "cifar100-c", "imagenet-c"}
     sweep = ROOT / argv[3]
     raw = yaml.safe_load(sweep.read_text())
     assert raw["resources"]["num_gpus"] > 0
