@@ -244,3 +244,52 @@ def test_iabn_is_finite_for_single_values_per_channel():
     out = layer(torch.randn(1, 4))  # one sample of a (B, C) input: no batch variance exists
     assert torch.isfinite(out).all() and torch.equal(layer.running_mean, before)
     assert torch.isfinite(InstanceAwareBN(_bn()).train()(torch.randn(1, 4, 1, 1))).all()
+
+
+# ---------------------------------------------------------------------- hand-written backwards
+@pytest.mark.parametrize("shape", [(12, 4, 5, 5), (12, 4)])
+def test_robust_bn_backward_matches_autograd_through_its_formula(shape):
+    bn = (nn.BatchNorm2d(4) if len(shape) == 4 else nn.BatchNorm1d(4)).double()
+    source = _bn().double()
+    bn.load_state_dict(source.state_dict())
+    rbn = RobustBN(bn, momentum=0.3).train()
+    mean0, var0 = rbn.running_mean.clone(), rbn.running_var.clone()
+    x = (1.0 + 2.0 * torch.randn(shape, generator=torch.Generator().manual_seed(2), dtype=torch.double))
+    w = torch.randn(shape, generator=torch.Generator().manual_seed(3), dtype=torch.double)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    grads = torch.autograd.grad((rbn(xa) * w).sum(), [xa, rbn.weight, rbn.bias])
+    # RoTTA's formula, differentiated by autograd
+    dims = [0, *range(2, x.ndim)]
+    var_b, mean_b = torch.var_mean(xb, dim=dims, unbiased=False)
+    view = (-1,) + (1,) * (x.ndim - 2)
+    mean, var = torch.lerp(mean0, mean_b, 0.3).view(view), torch.lerp(var0, var_b, 0.3).view(view)
+    out = (xb - mean) / torch.sqrt(var + rbn.eps) * rbn.weight.view(view) + rbn.bias.view(view)
+    expected = torch.autograd.grad((out * w).sum(), [xb, rbn.weight, rbn.bias])
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize(("num_classes", "gamma"), [(10, 0.0), (10, 0.1), (3, 1.0), (1, 0.5)])
+def test_balanced_bn_backward_matches_autograd_through_update(num_classes, gamma):
+    from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+    from unitta.methods.norm.groups import ClassGroups
+    from unitta.methods.norm.stats import normalise
+
+    g = torch.Generator().manual_seed(4)
+    layers = [BalancedBatchNorm2d(_bn().double(), num_classes, 0.05, gamma).train() for _ in range(2)]
+    shift = 0.3 * torch.randn(num_classes, 4, generator=g, dtype=torch.double)
+    for layer in layers:
+        layer.local_mean += shift
+    x = 1.0 + 2.0 * torch.randn(12, 4, 5, 5, generator=g, dtype=torch.double)
+    labels = torch.randint(0, num_classes, (12,), generator=g)
+    w = torch.randn(x.shape, generator=g, dtype=torch.double)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fast, slow = layers
+    fast.label = ClassGroups(labels, num_classes, 0.05, torch.double)
+    got = torch.autograd.grad((fast(xa) * w).sum(), [xa, fast.weight, fast.bias])
+    mean, var = slow.update(xb, ClassGroups(labels, num_classes, 0.05, torch.double))  # autograd through update
+    out = normalise(xb, mean, var, slow.eps, slow.weight, slow.bias)
+    want = torch.autograd.grad((out * w).sum(), [xb, slow.weight, slow.bias])
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert torch.equal(fast.global_var, slow.global_var) and torch.equal(fast.local_mean, slow.local_mean)

@@ -14,6 +14,8 @@ import copy
 import torch
 from torch import nn
 
+from unitta.methods.norm.stats import constant
+
 __all__ = ["make_teacher", "ema_update_"]
 
 
@@ -47,7 +49,8 @@ def ema_update_(teacher: nn.Module, student: nn.Module, momentum: float, buffers
         missing = sorted(set(t_params) ^ set(s_params))[:5]
         raise ValueError(f"teacher and student have different parameters (e.g. {missing})")
     # one multi-tensor kernel per op instead of two per parameter; same arithmetic as mul_().add_()
-    _ema_(list(t_params.values()), [s_params[name].detach() for name in t_params], momentum)
+    # no ``detach()``: this runs under no_grad, so the student's parameters add without autograd history
+    _ema_(list(t_params.values()), [s_params[name] for name in t_params], momentum)
     if not buffers:
         return
     s_buffers = dict(student.named_buffers())
@@ -68,5 +71,11 @@ def _ema_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: fl
     """``t.mul_(momentum).add_(s, alpha=1 - momentum)`` for every pair, as two multi-tensor ops."""
     if not targets:
         return
-    torch._foreach_mul_(targets, momentum)
+    first = targets[0]
+    if all(t.dtype == first.dtype and t.device == first.device for t in targets):
+        # a cached 0-dim tensor factor: the same float product as the Python number, which the CPU's
+        # per-tensor fallback would otherwise convert to a tensor once per parameter
+        torch._foreach_mul_(targets, constant(momentum, first))
+    else:
+        torch._foreach_mul_(targets, momentum)
     torch._foreach_add_(targets, sources, alpha=1.0 - momentum)

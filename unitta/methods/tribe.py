@@ -33,6 +33,7 @@ from unitta.methods.augment import cotta_augment, device_generator
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.groups import ClassGroups
 from unitta.methods.optim import optimizer_from_config
 from unitta.methods.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
@@ -99,16 +100,18 @@ class TRIBE(TTAMethod):
             self.teacher.eval()
             prediction = self.teacher(x)
         labels = prediction.argmax(dim=1)
+        # one grouping per batch, shared by every Balanced BN layer of the three nets (same labels, K, eta)
+        groups = ClassGroups(labels, self.info.num_classes, self.cfg.eta, x.dtype)
         with torch.enable_grad():
             self.teacher.train()
-            _set_labels(self.teacher, labels)
+            _set_labels(self.teacher, groups)
             logits_t = self.teacher(x)
             self.model.train()
-            _set_labels(self.model, labels)
+            _set_labels(self.model, groups)
             logits_s = self.model(self.augment(x, self.aug_generator, host_generator=self.generator))
             with torch.no_grad():
                 self.anchor.train()
-                _set_labels(self.anchor, labels)
+                _set_labels(self.anchor, groups)
                 logits_a = self.anchor(x)
             mask = softmax_entropy(logits_t).detach() < self.mask_threshold
             ce = F.cross_entropy(logits_s, logits_t.argmax(dim=1).detach(), reduction="none")
@@ -137,7 +140,7 @@ def _share_parameters(target: nn.Module, source: nn.Module) -> None:
             setattr(mod_t, pname, param)
 
 
-def _set_labels(model: nn.Module, labels: Tensor) -> None:
+def _set_labels(model: nn.Module, labels: Tensor | ClassGroups) -> None:
     for module in model.modules():
         if isinstance(module, BalancedBatchNorm2d):
             module.label = labels

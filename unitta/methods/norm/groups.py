@@ -74,6 +74,7 @@ class _Grouping:
         self.mn = m * self.sizes  # (G, 1): m_g n_g (0 for empty groups)
         self._flat: dict[tuple[str, int, int], Tensor] = {}
         self._scaled: dict[int, Tensor] = {1: self.weight} if self.weight is not None else {}
+        self._transposed: dict[int, tuple[Tensor, Tensor]] = {}
 
     def sums(self, a: Tensor, b: Tensor, divisor: int = 1) -> tuple[Tensor, Tensor]:
         """(m_g sum_{i in g} a_i / divisor, m_g sum_{i in g} b_i / divisor), each (G, C), for (B, C) ``a``
@@ -91,6 +92,17 @@ class _Grouping:
         else:
             out.index_add_(0, self.index, source * (self.sample_weight / divisor))
         return out[:, :C], out[:, C:]
+
+    def scaled_weight(self, divisor: int = 1) -> tuple[Tensor, Tensor]:
+        """((B, G) transpose of the dense weights / ``divisor`` that ``sums`` uses, (B, 1) their sums over the
+        groups), built once per batch and divisor: a backward through ``sums`` by hand needs both."""
+        out = self._transposed.get(divisor)
+        if out is None:
+            weight = self._scaled.get(divisor)
+            if weight is None:
+                weight = self._scaled[divisor] = self.weight / divisor
+            out = self._transposed[divisor] = (weight.t(), weight.sum(0).unsqueeze(1))
+        return out
 
     def rows(self, table: Tensor, by: str = "index", trailing: int = 0) -> Tensor:
         """``table[getattr(self, by)]`` for a (rows, C) ``table``, with ``trailing`` singleton dimensions

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import normalise
+from unitta.methods.norm.stats import AffineCache, affine, apply_affine, as_map, constant, normalise
 
 __all__ = ["RobustBN"]
 
@@ -39,12 +39,15 @@ class RobustBN(nn.Module):
         self.bias = bn.bias
         self.register_buffer("running_mean", bn.running_mean.detach().clone())
         self.register_buffer("running_var", bn.running_var.detach().clone())
+        self._affine = AffineCache()
 
     @classmethod
     def from_bn(cls, bn: nn.modules.batchnorm._BatchNorm, momentum: float = 0.05) -> RobustBN:
         return cls(bn, momentum)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.training and _needs_grad(self, x):
+            return _RobustBNTrain.apply(x, self.weight, self.bias, self)
         if self.training:
             dims = [0, *range(2, x.ndim)]
             batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
@@ -54,9 +57,65 @@ class RobustBN(nn.Module):
             with torch.no_grad():
                 self.running_mean.copy_(mean)
                 self.running_var.copy_(var)
-        else:
-            mean, var = self.running_mean, self.running_var
-        return normalise(x, mean, var, self.eps, self.weight, self.bias)
+            return normalise(x, mean, var, self.eps, self.weight, self.bias)
+        if AffineCache.usable(self.weight, self.bias):
+            # eval: the statistics and affine change only at updates, so their (scale, shift) are cached and
+            # the forward is one ``x * scale + shift`` operator
+            shape = (-1,) + (1,) * (x.ndim - 2)
+            stats = (self.running_mean, self.running_var, self.eps, self.weight, self.bias)
+            scale, shift = self._affine.get(*stats, shape)
+            return apply_affine(x, scale, shift)
+        return normalise(x, self.running_mean, self.running_var, self.eps, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+def _needs_grad(layer: RobustBN, x: Tensor) -> bool:
+    """True when a train-mode forward must be differentiable (then ``_RobustBNTrain`` runs it)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, layer.weight, layer.bias))
+
+
+class _RobustBNTrain(torch.autograd.Function):
+    """The train-mode RBN forward (same operators, hence the same values, as the plain path) with a
+    hand-written backward: about a dozen operators instead of autograd's ~100 through var_mean, lerp,
+    rsqrt and the affine form (bench/opcount.py).
+
+    With m = lerp(mu_g, mu_b, a), v = lerp(s2_g, s2_b, a), s = (v + eps)^-1/2, xc = x - m, N the
+    elements per channel and g the output gradient:
+        dbias = sum g, dweight = s sum g xc, dL/dm = -w s sum g, dL/dv = -w s^3 / 2 sum g xc,
+        dx = g w s + (a / N) dL/dm + (2 a / N) dL/dv (x - mu_b).
+    The variance clamp of ``affine`` is inactive here (v is a convex mix of non-negative variances).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: RobustBN) -> Tensor:
+        dims = [0, *range(2, x.ndim)]
+        batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
+        mean = torch.lerp(layer.running_mean, batch_mean, layer.momentum)
+        var = torch.lerp(layer.running_var, batch_var, layer.momentum)
+        layer.running_mean.copy_(mean)
+        layer.running_var.copy_(var)
+        scale, shift = affine(mean, var, layer.eps, weight, bias)
+        ctx.save_for_backward(x, weight, mean, var, batch_mean)
+        ctx.eps, ctx.momentum, ctx.dims = layer.eps, layer.momentum, dims
+        return apply_affine(x, as_map(scale, x), as_map(shift, x))
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        x, weight, mean, var, batch_mean = ctx.saved_tensors
+        dims, a = ctx.dims, ctx.momentum
+        n = x.numel() // x.shape[1]
+        # cached 0-dim constants: a Python number operand costs a host-side conversion per call
+        s = torch.rsqrt(torch.add(var, constant(ctx.eps, var)))
+        xc = x - as_map(mean, x)
+        g_sum = g.sum(dims)
+        gxc_sum = (g * xc).sum(dims)
+        k = s if weight is None else s * weight  # dL/dx through the normalisation: g * k
+        c1 = torch.mul(k * g_sum, constant(-a / n, k))  # (a / N) dL/dm
+        c2 = torch.mul(k * s * s * gxc_sum, constant(-a / n, k))  # (2 a / N) dL/dv
+        c0 = torch.addcmul(c1, c2, mean - batch_mean)
+        dx = torch.addcmul(torch.addcmul(as_map(c0, x), xc, as_map(c2, x)), g, as_map(k, x))
+        dw = None if weight is None or not ctx.needs_input_grad[1] else gxc_sum * s
+        db = g_sum if ctx.needs_input_grad[2] else None
+        return (dx if ctx.needs_input_grad[0] else None), dw, db, None
