@@ -147,6 +147,10 @@ class _Progress:
         elif self.interactive:
             self.bar.refresh()
 
+    def write(self, line: str) -> None:
+        """A line on stderr that does not break the bar."""
+        self.bar.write(line, file=sys.stderr)
+
     def close(self) -> None:
         self.bar.close()
 
@@ -288,7 +292,7 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
         def report_lost_nodes() -> bool:  # one line per lost node; Ray reruns its tasks (max_retries)
             lost = nodes.lost()
             for line in lost:
-                bar.bar.write(line, file=sys.stderr)
+                bar.write(line)
             return bool(lost)
 
         try:

@@ -17,12 +17,13 @@ def test_cost_one_forward_per_batch_plus_one_per_update(fmnist_cnn):
     assert (note.cost.forwards, note.cost.backwards, note.updates) == (6, 2, 2)
 
 
-def test_update_cadence_counts_samples_not_batches(fmnist_cnn):
+@pytest.mark.parametrize("name", ["note", "rotta"])  # both memory-bank methods update every N samples
+def test_update_cadence_counts_samples_not_batches(fmnist_cnn, name):
     stream = grey_shift(fmnist_cnn.x[:40], seed=1)
-    ones = get_method("note", fmnist_cnn.model, fmnist_cnn.info, update_every=8, memory_size=16)
+    ones = get_method(name, fmnist_cnn.model, fmnist_cnn.info, update_every=8, memory_size=16)
     for i in range(40):
         ones(stream[i : i + 1])
-    thirteens = get_method("note", fmnist_cnn.model, fmnist_cnn.info, update_every=8, memory_size=16)
+    thirteens = get_method(name, fmnist_cnn.model, fmnist_cnn.info, update_every=8, memory_size=16)
     for start in (0, 13, 26, 39):
         thirteens(stream[start : min(start + 13, 40)])
     assert ones.updates == thirteens.updates == 5

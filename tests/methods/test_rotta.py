@@ -19,17 +19,6 @@ def test_cost_one_teacher_pass_per_batch_plus_two_per_update(fmnist_cnn):
     assert (rotta.cost.forwards, rotta.cost.backwards, rotta.updates) == (8, 2, 2)
 
 
-def test_update_cadence_counts_samples_not_batches(fmnist_cnn):
-    stream = grey_shift(fmnist_cnn.x[:40], seed=1)
-    ones = get_method("rotta", fmnist_cnn.model, fmnist_cnn.info, update_every=8, memory_size=16)
-    for i in range(40):
-        ones(stream[i : i + 1])
-    thirteens = get_method("rotta", fmnist_cnn.model, fmnist_cnn.info, update_every=8, memory_size=16)
-    for start in (0, 13, 26, 39):
-        thirteens(stream[start : min(start + 13, 40)])
-    assert ones.updates == thirteens.updates == 5
-
-
 def test_bad_hyper_parameters_are_refused(fmnist_cnn):
     with pytest.raises(ValueError, match="update_every"):
         get_method("rotta", fmnist_cnn.model, fmnist_cnn.info, update_every=0)
