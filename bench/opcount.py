@@ -11,12 +11,19 @@ batches (so that one-off state building is not counted).
 Counting: ``aten_ops`` is the number of *top-level* ``aten::`` events, i.e. operators called from Python
 (an operator that calls others, like ``aten::batch_norm`` -> ``aten::native_batch_norm``, counts once),
 which is what a GPU launches kernels for; ``--all-ops`` counts every nested ``aten::`` event instead.
+``kernels`` counts the operators that compute something themselves: leave out the ones that only
+allocate or re-describe a tensor (``METADATA_OPS``: views, ``empty``, ``resize_``, ``detach``, ...; no
+GPU kernel), then count the events that call no other of the rest (``aten::conv2d`` ->
+``aten::mkldnn_convolution`` counts once, as the one kernel it launches).
 ``syncs`` counts the operators that force a device-to-host copy (``SYNC_OPS``) at any nesting depth,
 once per outermost one (``aten::item`` calls ``aten::_local_scalar_dense``: one sync).
 
-The table prints each method's figures and their ratio to TEST's (the source model, one plain forward).
-The model is the embedded Fashion-MNIST-C ResNet-20 (random weights if its checkpoint is missing: the
-counts do not depend on the weights, but data-dependent decisions such as BDN's domain expansion do).
+Multi-tensor operators (``aten::_foreach_*``, ``aten::_fused_*``: multi-tensor EMA updates, fused and
+foreach optimisers) count as one operator in every column, and what they call is not counted: on CUDA
+each is one multi-tensor kernel (step counts stay on the device), while the CPU runs them as a loop of
+per-tensor operators (and the fused CPU Adam reads each parameter's step count on the host), which is
+not what a GPU pays. ``count_ops(..., collapse_multi_tensor=False)`` counts that loop too (the counting
+of the tables in docs/benchmarks.md before this rule).
 """
 
 from __future__ import annotations
@@ -54,15 +61,32 @@ DEFAULT_METHODS = (
 )  # fmt: skip
 
 
+MULTI_TENSOR_PREFIXES = ("aten::_foreach_", "aten::_fused_")
+
+# operators that only allocate or re-describe a tensor: no kernel on a GPU
+METADATA_OPS = frozenset(
+    "aten::" + name
+    for name in (
+        "empty", "empty_strided", "empty_like", "resize_", "as_strided", "as_strided_", "view", "_unsafe_view",
+        "view_as", "reshape", "_reshape_alias", "expand", "expand_as", "transpose", "t", "permute", "unsqueeze",
+        "squeeze", "select", "slice", "narrow", "detach", "alias", "unbind", "split", "split_with_sizes", "chunk",
+        "lift_fresh", "resolve_conj", "resolve_neg", "numpy_T", "unflatten", "flatten", "_to_copy_meta",
+    )
+)  # fmt: skip
+
+
 def _is_sync(name: str) -> bool:
     return name in SYNC_OPS or name.startswith("aten::unique")
 
 
+def _ordered(events) -> list:
+    return sorted(events, key=lambda e: (e.thread, e.time_range.start, -e.time_range.end))
+
+
 def _top_level(events) -> list:
     """The events not nested inside another of ``events`` (by CPU time interval, same thread)."""
-    ordered = sorted(events, key=lambda e: (e.thread, e.time_range.start, -e.time_range.end))
     top, end, thread = [], -1, None
-    for e in ordered:
+    for e in _ordered(events):
         if e.thread != thread:
             thread, end = e.thread, -1
         if e.time_range.start >= end:
@@ -71,13 +95,45 @@ def _top_level(events) -> list:
     return top
 
 
+def _leaves(events) -> list:
+    """The events that contain no other of ``events`` (the operators that do the work themselves)."""
+    ordered = _ordered(events)
+    leaves = []
+    for e, following in zip(ordered, ordered[1:] + [None]):
+        has_child = (
+            following is not None
+            and following.thread == e.thread
+            and following.time_range.start < e.time_range.end
+        )
+        if not has_child:
+            leaves.append(e)
+    return leaves
+
+
+def _without_multi_tensor_internals(events) -> list:
+    """``events`` minus those nested inside a multi-tensor operator (which itself stays)."""
+    multi = [e for e in events if e.name.startswith(MULTI_TENSOR_PREFIXES)]
+    if not multi:
+        return list(events)
+    inside: set[int] = set()
+    outer = _top_level(multi)
+    ordered = _ordered(events)
+    for m in outer:
+        for e in ordered:
+            if e is not m and e.thread == m.thread and m.time_range.start <= e.time_range.start < m.time_range.end:
+                inside.add(id(e))
+    return [e for e in events if id(e) not in inside]
+
+
 def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batches: int = 3, all_ops: bool = False,
-              **overrides) -> dict:
-    """Per-batch averages of aten operator calls (``aten_ops``) and host syncs (``syncs``) of ``method``.
+              collapse_multi_tensor: bool = True, **overrides) -> dict:
+    """Per-batch averages of aten operator calls (``aten_ops``), leaf compute operators (``kernels``) and
+    host syncs (``syncs``) of ``method``.
 
     ``model``/``info`` as from ``unitta.models.load_model``; ``x`` is one batch (B, C, H, W), fed
     ``warmup + batches`` times (the method adapts on every one; only the last ``batches`` are counted).
-    ``aten_ops`` counts top-level operators unless ``all_ops``. Also returns ``sync_names``: the sync
+    ``aten_ops`` counts top-level operators unless ``all_ops``. Multi-tensor operators count once unless
+    ``collapse_multi_tensor`` is False (module docstring). Also returns ``sync_names``: the sync
     operators seen, with their per-batch counts.
     """
     m = get_method(method, model, info, dataset=info.dataset, **overrides)
@@ -86,15 +142,18 @@ def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batche
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(batches):
             m(x)
-    events = list(prof.events())
-    aten = [e for e in events if e.name.startswith("aten::")]
+    aten = [e for e in prof.events() if e.name.startswith("aten::")]
+    if collapse_multi_tensor:
+        aten = _without_multi_tensor_internals(aten)
     counted = aten if all_ops else _top_level(aten)
+    kernels = _leaves([e for e in aten if e.name not in METADATA_OPS])
     syncs: dict[str, int] = {}
     # one sync per outermost sync operator (``item`` calls ``_local_scalar_dense``: one sync, not two)
     for e in _top_level([e for e in aten if _is_sync(e.name)]):
         syncs[e.name] = syncs.get(e.name, 0) + 1
     return {
         "aten_ops": len(counted) / batches,
+        "kernels": len(kernels) / batches,
         "syncs": sum(syncs.values()) / batches,
         "sync_names": {k: v / batches for k, v in sorted(syncs.items())},
     }
@@ -135,6 +194,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--all-ops", action="store_true", help="count nested aten ops too (default: top-level only)")
+    parser.add_argument("--no-collapse", action="store_true",
+                        help="count what multi-tensor operators call on the CPU too (module docstring)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -148,16 +209,20 @@ def main(argv=None) -> int:
           f"{kind} per batch")
     if note:
         print(note)
-    base = count_ops("test", model, info, x, args.warmup, args.batches, args.all_ops)
-    print(f"{'method':16s} {'aten ops':>9s} {'x TEST':>7s} {'syncs':>6s}  sync ops")
+    collapse = not args.no_collapse
+    base = count_ops("test", model, info, x, args.warmup, args.batches, args.all_ops, collapse)
+    print(f"{'method':16s} {'aten ops':>9s} {'x TEST':>7s} {'kernels':>8s} {'x TEST':>7s} {'syncs':>6s}  sync ops")
     for name in args.methods:
         try:
-            r = base if name == "test" else count_ops(name, model, info, x, args.warmup, args.batches, args.all_ops)
+            r = base if name == "test" else count_ops(
+                name, model, info, x, args.warmup, args.batches, args.all_ops, collapse
+            )
         except Exception as exc:  # noqa: BLE001 - one failing method must not end the table
             print(f"{name:16s} error: {type(exc).__name__}: {exc}"[:120])
             continue
         detail = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in r["sync_names"].items())
-        print(f"{name:16s} {r['aten_ops']:9.1f} {r['aten_ops'] / base['aten_ops']:7.2f} {r['syncs']:6.1f}  {detail}")
+        print(f"{name:16s} {r['aten_ops']:9.1f} {r['aten_ops'] / base['aten_ops']:7.2f} {r['kernels']:8.1f} "
+              f"{r['kernels'] / base['kernels']:7.2f} {r['syncs']:6.1f}  {detail}")
     return 0
 
 

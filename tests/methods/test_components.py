@@ -4,6 +4,7 @@ PBRS memories, Robust BN and IABN. Synthetic data, fixed seeds."""
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
@@ -158,7 +159,7 @@ def test_cstu_eviction_prefers_old_and_uncertain_items():
 
 def test_pbrs_balances_the_classes_it_sees_often():
     labels = _imbalanced_labels(8000, 2)
-    memory = PBRSMemory(64, 10, torch.Generator().manual_seed(0))
+    memory = PBRSMemory(64, 10, random.Random(0))
     for i, label in enumerate(labels):
         memory.add(torch.zeros(1), int(label))
         if i > 6000:  # every class has now been predicted more than 64 times
@@ -172,9 +173,9 @@ def test_pbrs_is_a_uniform_reservoir_within_a_class():
     # one class only: PBRS is classic reservoir sampling, every item kept with probability 64 / n
     n, trials = 256, 200
     kept = torch.zeros(n)
-    g = torch.Generator().manual_seed(0)
+    rng = random.Random(0)
     for _ in range(trials):
-        memory = PBRSMemory(64, 2, g)
+        memory = PBRSMemory(64, 2, rng)
         for i in range(n):
             memory.add(torch.tensor([float(i)]), 0)
         x, _ = memory.batch()
@@ -293,3 +294,25 @@ def test_balanced_bn_backward_matches_autograd_through_update(num_classes, gamma
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     assert torch.equal(fast.global_var, slow.global_var) and torch.equal(fast.local_mean, slow.local_mean)
+
+
+@pytest.mark.parametrize(("k", "shape"), [(4.0, (12, 4, 5, 5)), (0.5, (6, 4, 3, 7)), (0.0, (5, 4, 2, 2)), (1e6, (12, 4, 5, 5))])
+def test_iabn_backward_matches_autograd_through_its_formula(k, shape):
+    # k spans every band case: 4 and 0.5 mix inside/above/below, 0 puts every sample outside, 1e6 inside
+    g = torch.Generator().manual_seed(6)
+    layers = [InstanceAwareBN(_bn().double(), k=k, momentum=0.3).train() for _ in range(2)]
+    # instance statistics spread around the batch ones: some samples shifted/scaled far, some not
+    x = 1.0 + torch.randn(shape, generator=g, dtype=torch.double) * (0.2 + 3 * torch.rand(shape[0], 1, 1, 1, generator=g,
+                                                                                       dtype=torch.double))
+    x = x + 2.0 * torch.randn(shape[0], shape[1], 1, 1, generator=g, dtype=torch.double)
+    w = torch.randn(shape, generator=g, dtype=torch.double)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    fast, slow = layers
+    out_fast = fast(xa)
+    got = torch.autograd.grad((out_fast * w).sum(), [xa, fast.weight, fast.bias])
+    out_slow = slow._forward(xb, shape[2] * shape[3], True)  # the operators, differentiated by autograd
+    want = torch.autograd.grad((out_slow * w).sum(), [xb, slow.weight, slow.bias])
+    assert torch.equal(out_fast, out_slow)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert torch.equal(fast.running_mean, slow.running_mean) and torch.equal(fast.running_var, slow.running_var)

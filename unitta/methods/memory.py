@@ -23,6 +23,7 @@ host Python over 64 scalars is far cheaper than thousands of tiny device kernels
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 
 import torch
@@ -217,18 +218,18 @@ class PBRSMemory:
     - else: with probability m_c / n_c (m_c = stored items of class c) replace a random stored item
       of class c, otherwise drop the new item.
 
-    All random choices come from ``generator`` (a host generator: its draws are host work, not device
-    synchronisations).
+    All random choices come from ``rng``, a Python ``random.Random`` (as NOTE's own code draws with
+    Python's ``random``): pure host work, no tensor operator and no device synchronisation per draw.
     """
 
-    def __init__(self, capacity: int, num_classes: int, generator: torch.Generator):
+    def __init__(self, capacity: int, num_classes: int, rng: random.Random):
         if capacity < 1:
             raise ValueError(f"capacity={capacity!r} must be >= 1")
         if num_classes < 1:
             raise ValueError(f"num_classes={num_classes!r} must be >= 1")
         self.capacity = capacity
         self.num_classes = num_classes
-        self.generator = generator
+        self.rng = rng
         self.classes: list[list[int]] = [[] for _ in range(num_classes)]  # the slots of each class's items
         self.seen = [0] * num_classes
         self._size = 0
@@ -273,20 +274,16 @@ class PBRSMemory:
         self.classes[label].append(slot)
         return slot
 
-    def _randrange(self, n: int) -> int:
-        return int(torch.randint(n, (1,), generator=self.generator, device=self.generator.device).item())
-
     def _make_room(self, label: int) -> int | None:
         """Remove an item as PBRS prescribes and return its slot, or None when the new item is dropped."""
         counts = self.class_counts()
         most = max(counts)
         largest = [c for c, n in enumerate(counts) if n == most]
         if label not in largest:
-            victim = largest[self._randrange(len(largest))]
-            return self.classes[victim].pop(self._randrange(len(self.classes[victim])))
-        u = float(torch.rand((), generator=self.generator, device=self.generator.device).item())
-        if u <= counts[label] / self.seen[label]:
-            return self.classes[label].pop(self._randrange(len(self.classes[label])))
+            victim = largest[self.rng.randrange(len(largest))]
+            return self.classes[victim].pop(self.rng.randrange(len(self.classes[victim])))
+        if self.rng.random() <= counts[label] / self.seen[label]:
+            return self.classes[label].pop(self.rng.randrange(len(self.classes[label])))
         return None
 
     def batch(self) -> tuple[Tensor, Tensor]:

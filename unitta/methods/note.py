@@ -25,6 +25,7 @@ Deviations:
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Literal
 
@@ -45,6 +46,9 @@ __all__ = ["NOTE"]
 @register_method("note")
 class NOTE(TTAMethod):
     """NOTE (Gong et al., NeurIPS'22): IABN + PBRS memory + entropy minimisation on the memory."""
+
+    # 2: the memory's random choices come from Python's ``random`` (same distribution, other draws)
+    version = 2
 
     @dataclass(frozen=True)
     class Config:
@@ -77,7 +81,7 @@ class NOTE(TTAMethod):
         params = train_affine(layers.values())
         self.model.eval()
         self.optimizer = optimizer_from_config(params, self.cfg)
-        self.memory = PBRSMemory(self.cfg.memory_size, self.info.num_classes, self.generator)
+        self.memory = PBRSMemory(self.cfg.memory_size, self.info.num_classes, random.Random(self.seed))
         self.samples_seen = 0
         self.updates = 0
 
