@@ -28,9 +28,9 @@ def constant(value: float, like: Tensor) -> Tensor:
     return out
 
 
-def instance_mean_var(x: Tensor, unbiased: bool = False) -> tuple[Tensor, Tensor]:
+def instance_mean_var(x: Tensor, unbiased: bool = False, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """Per-sample, per-channel mean and *biased* (``unbiased``: divided by L - 1) variance over the L
-    spatial positions, each (B, C).
+    spatial positions, each (B, C) (``keepdim``: (B, C, 1, 1), maps that broadcast against x).
 
     The quantities of ``torch.var_mean(x, dim=[2, 3], unbiased=False)`` in the reference BDN (UniTTA
     core/utils/bdn.py), computed in two passes (mean, then mean((x - mean)^2)). On CUDA that is the one
@@ -42,11 +42,12 @@ def instance_mean_var(x: Tensor, unbiased: bool = False) -> tuple[Tensor, Tensor
         return x, torch.zeros_like(x)
     dims = tuple(range(2, x.ndim))
     if x.is_cuda:
-        var, mean = torch.var_mean(x, dim=dims, unbiased=unbiased)
+        var, mean = torch.var_mean(x, dim=dims, unbiased=unbiased, keepdim=keepdim)
         return mean, var
     positions = math.prod(x.shape[2:])
-    mean = torch.div(x.sum(dims), constant(float(positions), x))
-    norm = torch.linalg.vector_norm(x - as_map(mean, x), dim=dims)  # ||x - mean|| over the positions
+    mean = torch.div(x.sum(dims, keepdim=keepdim), constant(float(positions), x))
+    centred = x - (mean if keepdim else as_map(mean, x))
+    norm = torch.linalg.vector_norm(centred, dim=dims, keepdim=keepdim)  # ||x - mean|| over the positions
     return mean, torch.div(norm * norm, constant(float(positions - 1 if unbiased else positions), x))
 
 
@@ -192,3 +193,25 @@ class AffineCache:
 
     def clear(self) -> None:
         self.__init__()
+
+
+class ViewCache:
+    """Reshaped views of a layer's buffers and parameters, made once instead of once per forward.
+
+    A view shares its tensor's storage, so in-place updates (EMA steps, optimiser steps) show through
+    it; a tensor that is reassigned (``.to()``, ``load_state_dict`` of a new tensor) gets a new view. A
+    tensor that needs a gradient in a forward with autograd on gets a fresh view, so that the view is
+    part of that forward's graph.
+    """
+
+    def __init__(self) -> None:
+        self._views: dict[tuple[str, tuple[int, ...]], tuple[Tensor, Tensor]] = {}
+
+    def get(self, name: str, tensor: Tensor, shape: tuple[int, ...]) -> Tensor:
+        if tensor.requires_grad and torch.is_grad_enabled():
+            return tensor.view(shape)
+        key = (name, shape)
+        cached = self._views.get(key)
+        if cached is None or cached[0] is not tensor:
+            cached = self._views[key] = (tensor, tensor.view(shape))
+        return cached[1]

@@ -25,7 +25,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import constant, instance_mean_var
+from unitta.methods.norm.stats import ViewCache, constant, instance_mean_var
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
@@ -79,6 +79,7 @@ class UnMixTNS2d(nn.Module):
         self.register_buffer("component_vars", ((1.0 - alpha) * src_var).unsqueeze(0).repeat(num_components, 1))
         self.weight = None if bn.weight is None else nn.Parameter(bn.weight.detach().clone())
         self.bias = None if bn.bias is None else nn.Parameter(bn.bias.detach().clone())
+        self._views = ViewCache()
 
     def momentum(self, batch_size: int) -> float:
         """M = 1 - (1 - m_bn)^(B / B_max) (UnMix-TNS paper sec. 3): 0.1 at B = B_max, about 0.0016 at B = 1 of 64."""
@@ -86,43 +87,49 @@ class UnMixTNS2d(nn.Module):
 
     def assignments(self, inst_mean: Tensor) -> Tensor:
         """p_ik = softmax_k(cos(mu_i, mu_k) / 0.07), (B, K); no gradient (as the reference)."""
+        return self._weights(inst_mean).transpose(0, 1)
+
+    def _weights(self, inst_mean: Tensor) -> Tensor:
+        """The assignments, laid out (K, B)."""
         with torch.no_grad():
             inst = inst_mean.detach() if inst_mean.requires_grad else inst_mean
             # F.normalize's x / max(||x||, 1e-12), written out (fewer operators)
             inst = inst / torch.linalg.vector_norm(inst, dim=1, keepdim=True).clamp_min(1e-12)
             comp = self.component_means
             comp = comp / torch.linalg.vector_norm(comp, dim=1, keepdim=True).clamp_min(1e-12)
-            sim = torch.mm(inst, comp.transpose(0, 1))
-            return torch.softmax(torch.div(sim, constant(TEMPERATURE, sim)), dim=1)
+            sim = torch.mm(comp, inst.transpose(0, 1))
+            return torch.softmax(torch.div(sim, constant(TEMPERATURE, sim)), dim=0)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
             raise ValueError(f"UnMixTNS2d expects (B, C, H, W) input, got shape {tuple(x.shape)}")
         B, C, K = x.shape[0], self.num_features, self.num_components
-        inst_mean, inst_var = instance_mean_var(x)  # (B, C) each
-        p = self.assignments(inst_mean).view(B, K, 1, 1, 1)
-        # everything below is laid out (B, K, C, 1, 1), so that the mixture statistics come out as
-        # (B, C, 1, 1) maps of x without further reshaping. Component k mixed with the instance:
-        # (1 - p) mu_k + p mu_i (torch.lerp), likewise the variances
-        comp_mean, comp_var = self.component_means.view(K, C, 1, 1), self.component_vars.view(K, C, 1, 1)
-        mixed_means = torch.lerp(comp_mean, inst_mean.view(B, 1, C, 1, 1), p)
-        mixed_vars = torch.lerp(comp_var, inst_var.view(B, 1, C, 1, 1), p)
+        inst_mean, inst_var = instance_mean_var(x, keepdim=True)  # (B, C, 1, 1) each
+        p = self._weights(inst_mean.view(B, C)).view(K, B, 1, 1, 1)
+        # everything below is laid out (K, B, C, 1, 1), so that the instance statistics broadcast as they
+        # are and the mixture statistics come out as (B, C, 1, 1) maps of x. Component k mixed with the
+        # instance: (1 - p) mu_k + p mu_i (torch.lerp), likewise the variances
+        comp_mean = self._views.get("component_means", self.component_means, (K, 1, C, 1, 1))
+        comp_var = self._views.get("component_vars", self.component_vars, (K, 1, C, 1, 1))
+        mixed_means = torch.lerp(comp_mean, inst_mean, p)
+        mixed_vars = torch.lerp(comp_var, inst_var, p)
         # the uniform mixture of the K mixed components: its mean, and its variance by the law of total
         # variance (mean of the variances + biased variance of the means, the latter in two passes)
-        between, mean = torch.var_mean(mixed_means, dim=1, unbiased=False)
-        var = torch.add(between, mixed_vars.sum(1), alpha=1.0 / K)  # >= 0: no clamp needed
+        between, mean = torch.var_mean(mixed_means, dim=0, unbiased=False)
+        var = torch.add(between, mixed_vars.sum(0), alpha=1.0 / K)  # >= 0: no clamp needed
         if self.update_stats:
             with torch.no_grad():
                 # mu_k += M mean_i p_ik (mu_i - mu_k), likewise the variances
                 rate = self.momentum(B) / B
-                comp_mean.add_((mixed_means - comp_mean).sum(0), alpha=rate)
-                comp_var.add_((mixed_vars - comp_var).sum(0), alpha=rate)
+                comp_mean.add_((mixed_means - comp_mean).sum(1, keepdim=True), alpha=rate)
+                comp_var.add_((mixed_vars - comp_var).sum(1, keepdim=True), alpha=rate)
         scale = torch.rsqrt(torch.add(var, constant(self.eps, var)))
         if self.weight is not None:
-            scale = scale * self.weight.view(C, 1, 1)
+            scale = scale * self._views.get("weight", self.weight, (C, 1, 1))
         if self.bias is None:
             return x * scale - mean * scale
-        return torch.addcmul(torch.addcmul(self.bias.view(C, 1, 1), mean, scale, value=-1.0), x, scale)
+        bias = self._views.get("bias", self.bias, (C, 1, 1))
+        return torch.addcmul(torch.addcmul(bias, mean, scale, value=-1.0), x, scale)
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, components={self.num_components}, max_batch_size={self.max_batch_size}"
