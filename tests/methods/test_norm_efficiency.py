@@ -20,7 +20,7 @@ from unitta.methods.norm import bdn as bdn_module
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.bdn import BalancedDomainNorm2d
 from unitta.methods.norm.groups import DENSE_LIMIT, ClassGroups, SlotGroups
-from unitta.methods.norm.iabn import _softshrink
+from unitta.methods.norm.iabn import InstanceAwareBN
 
 SYNC_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero", "aten::equal", "aten::unique")
 
@@ -137,9 +137,21 @@ def test_cached_affine_follows_parameter_and_buffer_changes():
     torch.testing.assert_close(layer(x), expected)
 
 
-def test_iabn_softshrink_is_bit_exact():
+def test_iabn_clamp_form_equals_the_softshrink_formula():
+    # the layer evaluates mu_i - clamp(mu_i - mu_B, -t, t) and leaves max(0, .) to the normalisation's
+    # clamp; NOTE's formula is mu_B + softshrink(mu_i - mu_B, t) and max(0, v_B + softshrink(.)) (docs/methods.md)
     gen = torch.Generator().manual_seed(3)
-    x = torch.randn(1000, generator=gen) * 3
-    t = torch.rand(1000, generator=gen)
-    reference = torch.sign(x) * torch.relu(x.abs() - t)
-    assert torch.equal(_softshrink(x, t, -t), reference)
+    bn = make_bn(4)
+    layer = InstanceAwareBN(bn, k=4.0).eval()
+    x = 1.0 + torch.randn(32, 4, 6, 6, generator=gen) * (0.2 + 3 * torch.rand(32, 1, 1, 1, generator=gen))
+    var_i, mean_i = torch.var_mean(x, dim=(2, 3), unbiased=True)
+    spread = bn.running_var + bn.eps
+    t_mean, t_var = 4.0 * torch.sqrt(spread / 36), 4.0 * spread * (2.0 / 35) ** 0.5
+    mean = bn.running_mean + torch.sign(mean_i - bn.running_mean) * torch.relu((mean_i - bn.running_mean).abs() - t_mean)
+    var = torch.relu(bn.running_var + torch.sign(var_i - bn.running_var) * torch.relu((var_i - bn.running_var).abs()
+                                                                                       - t_var))
+    expected = (x - mean[..., None, None]) / torch.sqrt(var[..., None, None] + bn.eps)
+    expected = expected * bn.weight.view(1, -1, 1, 1) + bn.bias.view(1, -1, 1, 1)
+    outside = ((mean_i - bn.running_mean).abs() > t_mean).float().mean()
+    assert 0.1 < outside < 0.9  # both branches of the shrinkage are exercised
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-5)
