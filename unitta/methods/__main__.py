@@ -110,6 +110,7 @@ def check(name: str, model, info, images, **overrides: Any) -> list:
         _guarded("config_validation", name, lambda: contract.check_config_validation(name)),
         _guarded("presets", name, lambda: _check_presets(name)),
         _guarded("cost", name, lambda: contract.check_cost_accounting(name, model, info, full, **overrides)),
+        _guarded("bf16", name, lambda: contract.check_bf16_autocast(name, model, info, [one, *stream], **overrides)),
     ]
 
 
@@ -120,6 +121,7 @@ _WHAT = {
     "config_validation": "Config refuses unknown names and wrong types",
     "presets": "every dataset preset is a valid Config",
     "cost": "forward/backward passes counted",
+    "bf16": "finite scores under bf16 autocast (precision: bf16)",
 }
 
 

@@ -10,7 +10,8 @@ line checker for new methods can share them. The contract:
 * a fixed seed gives identical outputs on CPU (randomness comes from the method's seeded generator);
 * the hyper-parameter check refuses an unknown name and a value of the wrong type;
 * ``method.cost`` counts batches, images, forward passes (>= 1 per batch), and backward passes
-  exactly when the method holds an optimiser.
+  exactly when the method holds an optimiser;
+* under bf16 autocast (a cell's ``precision: bf16``) the scores stay finite.
 
 ``overrides`` (keyword arguments) go to ``get_method``, e.g. fewer CoTTA augmentations to keep a
 check fast; they must not change what the check is about.
@@ -38,6 +39,7 @@ __all__ = [
     "check_deterministic",
     "check_config_validation",
     "check_cost_accounting",
+    "check_bf16_autocast",
     "run_checks",
 ]
 
@@ -76,15 +78,32 @@ def check_finite_outputs(
     name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
 ) -> CheckResult:
     """Every batch in ``batches`` (e.g. sizes 1, 64, 1) gives finite scores of shape (B, num_classes)."""
+    return _result("finite_outputs", name, _scores_failure(get_method(name, model, info, **overrides), info, batches))
+
+
+def check_bf16_autocast(
+    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
+) -> CheckResult:
+    """Under ``precision: bf16`` (``torch.autocast`` to bfloat16 on the model's device) every batch still
+    gives finite (B, num_classes) scores: a cell's precision option works for every method."""
     method = get_method(name, model, info, **overrides)
+    try:
+        with torch.autocast(method.device.type, dtype=torch.bfloat16):
+            failure = _scores_failure(method, info, batches)
+    except RuntimeError as exc:  # e.g. a float32 buffer updated from a bf16 statistic
+        failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return _result("bf16", name, failure)
+
+
+def _scores_failure(method: TTAMethod, info: ModelInfo, batches: Sequence[Tensor]) -> str | None:
     for i, x in enumerate(batches):
         out = method(x)
         expected = (x.shape[0], info.num_classes)
         if tuple(out.shape) != expected:
-            return _result("finite_outputs", name, f"batch {i}: output shape {tuple(out.shape)}, expected {expected}")
+            return f"batch {i}: output shape {tuple(out.shape)}, expected {expected}"
         if not torch.isfinite(out).all():
-            return _result("finite_outputs", name, f"batch {i} (size {x.shape[0]}): non-finite scores")
-    return _result("finite_outputs", name, None)
+            return f"batch {i} (size {x.shape[0]}): non-finite scores"
+    return None
 
 
 def check_reset_restores_source(
@@ -183,7 +202,7 @@ def check_cost_accounting(name: str, model: nn.Module, info: ModelInfo, x: Tenso
     return _result("cost", name, None)
 
 
-CHECKS = ("finite_outputs", "reset", "deterministic", "config_validation", "cost")
+CHECKS = ("finite_outputs", "reset", "deterministic", "config_validation", "cost", "bf16")
 
 
 def run_checks(
@@ -207,4 +226,5 @@ def run_checks(
         check_deterministic(name, model, info, stream, **overrides),
         check_config_validation(name),
         check_cost_accounting(name, model, info, full, **overrides),
+        check_bf16_autocast(name, model, info, [one, *stream], **overrides),  # small: bf16 is slow on CPUs
     ]

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import as_map, constant, instance_mean_var, normalise
+from unitta.methods.norm.stats import as_map, constant, float32_forward, instance_mean_var, normalise
 
 __all__ = ["InstanceAwareBN"]
 
@@ -66,6 +66,7 @@ class InstanceAwareBN(nn.Module):
     def from_bn(cls, bn: nn.modules.batchnorm._BatchNorm, **kwargs) -> InstanceAwareBN:
         return cls(bn, **kwargs)
 
+    @float32_forward
     def forward(self, x: Tensor) -> Tensor:
         positions = math.prod(x.shape[2:])  # L (1 for a (B, C) input)
         instance_term = positions > self.skip_threshold and positions >= 2

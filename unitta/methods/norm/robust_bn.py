@@ -18,7 +18,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import AffineCache, affine, apply_affine, as_map, constant, normalise
+from unitta.methods.norm.stats import (
+    AffineCache,
+    affine,
+    apply_affine,
+    as_map,
+    constant,
+    float32_forward,
+    normalise,
+)
 
 __all__ = ["RobustBN"]
 
@@ -45,6 +53,7 @@ class RobustBN(nn.Module):
     def from_bn(cls, bn: nn.modules.batchnorm._BatchNorm, momentum: float = 0.05) -> RobustBN:
         return cls(bn, momentum)
 
+    @float32_forward
     def forward(self, x: Tensor) -> Tensor:
         if self.training and _needs_grad(self, x):
             return _RobustBNTrain.apply(x, self.weight, self.bias, self)

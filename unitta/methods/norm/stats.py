@@ -9,6 +9,7 @@ host synchronisation, Python numbers only where an operator takes them as a para
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -215,3 +216,25 @@ class ViewCache:
         if cached is None or cached[0] is not tensor:
             cached = self._views[key] = (tensor, tensor.view(shape))
         return cached[1]
+
+
+_LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def float32_forward(forward):
+    """Decorator: run a normalisation layer's ``forward(self, x, ...)`` in float32 under autocast.
+
+    Under ``precision: bf16`` the convolutions hand a layer bf16 maps, while its statistics buffers stay
+    float32 (as PyTorch's own BatchNorm under autocast, which normalises in float32): the layer then
+    upcasts its input and runs with autocast off, and its float32 output goes on to the next
+    convolution, which autocast casts back. Without autocast and for float32 inputs nothing changes.
+    """
+
+    @functools.wraps(forward)
+    def wrapper(self, x: Tensor, *args, **kwargs):
+        if x.dtype in _LOW_PRECISION or torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(x.device.type, enabled=False):
+                return forward(self, x.float(), *args, **kwargs)
+        return forward(self, x, *args, **kwargs)
+
+    return wrapper

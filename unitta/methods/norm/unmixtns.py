@@ -25,7 +25,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import ViewCache, constant, instance_mean_var
+from unitta.methods.norm.stats import ViewCache, constant, float32_forward, instance_mean_var
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
@@ -100,6 +100,7 @@ class UnMixTNS2d(nn.Module):
             sim = torch.mm(comp, inst.transpose(0, 1))
             return torch.softmax(torch.div(sim, constant(TEMPERATURE, sim)), dim=0)
 
+    @float32_forward
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
             raise ValueError(f"UnMixTNS2d expects (B, C, H, W) input, got shape {tuple(x.shape)}")
