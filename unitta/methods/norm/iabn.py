@@ -29,7 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.stats import as_map, constant, float32_forward, instance_mean_var, normalise
+from unitta.methods.norm.stats import as_map, constant, float32_forward, instance_mean_var, needs_grad, normalise
 
 __all__ = ["InstanceAwareBN"]
 
@@ -70,7 +70,7 @@ class InstanceAwareBN(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         positions = math.prod(x.shape[2:])  # L (1 for a (B, C) input)
         instance_term = positions > self.skip_threshold and positions >= 2
-        if self.training and x.shape[0] * positions > 1 and instance_term and _needs_grad(self, x):
+        if self.training and x.shape[0] * positions > 1 and instance_term and needs_grad(x, self.weight, self.bias):
             return _IABNTrain.apply(x, self.weight, self.bias, self)
         return self._forward(x, positions, instance_term)
 
@@ -94,9 +94,9 @@ class InstanceAwareBN(nn.Module):
     def _batch_statistics(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(unbiased variance, mean) per channel of a train-mode batch; moves the running statistics."""
         batch_var, batch_mean = torch.var_mean(x, dim=[0, *range(2, x.ndim)], unbiased=True)
-        with torch.no_grad():  # (1 - m) r + m b; no detach needed where there is no graph (``_IABNTrain``)
-            self.running_mean.lerp_(batch_mean.detach() if batch_mean.requires_grad else batch_mean, self.momentum)
-            self.running_var.lerp_(batch_var.detach() if batch_var.requires_grad else batch_var, self.momentum)
+        with torch.no_grad():  # (1 - m) r + m b, outside any graph
+            self.running_mean.lerp_(batch_mean, self.momentum)
+            self.running_var.lerp_(batch_var, self.momentum)
         return batch_var, batch_mean
 
     def _thresholds(self, batch_var: Tensor, positions: int) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
@@ -120,11 +120,6 @@ class InstanceAwareBN(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, k={self.k}, momentum={self.momentum}"
-
-
-def _needs_grad(layer: InstanceAwareBN, x: Tensor) -> bool:
-    """True when a train-mode forward must be differentiable (then ``_IABNTrain`` runs it)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, layer.weight, layer.bias))
 
 
 class _IABNTrain(torch.autograd.Function):

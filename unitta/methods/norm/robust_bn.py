@@ -25,6 +25,7 @@ from unitta.methods.norm.stats import (
     as_map,
     constant,
     float32_forward,
+    needs_grad,
     normalise,
 )
 
@@ -55,7 +56,7 @@ class RobustBN(nn.Module):
 
     @float32_forward
     def forward(self, x: Tensor) -> Tensor:
-        if self.training and _needs_grad(self, x):
+        if self.training and needs_grad(x, self.weight, self.bias):
             return _RobustBNTrain.apply(x, self.weight, self.bias, self)
         if self.training:
             dims = [0, *range(2, x.ndim)]
@@ -78,11 +79,6 @@ class RobustBN(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
-
-
-def _needs_grad(layer: RobustBN, x: Tensor) -> bool:
-    """True when a train-mode forward must be differentiable (then ``_RobustBNTrain`` runs it)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, layer.weight, layer.bias))
 
 
 class _RobustBNTrain(torch.autograd.Function):

@@ -155,6 +155,12 @@ def normalise(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Tensor |
     return apply_affine(x, as_map(scale, x), as_map(shift, x))
 
 
+def needs_grad(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
+    """True when a layer's forward must be differentiable: autograd is on and its input or affine
+    parameters need a gradient (the layers with a hand-written backward then run their Function)."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+
+
 class AffineCache:
     """The (scale, shift) of ``affine`` for one layer, recomputed only when an input changes.
 
