@@ -48,6 +48,7 @@ from unitta.summary import summary_table
 __all__ = ["run_sweep", "SweepOutcome", "main"]
 
 TASK_NAME = "unitta_cell"  # Ray names each cell's task (and its worker's process title) after this
+LOST_NODE_GRACE_S = 20.0  # how long a sweep that saw Ray errors waits at its end for a node loss to be declared
 
 
 # ---------------------------------------------------------------------- one cell, its output captured
@@ -289,10 +290,13 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
         nodes, watched = ray_cluster.NodeWatch(ray), time.monotonic()
         bar = _Progress(len(todo), cfg.name, progress)
 
+        reported_lost = []
+
         def report_lost_nodes() -> bool:  # one line per lost node; Ray reruns its tasks (max_retries)
             lost = nodes.lost()
             for line in lost:
                 bar.write(line)
+            reported_lost.extend(lost)
             return bool(lost)
 
         try:
@@ -323,6 +327,12 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
                     _count(outcome, row)
                     bar.update(row["status"], min(len(pending), capacity))
             report_lost_nodes()  # one lost while the last cells ran
+            if messages.count and not reported_lost:
+                # Ray published errors (e.g. a dead raylet's workers) but its GCS has not declared a node dead
+                # yet (health checks, ~15 s by default): give it that long, so that a loss is still reported
+                deadline = time.monotonic() + LOST_NODE_GRACE_S
+                while time.monotonic() < deadline and not report_lost_nodes():
+                    time.sleep(0.5)
         except BaseException:
             for ref in pending:
                 with contextlib.suppress(Exception):
