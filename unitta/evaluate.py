@@ -242,7 +242,8 @@ def evaluate(
     import torch
 
     from unitta.data import load_dataset
-    from unitta.methods import get_method
+    from unitta.data.source import load_source
+    from unitta.methods import get_method, method_class
     from unitta.models import load_model
 
     wall_start = time.perf_counter()
@@ -265,8 +266,18 @@ def evaluate(
         model = model.to(memory_format=torch.channels_last)
 
     stream = build_stream(cell, dataset)
+    source = None
+    if method_class(cell.method).needs_source:  # loaded only for the methods that use it
+        source = load_source(cell.dataset, data_dir=cell.data_dir)
     method = get_method(
-        cell.method, model, info, dataset=cell.dataset, seed=cell.seed, profile=cell.profile, **cell.method_kwargs
+        cell.method,
+        model,
+        info,
+        dataset=cell.dataset,
+        seed=cell.seed,
+        profile=cell.profile,
+        source=source,
+        **cell.method_kwargs,
     )
     if cell.compile:
         method.compile()

@@ -15,10 +15,11 @@ import numpy as np
 from unitta.data.arrays import ArrayDataset
 from unitta.data.base import CORRUPTIONS, CorruptedDataset
 from unitta.data.fmnist_c import prepare_fmnist_c
+from unitta.data.source import load_source
 
 DATASETS = ("fmnist-c", "cifar10-c", "cifar100-c", "imagenet-c")
 
-__all__ = ["ArrayDataset", "CORRUPTIONS", "CorruptedDataset", "DATASETS", "load_dataset", "prepare_fmnist_c"]
+__all__ = ["ArrayDataset", "CORRUPTIONS", "CorruptedDataset", "DATASETS", "load_dataset", "load_source", "prepare_fmnist_c"]
 
 
 def default_data_dir() -> Path:

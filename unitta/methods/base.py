@@ -138,6 +138,14 @@ class TTAMethod:
     # Bump when the method's behaviour changes (results computed with another version are stale):
     # the cell identity includes it, so a resumed sweep recomputes such cells.
     version: ClassVar[int] = 1
+    # True for methods that need labelled source images (EATA's Fisher, RMT's replay, SANTA, GTTA):
+    # they get them as ``get_method(..., source=DATASET)`` and refuse to start without (``self.source``).
+    needs_source: ClassVar[bool] = False
+    # The normalisation kinds (``unitta.nn.norms.NORM_KINDS``) of the models the method runs on:
+    # BatchNorm-statistics methods only 'batch'; affine-adapting methods all three (docs/methods.md).
+    norm_kinds: ClassVar[tuple[str, ...]] = ("batch",)
+    # What ``forward`` returns: 'logits' (softmax gives the class probabilities) or 'probabilities' (LAME).
+    scores: ClassVar[str] = "logits"
 
     @dataclass(frozen=True)
     class Config:
@@ -145,7 +153,13 @@ class TTAMethod:
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
 
-    def __init__(self, model: nn.Module, cfg: Any, info: ModelInfo, seed: int = 0):
+    def __init__(self, model: nn.Module, cfg: Any, info: ModelInfo, seed: int = 0, source: Any = None):
+        if self.needs_source and source is None:
+            raise ValueError(
+                f"method {self.name!r} needs labelled source images: pass get_method(..., source=DATASET) "
+                "with a torch Dataset of (image, label) pairs, e.g. unitta.data.load_source(dataset)"
+            )
+        self.source = source
         self.source_model = model
         self.cfg = cfg
         self.info = info
@@ -415,6 +429,7 @@ def get_method(
     dataset: str | None = None,
     seed: int = 0,
     profile: str = "default",
+    source: Any = None,
     **overrides: Any,
 ) -> TTAMethod:
     """Build method ``name`` around ``model``.
@@ -423,10 +438,12 @@ def get_method(
     family (the reference's ``configs/adapter/<dataset>/*.yaml``, docs/methods.md), then by the
     ``profile``'s values ('reference': the reference implementation's code paths), then by ``overrides``
     (names and types checked; ranges by the Config itself).
+    source: labelled source images (a ``torch.utils.data.Dataset`` of (image, label)), for the methods
+    whose ``needs_source`` is True (``unitta.data.load_source``); ignored by the others.
 
     >>> method = get_method("unitta", model, info, eta=0.05)
     >>> logits = method(x)
     """
     cls = method_class(name)
     cfg = build_config(cls, dataset, profile, **overrides)
-    return cls(model, cfg, info, seed=seed)
+    return cls(model, cfg, info, seed=seed, source=source if cls.needs_source else None)

@@ -1,0 +1,116 @@
+"""Labelled source (training) images: what EATA's Fisher, RMT's warm-up and replay, SANTA and GTTA need.
+
+``load_source(dataset)`` returns the split the dataset's default model was trained on, as a
+``torch.utils.data.Dataset`` of (image float32 (3, H, W) in [0, 1], label int) pairs:
+- fmnist-c: Fashion-MNIST's 60,000 training images (Debian package ``dataset-fashion-mnist``, no download),
+  zero-padded to 32x32 and grey in 3 channels exactly like the test images of Fashion-MNIST-C;
+- cifar10-c / cifar100-c: CIFAR-10/100's training set from ``<data_dir>/cifar-10-batches-py`` /
+  ``cifar-100-python`` (torchvision's layout, read by ``torchvision.datasets.CIFAR10/100`` without download);
+- imagenet-c: an ImageNet training subset from ``<data_dir>/ImageNet/train/<wnid>/*.JPEG`` (torchvision's
+  ``ImageFolder`` layout), resized to 256 and centre-cropped to 224 like the test images.
+Methods get it through ``get_method(..., source=...)``; any Dataset of (image, label) pairs works, a
+``TensorDataset`` included (docs/methods.md, "Source data").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+__all__ = ["ArraySource", "load_source", "SOURCE_DATASETS"]
+
+# dataset -> what its source split is (for messages and docs)
+SOURCE_DATASETS = {
+    "fmnist-c": "Fashion-MNIST train (60,000 images, Debian package dataset-fashion-mnist)",
+    "cifar10-c": "CIFAR-10 train (50,000 images, <data_dir>/cifar-10-batches-py)",
+    "cifar100-c": "CIFAR-100 train (50,000 images, <data_dir>/cifar-100-python)",
+    "imagenet-c": "an ImageNet train subset (<data_dir>/ImageNet/train/<wnid>/*.JPEG)",
+}
+
+
+class ArraySource(Dataset):
+    """Source images held as one uint8 (N, H, W, 3) array with int64 labels; ``get_batch`` gathers many at once."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray):
+        if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] != 3:
+            raise ValueError(f"images: expected uint8 (N, H, W, 3), got {images.dtype} {images.shape}")
+        if len(images) != len(labels):
+            raise ValueError(f"images, labels: lengths differ ({len(images)}, {len(labels)})")
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image = torch.from_numpy(self.images[index]).permute(2, 0, 1).float().div_(255.0)
+        return image, int(self.labels[index])
+
+    def get_batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images (B, 3, H, W) float32 in [0, 1] and labels (B,) int64 at ``indices``."""
+        indices = np.asarray(indices, dtype=np.int64)
+        images = torch.from_numpy(self.images[indices]).permute(0, 3, 1, 2).float().div_(255.0)
+        return images.contiguous(), torch.from_numpy(self.labels[indices])
+
+
+def _fmnist_train() -> ArraySource:
+    from unitta.data.fashion_mnist import read_fashion_mnist
+
+    images, labels = read_fashion_mnist("train")
+    padded = np.zeros((len(images), 32, 32, 3), dtype=np.uint8)
+    padded[:, 2:30, 2:30, :] = images[:, :, :, None]  # the same padding as the test set (fmnist_c.padded_test_set)
+    return ArraySource(padded, labels)
+
+
+def _cifar_train(dataset: str, root: Path) -> ArraySource:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    cls, folder = (CIFAR10, "cifar-10-batches-py") if dataset == "cifar10-c" else (CIFAR100, "cifar-100-python")
+    if not (root / folder).is_dir():
+        raise FileNotFoundError(
+            f"source data for {dataset} not found: expected {root / folder} (torchvision's layout; "
+            f"`torchvision.datasets.{cls.__name__}('{root}', download=True)` on a machine with internet, then copy it)"
+        )
+    train = cls(str(root), train=True, download=False)
+    return ArraySource(np.ascontiguousarray(train.data), np.asarray(train.targets))
+
+
+class _ImageFolderSource(Dataset):
+    """An ImageNet training subset in ImageFolder layout, decoded on demand (resize 256, centre crop 224)."""
+
+    def __init__(self, folder: Path):
+        from torchvision import transforms
+        from torchvision.datasets import ImageFolder
+
+        preprocess = transforms.Compose(
+            [transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor()]
+        )
+        self.inner = ImageFolder(str(folder), transform=preprocess)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.inner[index]
+
+
+def load_source(dataset: str, data_dir: str | Path | None = None) -> Dataset:
+    """The labelled source split of ``dataset`` (module docstring); a missing one is a clear error."""
+    from unitta.data import default_data_dir
+
+    if dataset not in SOURCE_DATASETS:
+        raise ValueError(f"dataset={dataset!r} has no source split; known: {', '.join(SOURCE_DATASETS)}")
+    if dataset == "fmnist-c":
+        return _fmnist_train()
+    root = default_data_dir() if data_dir is None else Path(data_dir)
+    if dataset == "imagenet-c":
+        folder = root / "ImageNet" / "train"
+        if not folder.is_dir():
+            raise FileNotFoundError(
+                f"source data for imagenet-c not found: expected {folder}/<wnid>/*.JPEG (an ImageNet train subset)"
+            )
+        return _ImageFolderSource(folder)
+    return _cifar_train(dataset, root)
