@@ -19,7 +19,15 @@ from unitta.data.source import load_source
 
 DATASETS = ("fmnist-c", "cifar10-c", "cifar100-c", "imagenet-c")
 
-__all__ = ["ArrayDataset", "CORRUPTIONS", "CorruptedDataset", "DATASETS", "load_dataset", "load_source", "prepare_fmnist_c"]
+__all__ = [
+    "ArrayDataset",
+    "CORRUPTIONS",
+    "CorruptedDataset",
+    "DATASETS",
+    "load_dataset",
+    "load_source",
+    "prepare_fmnist_c",
+]
 
 
 def default_data_dir() -> Path:
