@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.data import TensorDataset
 
 from unitta.methods.base import TTAMethod, _resolved_hints, build_config, get_method, method_class
 from unitta.models.info import ModelInfo
@@ -202,6 +203,14 @@ def check_cost_accounting(name: str, model: nn.Module, info: ModelInfo, x: Tenso
     return _result("cost", name, None)
 
 
+def check_source(model: nn.Module, images: Tensor) -> TensorDataset:
+    """A labelled stand-in source set for methods that need one when the caller gave none: the check images
+    labelled by the source model's own predictions (the contract checks mechanics, not accuracy)."""
+    with torch.no_grad():
+        labels = model.eval()(images).argmax(1)
+    return TensorDataset(images, labels)
+
+
 CHECKS = ("finite_outputs", "reset", "deterministic", "config_validation", "cost", "bf16")
 
 
@@ -218,6 +227,8 @@ def run_checks(
     need = 65 + 2 * small
     if images.shape[0] < need:
         raise ValueError(f"run_checks needs at least {need} images, got {images.shape[0]}")
+    if method_class(name).needs_source and overrides.get("source") is None:
+        overrides = {**overrides, "source": check_source(model, images)}
     full, one = images[:64], images[64:65]
     stream = [images[65 : 65 + small], images[65 + small : need]]
     return [
