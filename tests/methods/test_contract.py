@@ -16,7 +16,7 @@ import unitta.methods
 from tests.methods.fmnist_cnn import error, grey_shift, shift
 from unitta.methods import build_config, get_method, list_methods, method_class
 from unitta.methods.base import BUILTIN_MODULES
-from unitta.methods.contract import CHECKS, run_checks
+from unitta.methods.contract import CHECKS, check_source, run_checks
 
 # Short runs: fewer augmented teacher passes for CoTTA, and memory updates every 16 samples for RoTTA and
 # NOTE so that they adapt within the checks' two batches of 8 (what is checked does not depend on these values).
@@ -67,7 +67,8 @@ def test_every_dataset_preset_passes_the_config_check(name):
 
 @pytest.mark.parametrize("name", sorted(set(list_methods()) - STATELESS))
 def test_adapting_methods_change_their_model_state(name, fmnist_cnn):
-    method = get_method(name, fmnist_cnn.model, fmnist_cnn.info, **FAST.get(name, {}))
+    source = check_source(fmnist_cnn.model, fmnist_cnn.x[:128]) if method_class(name).needs_source else None
+    method = get_method(name, fmnist_cnn.model, fmnist_cnn.info, source=source, **FAST.get(name, {}))
     initial = {k: v.clone() for k, v in method.model.state_dict().items()}
     for i in range(4):
         method(grey_shift(fmnist_cnn.x[16 * i : 16 * (i + 1)], seed=1))
