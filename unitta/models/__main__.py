@@ -1,9 +1,9 @@
 """Command line for the models.
 
-    python -m unitta.models train fmnist [--epochs N] [--out PATH] [--seed S]
+    python -m unitta.models train fmnist [--arch resnet20|vit_tiny] [--epochs N] [--out PATH] [--seed S]
     python -m unitta.models fetch DATASET [--name NAME] [--dir DIR] [--trust-checkpoints] [--quiet]
 
-``train`` retrains the embedded ResNet-20; ``fetch`` downloads a paper model's checkpoint into the layout
+``train`` retrains an embedded model (the ResNet-20, or the LayerNorm ViT with ``--arch vit_tiny``); ``fetch`` downloads a paper model's checkpoint into the layout
 ``load_model`` reads (``unitta.models.fetch``).
 """
 
@@ -13,22 +13,25 @@ import argparse
 import sys
 from dataclasses import fields
 
-from unitta.models.train import DEFAULT_CHECKPOINT, TrainConfig, train_fmnist
+from unitta.models.train import RECIPES, TrainConfig, default_checkpoint, train_fmnist
 
 
 def main(argv: list[str] | None = None) -> int:
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog="python -m unitta.models", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train the embedded ResNet-20 and write its checkpoint")
+    train = sub.add_parser("train", help="train an embedded model and write its checkpoint")
     train.add_argument("dataset", choices=["fmnist"], help="training set (only Fashion-MNIST is embedded)")
-    train.add_argument("--epochs", type=int, default=defaults.epochs)
+    train.add_argument("--arch", choices=list(RECIPES), default=defaults.arch, help="architecture (default resnet20)")
+    train.add_argument("--epochs", type=int, default=None, help="default: the recipe of --arch")
     train.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    train.add_argument("--max-lr", type=float, default=defaults.max_lr)
+    train.add_argument("--max-lr", type=float, default=None, help="default: the recipe of --arch")
     train.add_argument("--seed", type=int, default=defaults.seed)
     train.add_argument("--threads", type=int, default=defaults.threads, help="torch CPU threads")
     train.add_argument("--limit", type=int, default=None, help="train and test on the first N images only (smoke test)")
-    train.add_argument("--out", default=str(DEFAULT_CHECKPOINT), help=f"checkpoint path (default {DEFAULT_CHECKPOINT})")
+    train.add_argument(
+        "--out", default=None, help=f"checkpoint path (default {default_checkpoint('ARCH')}, the packaged one)"
+    )
     fetch = sub.add_parser("fetch", help="download a paper model's checkpoint (robustbench / torchvision)")
     fetch.add_argument("dataset", choices=["cifar10-c", "cifar100-c", "imagenet-c", "fmnist-c"])
     fetch.add_argument("--name", default=None, help="model name (default: the paper's model for the dataset)")
