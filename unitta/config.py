@@ -1,8 +1,9 @@
 """The sweep YAML schema: validated with pydantic, expanded into a list of ``Cell`` s.
 
-A sweep config names datasets, models, methods (with hyper-parameter overrides), settings, factors
-(fixed overrides and grids), the sampler, S / stream length, seeds, batch sizes, the resources of one
-cell and where results go (docs/results.md). Every mistake is reported before any task runs
+A sweep config names datasets, models (``models: {dataset: name}``; each dataset's default otherwise; a
+method that does not run on a model's normalisation kind is refused here), methods (with hyper-parameter
+overrides), settings, factors (fixed overrides and grids), the sampler, S / stream length, seeds, batch
+sizes, the resources of one cell and where results go (docs/results.md). Every mistake is reported before any task runs
 as a ``ConfigError`` whose message is one line naming the key and the problem; unknown keys get a
 "did you mean" hint::
 
@@ -345,7 +346,8 @@ def parse_config(data: Any, source: str = "<config>", base_dir: str | Path | Non
         loaded = plugins.load(cfg.plugins, base_dir, source)
         cfg = cfg.model_copy(update={"plugins": [p.spec for p in loaded]})
     check_methods(
-        [(f"methods[{i}]", m.name, m.overrides) for i, m in enumerate(cfg.methods)], cfg.datasets, cfg.profile, source
+        [(f"methods[{i}]", m.name, m.overrides) for i, m in enumerate(cfg.methods)], cfg.datasets, cfg.profile, source,
+        models=dict(cfg.models),
     )
     _check_duplicates(cfg, source)
     return cfg

@@ -217,12 +217,18 @@ def read_yaml_file(path: str | Path) -> Any:
 
 # ---------------------------------------------------------------------- methods
 def check_methods(
-    entries: list[tuple[str, str, dict[str, Any]]], datasets: list[str], profile: str, source: str
+    entries: list[tuple[str, str, dict[str, Any]]],
+    datasets: list[str],
+    profile: str,
+    source: str,
+    models: dict[str, str | None] | None = None,
 ) -> None:
     """Each (label, method name, overrides) against the registry and the method's Config, per dataset.
 
     The Config's own validation (types, ranges) runs here, so a bad hyper-parameter fails the config
-    check instead of every cell.
+    check instead of every cell. ``models`` ({dataset: model name or None for the default}) are checked
+    against the zoo, and each method against the model's normalisation kind (``TTAMethod.norm_kinds``;
+    the zoo's table, no model is built).
     """
     from unitta.methods import list_methods, resolved_config
     from unitta.methods.base import entry_point_errors
@@ -242,3 +248,21 @@ def check_methods(
                 resolved_config(name, dataset, profile=profile, **overrides)
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"{source}: {label} ({name}): {exc}".replace("\n", " ")) from None
+            problem = _norm_kind_problem(name, dataset, (models or {}).get(dataset), source)
+            if problem:
+                raise ConfigError(f"{source}: {label}: {dataset}: {problem}")
+
+
+def _norm_kind_problem(method: str, dataset: str, model: str | None, source: str) -> str | None:
+    """Why ``method`` cannot run on the dataset's model (its normalisation kind), or None."""
+    from unitta.methods import method_class, norm_kind_problem
+    from unitta.models.zoo import list_models, model_norm_kind
+
+    known = list_models().get(dataset, [])
+    if model is not None and model not in known:
+        raise ConfigError(f"{source}: models: {dataset}: unknown model {model!r}{hint(model, known)}; known: "
+                          f"{', '.join(known)}")
+    if dataset not in list_models():
+        return None  # no zoo entry to ask (e.g. a dataset a plugin adds); the cell names the problem
+    name = model if model is not None else known[0]
+    return norm_kind_problem(method_class(method), model_norm_kind(dataset, name), name)

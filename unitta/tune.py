@@ -197,7 +197,7 @@ def _check_methods(cfg: TuneConfig, source: str, layers: list[str]) -> None:
     kwargs = {**base.method_kwargs, **({"layer": layers[0]} if layers else {})}
     entries = [("methods", name, kwargs) for name in cfg.trial_methods]
     try:
-        check_methods(entries, [base.dataset], base.profile, source)
+        check_methods(entries, [base.dataset], base.profile, source, models={base.dataset: base.model})
     except ConfigError as exc:
         extra = " (space.layer needs a method with a 'layer' hyper-parameter: unitta, bdn)" if layers else ""
         raise ConfigError(f"{exc}{extra}") from None

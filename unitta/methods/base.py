@@ -53,6 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.models.info import ModelInfo
+from unitta.nn.norms import norm_kind
 from unitta.streams.settings import DATASET_ALIASES, canonical_dataset
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "preset_key",
     "build_config",
     "resolved_config",
+    "norm_kind_problem",
     "BUILTIN_MODULES",
     "ENTRY_POINT_GROUP",
     "entry_point_errors",
@@ -159,6 +161,9 @@ class TTAMethod:
                 f"method {self.name!r} needs labelled source images: pass get_method(..., source=DATASET) "
                 "with a torch Dataset of (image, label) pairs, e.g. unitta.data.load_source(dataset)"
             )
+        kind = norm_kind(model)
+        if kind != "none" and (problem := norm_kind_problem(type(self), kind, info.name)):
+            raise ValueError(problem)
         self.source = source
         self.source_model = model
         self.cfg = cfg
@@ -254,6 +259,24 @@ def _module_device(model: nn.Module) -> torch.device:
     for tensor in model.buffers():
         return tensor.device
     return torch.device("cpu")
+
+
+_NORM_NAMES = {"batch": "BatchNorm", "layer": "LayerNorm", "group": "GroupNorm"}
+
+
+def norm_kind_problem(cls: type[TTAMethod], kind: str, model: str) -> str | None:
+    """One line saying why method ``cls`` does not run on a model of normalisation ``kind``, or None if it does.
+
+    A method runs on the kinds of its ``norm_kinds`` (docs/methods.md, "Normalisation kinds").
+    """
+    if kind in cls.norm_kinds:
+        return None
+    runs_on = ", ".join(_NORM_NAMES.get(k, k) for k in cls.norm_kinds)
+    return (
+        f"method {cls.name!r} runs on {runs_on} models only, but model {model!r} normalises with "
+        f"{_NORM_NAMES.get(kind, kind)} (norm kind {kind!r}); pick a BatchNorm model for it or drop it "
+        "(docs/methods.md, 'Normalisation kinds')"
+    )
 
 
 # ---------------------------------------------------------------------- registry

@@ -52,6 +52,8 @@ class FeatureAverager:
 class COFA(TTAMethod):
     """COFA on the source model (reference adapter ``unitta_cofa``, paper section 4.3)."""
 
+    norm_kinds = ("batch", "layer", "group")  # classifier inputs only: the network is not touched
+
     @dataclass(frozen=True)
     class Config:
         filter: bool = True  # FILT, configs/adapter/cifar10/unitta_cofa.yaml

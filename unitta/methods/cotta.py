@@ -27,7 +27,10 @@ Deviations:
   and the original always compute them and then discard them. Same predictions and updates, fewer
   forwards (the random stream differs).
 - The model stays in eval mode (batch-statistic BN layers swapped in, as md); UT puts the whole
-  model in train mode, which differs only for models with dropout.
+  model in train mode, which differs only for models with dropout or stochastic depth (md's Swin-B runs
+  CoTTA with stochastic depth active; here it is off).
+- LayerNorm / GroupNorm models (ViT-B/16, Swin-B, ResNet-26-GN; md runs CoTTA on them): nothing is swapped,
+  every weight and bias is trained and restored, exactly as on BatchNorm models.
 - Batch of size 1: UT skips it. Here it is predicted by the teacher (single-sample statistics, see
   ``norm/batch_stats.py``) without an update (``min_update_batch``), so the state evolves as UT's.
 """
@@ -55,6 +58,8 @@ __all__ = ["CoTTA"]
 @register_method("cotta")
 class CoTTA(TTAMethod):
     """CoTTA (Wang et al., CVPR'22): EMA teacher, augmentation-averaged pseudo-labels, stochastic restore."""
+
+    norm_kinds = ("batch", "layer", "group")  # trains every parameter: any model (md cotta.configure_model)
 
     # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
     version = 2

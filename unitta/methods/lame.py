@@ -41,6 +41,8 @@ _ENERGY_TOL = 1e-8
 class LAME(TTAMethod):
     """LAME (Boudiaf et al., CVPR'22): refine the batch's probabilities with a feature affinity."""
 
+    norm_kinds = ("batch", "layer", "group")  # outputs only: the network is not touched (md runs it on ViT/Swin too)
+
     @dataclass(frozen=True)
     class Config:
         affinity: Literal["knn", "rbf", "linear"] = "knn"  # UT configs/adapter/*/lame.yaml (md: rbf)

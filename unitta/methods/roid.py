@@ -10,6 +10,9 @@ Algorithm: BN layers normalise with batch statistics and their affine parameters
            after each step the parameters are averaged back towards the source (0.99 / 0.01), and the
            output is corrected by an adaptively smoothed batch class prior.
 
+On LayerNorm / GroupNorm models (md runs ROID on ViT-B/16, Swin-B and ResNet-26-GN) the affine parameters of
+those layers are trained instead (md ``roid.configure_model``; ``norm/affine.py``).
+
 Also here: ``roid_unmixtns`` (UniTTA's ROID with ``USE_UNMIXTNS``): the same method with every
 BatchNorm2d replaced by an UnMix-TNS layer (norm/unmixtns.py) instead of a batch-statistics layer.
 
@@ -42,11 +45,11 @@ from torch import Tensor, nn
 from unitta.methods.augment import cotta_augment, device_generator
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
-from unitta.methods.norm.batch_stats import BatchStatsNorm
+from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.norm.unmixtns import UnMixTNS2d, convert_to_unmixtns
 from unitta.methods.optim import optimizer_from_config
 from unitta.methods.validate import check_at_least, check_positive, check_probability
-from unitta.nn.batchnorm import replace_batchnorms, train_affine
+from unitta.nn.batchnorm import train_affine
 
 
 @register_method("roid")
@@ -55,6 +58,7 @@ class ROID(TTAMethod):
 
     # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
     version = 2
+    norm_kinds = ("batch", "layer", "group")  # md roid.configure_model: BN, LN and GN affine
 
     @dataclass(frozen=True)
     class Config:
@@ -84,17 +88,17 @@ class ROID(TTAMethod):
     }
 
     # ------------------------------------------------------------------ set-up
-    def convert_norms(self) -> list[nn.Module]:
-        """Swap the model's BatchNorms for the normalisation ROID adapts; returns the new layers.
+    def configure(self) -> list[nn.Parameter]:
+        """Set the normalisation layers up for adaptation; returns the parameters ROID trains.
 
-        ROID: every BatchNorm normalises with the current batch's statistics (BatchStatsNorm).
+        ROID: every BatchNorm normalises with the current batch's statistics (BatchStatsNorm); the affine
+        parameters of every BatchNorm, LayerNorm and GroupNorm are trained (``adapt_norm_affine``).
         """
-        return list(replace_batchnorms(self.model, lambda name, bn: BatchStatsNorm(bn)).values())
+        return adapt_norm_affine(self.model)
 
     def setup(self) -> None:
         self.model.requires_grad_(False)
-        self.norm_layers = self.convert_norms()
-        params = train_affine(self.norm_layers)
+        params = self.configure()
         self.params = params
         self.source_params = [p.detach().clone() for p in params]
         self.model.eval()
@@ -214,14 +218,16 @@ class ROIDUnMixTNS(ROID):
             check_at_least("max_batch_size", self.max_batch_size, 1)
 
     presets = ROID.presets  # UT: ROID's learning rates on every dataset
+    norm_kinds = ("batch",)  # UnMix-TNS replaces BatchNorm statistics
 
-    def convert_norms(self) -> list[nn.Module]:
+    def configure(self) -> list[nn.Parameter]:
         layers: list[nn.Module] = list(
             convert_to_unmixtns(self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator).values()
         )
         # BatchNorm1d layers stay source-statistics BNs (eval mode); their affine is trained too
         layers += [m for m in self.model.modules() if isinstance(m, nn.BatchNorm1d)]
-        return layers
+        self.norm_layers = layers
+        return train_affine(layers)
 
     def before_augmented_forward(self) -> None:
         if not self.cfg.update_on_augmented:

@@ -1,4 +1,4 @@
-"""TEST: the source model, unchanged, in eval mode (UniTTA ``configs/adapter/*/test.yaml``)."""
+"""TEST: the source model, unchanged, in eval mode (UniTTA ``configs/adapter/*/test.yaml``); any normalisation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from unitta.methods.base import TTAMethod, register_method
 
 @register_method("test")
 class SourceModel(TTAMethod):
-    """The no-adaptation baseline: the pre-trained model with its source BatchNorm statistics."""
+    """The no-adaptation baseline: the pre-trained model with its source BatchNorm statistics (if any)."""
+
+    norm_kinds = ("batch", "layer", "group")  # nothing is adapted: any model
 
     @dataclass(frozen=True)
     class Config:

@@ -1,11 +1,12 @@
 """TENT: test entropy minimisation (Wang, Shelhamer, Liu, Olshausen, Darrell; ICLR'21).
 
 Every BatchNorm normalises with the current batch's statistics (running statistics dropped) and only
-the BN affine parameters (gamma, beta) adapt, by one optimisation step per batch on the mean
-prediction entropy H(softmax(z)) (paper sec. 3; docs/methods.md "TENT"). The prediction returned is the one
-computed *before* the step (TENT's online protocol, as in the original tent.py; with ``steps`` > 1, the output
-of the last forward, as the original). Everything else is frozen and the model
-stays in eval mode.
+the normalisation layers' affine parameters (gamma, beta) adapt (on LayerNorm / GroupNorm models their
+affine parameters, as the reference TTA benchmark's ``tent.configure_model``; ``norm/affine.py``), by one
+optimisation step per batch on the mean prediction entropy H(softmax(z)) (paper sec. 3; docs/methods.md
+"TENT"). The prediction returned is the one computed *before* the step (TENT's online protocol, as in the
+original tent.py; with ``steps`` > 1, the output of the last forward, as the original). Everything else is
+frozen and the model stays in eval mode.
 
 Hyper-parameters (UT ``configs/adapter/*/tent.yaml`` = md = original; docs/methods.md "TENT"):
 CIFAR-10/100: Adam lr 1e-3. ImageNet: SGD lr 2.5e-4, momentum 0.9, Nesterov. One step per batch.
@@ -15,7 +16,8 @@ Deviations:
   predicted (BN then normalises with the single sample's statistics over H x W, see
   ``norm/batch_stats.py``) but no step is taken, so the adaptation trajectory equals the
   reference's; ``min_update_batch`` sets the threshold.
-- Only BatchNorm affine parameters adapt (as UT); md also adapts LayerNorm/GroupNorm affine.
+- On BatchNorm models only the BatchNorm affine parameters adapt (as UT); LayerNorm/GroupNorm layers of a
+  model adapt as well (as md), which changes nothing for the BatchNorm-only models of the paper.
 """
 
 from __future__ import annotations
@@ -28,17 +30,18 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import softmax_entropy
-from unitta.methods.norm.batch_stats import BatchStatsNorm
+from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.optim import optimizer_from_config
 from unitta.methods.validate import check_at_least, check_positive
-from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
 __all__ = ["Tent"]
 
 
 @register_method("tent")
 class Tent(TTAMethod):
-    """TENT (Wang et al., ICLR'21): entropy minimisation on BN affine parameters with batch statistics."""
+    """TENT (Wang et al., ICLR'21): entropy minimisation on norm affine parameters with batch statistics."""
+
+    norm_kinds = ("batch", "layer", "group")  # md tent.configure_model: BN, LN and GN affine
 
     @dataclass(frozen=True)
     class Config:
@@ -57,11 +60,7 @@ class Tent(TTAMethod):
     }
 
     def setup(self) -> None:
-        self.model.requires_grad_(False)
-        layers = replace_batchnorms(self.model, lambda name, bn: BatchStatsNorm(bn))
-        params = train_affine(layers.values())
-        self.model.eval()
-        self.optimizer = optimizer_from_config(params, self.cfg)
+        self.optimizer = optimizer_from_config(adapt_norm_affine(self.model), self.cfg)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[0] < self.cfg.min_update_batch:

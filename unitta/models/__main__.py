@@ -3,8 +3,8 @@
     python -m unitta.models train fmnist [--arch resnet20|vit_tiny] [--epochs N] [--out PATH] [--seed S]
     python -m unitta.models fetch DATASET [--name NAME] [--dir DIR] [--trust-checkpoints] [--quiet]
 
-``train`` retrains an embedded model (the ResNet-20, or the LayerNorm ViT with ``--arch vit_tiny``); ``fetch`` downloads a paper model's checkpoint into the layout
-``load_model`` reads (``unitta.models.fetch``).
+``train`` retrains an embedded model (the ResNet-20, or the LayerNorm ViT with ``--arch vit_tiny``); ``fetch``
+downloads a paper model's checkpoint into the layout ``load_model`` reads (``unitta.models.fetch``).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 Sources are robustbench's (the UniTTA paper's models come from its "corruptions" zoo): the Google
 Drive id in ``robustbench.model_zoo.model_dicts`` for ``Standard`` (CIFAR-10) and
-``Hendrycks2020AugMix_ResNeXt`` (CIFAR-100), and for ImageNet's ``Standard_R50`` torchvision's
-``ResNet50_Weights.IMAGENET1K_V1`` file, checked against the sha256 prefix in its name. Files land where
-``unitta.models.load_model`` reads them: robustbench's ``<dir>/<dataset>/corruptions/<name>.pt`` and
-``<dir>/resnet50-0676ba61.pth``.
+``Hendrycks2020AugMix_ResNeXt`` (CIFAR-100), and for ImageNet's ``Standard_R50``, ``vit_b_16`` and ``swin_b``
+torchvision's ``IMAGENET1K_V1`` files (``ResNet50_Weights``, ``ViT_B_16_Weights``, ``Swin_B_Weights``), each
+checked against the sha256 prefix in its name. Files land where ``unitta.models.load_model`` reads them:
+robustbench's ``<dir>/<dataset>/corruptions/<name>.pt`` and ``<dir>/<torchvision file name>``. The GroupNorm
+ResNet-26 (``resnet26_gn``) has no public download this command knows of: it says where to put the file.
 
 robustbench's ``load_model`` downloads through gdown, which has no timeout and no checksum, so the
 bytes move through ``unitta.data.download`` (timeouts, Range resume on ``<name>.pt.part``); gdown is
@@ -55,16 +56,23 @@ def _source(dataset: str, name: str, directory: Path) -> tuple[str | None, Path,
     """(URL or None for a Drive id still to resolve, target path, expected digest) for one checkpoint."""
     mirror = os.environ.get("UNITTA_CHECKPOINT_MIRROR", "").rstrip("/")
     _, entry = zoo._entry(dataset, name)
-    if dataset == "imagenet-c":
+    if entry.torchvision_weights is not None:
         import torch.hub
         import torchvision
 
-        url = torchvision.models.ResNet50_Weights.IMAGENET1K_V1.url
+        url = torchvision.models.get_weight(entry.torchvision_weights).url
         filename = url.rsplit("/", 1)[-1]
-        if filename != zoo.TORCHVISION_R50_FILE:  # the name load_model looks for
-            raise DownloadError(f"torchvision now serves {filename}, not {zoo.TORCHVISION_R50_FILE}; update unitta")
+        if filename != entry.weights_file:  # the name load_model looks for
+            raise DownloadError(f"torchvision now serves {filename}, not {entry.weights_file}; update unitta")
         prefix = re.search(torch.hub.HASH_REGEX, filename).group(1)
         return (f"{mirror}/{filename}" if mirror else url), directory / filename, Digest("sha256", prefix)
+    if entry.weights_file is not None:  # a file of its own with no known public source
+        if not mirror:
+            raise DownloadError(
+                f"{name}: no public download is known for {entry.weights_file}; copy the checkpoint to "
+                f"{directory / entry.weights_file} (or serve it with UNITTA_CHECKPOINT_MIRROR)"
+            )
+        return f"{mirror}/{entry.weights_file}", directory / entry.weights_file, None
     relative = f"{entry.rb_dataset}/corruptions/{name}.pt"
     return (f"{mirror}/{relative}" if mirror else None), directory / relative, None
 
@@ -82,7 +90,7 @@ def _verify(dataset: str, name: str, path: Path, trust_checkpoints: bool) -> Non
     """Load ``path`` into the model's architecture (the zoo has no checksums); raises CheckpointError."""
     model, _ = zoo.build_model(dataset, name)
     try:
-        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), dataset, path)
+        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), zoo._entry(dataset, name)[1], path)
     except zoo.CheckpointError:
         raise
     except ValueError as err:
@@ -104,9 +112,14 @@ def fetch_checkpoint(
     """
     name, _ = zoo._entry(dataset, name)
     if dataset == "fmnist-c":
-        return zoo.EMBEDDED_CHECKPOINT
+        return zoo.checkpoint_path(dataset, name)
     directory = Path(directory)
-    url, target, digest = _source(dataset, name, directory)
+    try:
+        url, target, digest = _source(dataset, name, directory)
+    except DownloadError:
+        if zoo.checkpoint_path(dataset, name, directory).is_file():
+            return zoo.checkpoint_path(dataset, name, directory)
+        raise
     if target.is_file():
         return target
     manual = (

@@ -1,9 +1,15 @@
-"""``load_model``: the embedded ResNet-20 and the paper's robustbench models, offline (docs/models.md).
+"""``load_model``: the embedded models, the paper's robustbench models and the reference TTA benchmark's
+LayerNorm/GroupNorm models, offline (docs/models.md).
 
 The paper's models come from RobustBench's "corruptions" threat model. This module builds each
 architecture *without* weights (no network) and loads a local checkpoint in robustbench's layout,
-``{checkpoint_dir}/{dataset}/corruptions/{name}.pt``. robustbench is imported lazily, only when a
-paper model is loaded, with the import fixes of docs/models.md.
+``{checkpoint_dir}/{dataset}/corruptions/{name}.pt``, or, for the torchvision models (ResNet-50, ViT-B/16,
+Swin-B) and the GroupNorm ResNet-26, the file under its own name in ``checkpoint_dir`` (torchvision's
+``IMAGENET1K_V1`` file names; the reference benchmark's ``ckpt/resnet26_gn.pth``). robustbench is imported
+lazily, only when a paper model is loaded, with the import fixes of docs/models.md.
+
+Every entry states its normalisation kind (``norm_kind``: 'batch', 'layer', 'group'), so that a sweep can
+refuse a method that does not run on it before any model is built (``model_norm_kind``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from torch import nn
 
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms
+from unitta.nn.norms import named_norms, norm_kind
 
 # ImageNet mean/std of torchvision's and robustbench's Standard_R50 (robustbench/model_zoo/imagenet.py).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -28,7 +35,12 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # torchvision's file for resnet50(pretrained=True) == ResNet50_Weights.IMAGENET1K_V1, which robustbench's
 # Standard_R50 uses (docs/models.md).
 TORCHVISION_R50_FILE = "resnet50-0676ba61.pth"
-EMBEDDED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "resnet20_fmnist.pt"
+EMBEDDED_DIR = Path(__file__).parent / "checkpoints"
+EMBEDDED_CHECKPOINT = EMBEDDED_DIR / "resnet20_fmnist.pt"
+# The GroupNorm ResNet-26's input normalisation (the reference TTA benchmark's models/resnet26.py MEAN/STD,
+# from MEMO's CIFAR-10 pipeline).
+RESNET26_MEAN = (0.5, 0.5, 0.5)
+RESNET26_STD = (0.5, 0.5, 0.5)
 # The reference's CKPT_DIR (docs/models.md), used when checkpoint_dir is None.
 DEFAULT_CHECKPOINT_DIR = "ckpt"
 
@@ -43,11 +55,16 @@ class _Entry:
 
     family: str  # ModelInfo.dataset
     rb_dataset: str  # robustbench's dataset folder name
-    build: Callable[[], nn.Module]
+    build: Callable[..., nn.Module]  # sized entries take image_size=
     classifier: str
-    bdn_layer: str
+    bdn_layer: str | None  # None: the model has no BatchNorm
     num_classes: int
     input_size: int
+    norm_kind: str = "batch"  # unitta.nn.norms.NORM_KINDS
+    weights_file: str | None = None  # a file in checkpoint_dir read when robustbench's layout has none
+    torchvision_weights: str | None = None  # torchvision's weights enum of that file (fetch)
+    inner: str = ""  # the submodule that bare (unwrapped) checkpoint keys belong to
+    sized: bool = False  # the architecture depends on the input size (ViT's position embeddings)
 
 
 def import_robustbench():
@@ -104,14 +121,67 @@ def _resnet20() -> nn.Module:
     return resnet20()
 
 
+def _vit_tiny() -> nn.Module:
+    from unitta.models.vit import vit_tiny
+
+    return vit_tiny()
+
+
+class Normalized(nn.Module):
+    """``model((x - mean) / std)`` with the wrapped network under ``model`` (robustbench's normalize_model
+    layout: keys ``model.*``), so that every zoo model takes images in [0, 1]."""
+
+    def __init__(self, model: nn.Module, mean: tuple[float, ...], std: tuple[float, ...]):
+        super().__init__()
+        from unitta.models.resnet import Normalize
+
+        self.normalize = Normalize(mean, std)
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.normalize(x))
+
+
+def _vit_b_16(image_size: int = 224) -> nn.Module:
+    import torchvision
+
+    return Normalized(torchvision.models.vit_b_16(weights=None, image_size=image_size), IMAGENET_MEAN, IMAGENET_STD)
+
+
+def _swin_b() -> nn.Module:
+    import torchvision
+
+    return Normalized(torchvision.models.swin_b(weights=None), IMAGENET_MEAN, IMAGENET_STD)
+
+
+def _resnet26_gn() -> nn.Module:
+    from unitta.models.resnet26 import resnet26_gn
+
+    return Normalized(resnet26_gn(), RESNET26_MEAN, RESNET26_STD)
+
+
 # dataset name -> {model name -> entry}; the first model of each dataset is its default.
 _ZOO: dict[str, dict[str, _Entry]] = {
     "fmnist-c": {
         # BDN layer: first BN of the first block of the middle stage
         "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32),
+        "vit_tiny": _Entry("fmnist", "fmnist", _vit_tiny, "head", None, 10, 32, norm_kind="layer"),
     },
     "cifar10-c": {
         "Standard": _Entry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
+        # the reference TTA benchmark's correlated CIFAR-10-C model (MODEL.ARCH resnet26_gn, ./ckpt/resnet26_gn.pth)
+        "resnet26_gn": _Entry(
+            "cifar10",
+            "cifar10",
+            _resnet26_gn,
+            "model.fc",
+            None,
+            10,
+            32,
+            norm_kind="group",
+            weights_file="resnet26_gn.pth",
+            inner="model",
+        ),
     },
     "cifar100-c": {
         "Hendrycks2020AugMix_ResNeXt": _Entry(
@@ -119,7 +189,46 @@ _ZOO: dict[str, dict[str, _Entry]] = {
         ),
     },
     "imagenet-c": {
-        "Standard_R50": _Entry("imagenet", "imagenet", _standard_r50, "model.fc", "model.layer3.0.bn1", 1000, 224),
+        "Standard_R50": _Entry(
+            "imagenet",
+            "imagenet",
+            _standard_r50,
+            "model.fc",
+            "model.layer3.0.bn1",
+            1000,
+            224,
+            weights_file=TORCHVISION_R50_FILE,
+            torchvision_weights="ResNet50_Weights.IMAGENET1K_V1",
+            inner="model",
+        ),
+        # the reference TTA benchmark's ImageNet transformers (torchvision IMAGENET1K_V1 weights)
+        "vit_b_16": _Entry(
+            "imagenet",
+            "imagenet",
+            _vit_b_16,
+            "model.heads.head",
+            None,
+            1000,
+            224,
+            norm_kind="layer",
+            weights_file="vit_b_16-c867db91.pth",
+            torchvision_weights="ViT_B_16_Weights.IMAGENET1K_V1",
+            inner="model",
+            sized=True,
+        ),
+        "swin_b": _Entry(
+            "imagenet",
+            "imagenet",
+            _swin_b,
+            "model.head",
+            None,
+            1000,
+            224,
+            norm_kind="layer",
+            weights_file="swin_b-68c6b09e.pth",
+            torchvision_weights="Swin_B_Weights.IMAGENET1K_V1",
+            inner="model",
+        ),
     },
 }
 
@@ -127,6 +236,11 @@ _ZOO: dict[str, dict[str, _Entry]] = {
 def list_models() -> dict[str, list[str]]:
     """{dataset: [model names]}; the first name is the dataset's default."""
     return {dataset: list(models) for dataset, models in _ZOO.items()}
+
+
+def model_norm_kind(dataset: str, name: str | None = None) -> str:
+    """The normalisation kind of a zoo model ('batch', 'layer', 'group'), known without building it."""
+    return _entry(dataset, name)[1].norm_kind
 
 
 def _entry(dataset: str, name: str | None) -> tuple[str, _Entry]:
@@ -140,10 +254,14 @@ def _entry(dataset: str, name: str | None) -> tuple[str, _Entry]:
     return name, models[name]
 
 
-def build_model(dataset: str, name: str | None = None) -> tuple[nn.Module, ModelInfo]:
-    """The architecture with random weights (no checkpoint, no network) and its ModelInfo."""
+def build_model(dataset: str, name: str | None = None, input_size: int | None = None) -> tuple[nn.Module, ModelInfo]:
+    """The architecture with random weights (no checkpoint, no network) and its ModelInfo.
+
+    input_size: another image side than the model's (e.g. a small ViT-B/16 for tests); only the ViT-B/16
+    depends on it (its position embeddings), the other models take any size their pooling allows.
+    """
     name, entry = _entry(dataset, name)
-    model = entry.build()
+    model = entry.build(image_size=input_size) if entry.sized and input_size else entry.build()
     info = ModelInfo(
         name=name,
         dataset=entry.family,
@@ -151,25 +269,32 @@ def build_model(dataset: str, name: str | None = None) -> tuple[nn.Module, Model
         bn_layers=tuple(layer for layer, _ in named_batchnorms(model)),
         bdn_layer=entry.bdn_layer,
         num_classes=entry.num_classes,
-        input_size=entry.input_size,
+        input_size=input_size or entry.input_size,
+        norm_kind=norm_kind(model),
+        norm_layers=tuple(layer for layer, _ in named_norms(model)),
     )
-    info.check_bn_layer(info.bdn_layer)
+    if info.norm_kind != entry.norm_kind:
+        raise RuntimeError(f"zoo entry {name!r} says norm_kind {entry.norm_kind!r}, the model has {info.norm_kind!r}")
+    if info.bdn_layer is not None:
+        info.check_bn_layer(info.bdn_layer)
     return model, info
 
 
 def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str | Path | None = None) -> Path:
     """Where ``load_model`` reads the weights: robustbench's ``{dir}/{dataset}/corruptions/{name}.pt``.
 
-    For ImageNet's Standard_R50 this is the robustbench-layout file if it exists, else torchvision's
-    ``{dir}/resnet50-0676ba61.pth``. The embedded ResNet-20 ignores ``checkpoint_dir``.
+    For the models with a file of their own (torchvision's ``{dir}/resnet50-0676ba61.pth``,
+    ``{dir}/vit_b_16-c867db91.pth``, ``{dir}/swin_b-68c6b09e.pth``; ``{dir}/resnet26_gn.pth``) this is the
+    robustbench-layout file if it exists, else that file. The embedded models (``checkpoints/<name>_fmnist.pt``
+    in the package) ignore ``checkpoint_dir``.
     """
     name, entry = _entry(dataset, name)
     if dataset == "fmnist-c":
-        return EMBEDDED_CHECKPOINT
+        return EMBEDDED_DIR / f"{name}_fmnist.pt"
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
-    if dataset == "imagenet-c" and not path.exists():
-        return checkpoint_dir / TORCHVISION_R50_FILE
+    if entry.weights_file is not None and not path.exists():
+        return checkpoint_dir / entry.weights_file
     return path
 
 
@@ -178,17 +303,24 @@ def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError
     rb_path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
     if dataset == "fmnist-c":
         return FileNotFoundError(
-            f"embedded checkpoint {EMBEDDED_CHECKPOINT} is missing; retrain it with "
-            "`python -m unitta.models train fmnist` (a few minutes on a CPU)"
+            f"embedded checkpoint {checkpoint_path(dataset, name)} is missing; retrain it with "
+            f"`python -m unitta.models train fmnist --arch {name}` (a few minutes on a CPU)"
         )
-    if dataset == "imagenet-c":
-        tv_path = checkpoint_dir / TORCHVISION_R50_FILE
+    if entry.torchvision_weights is not None:
+        file_path = checkpoint_dir / entry.weights_file
         return FileNotFoundError(
-            f"no checkpoint for {name!r}: expected torchvision's ResNet-50 weights at {tv_path} "
+            f"no checkpoint for {name!r}: expected torchvision's {entry.torchvision_weights} weights at {file_path} "
             f"(or a robustbench-layout state_dict at {rb_path}). With internet run "
-            f"`python -m unitta.models fetch imagenet-c --dir {checkpoint_dir}`; offline, run it on a machine with "
-            f"internet and copy {TORCHVISION_R50_FILE} (or torchvision's ~/.cache/torch/hub/checkpoints/ copy) "
-            f"to {tv_path}"
+            f"`python -m unitta.models fetch {dataset} --name {name} --dir {checkpoint_dir}`; offline, run it on a "
+            f"machine with internet and copy {entry.weights_file} (or torchvision's "
+            f"~/.cache/torch/hub/checkpoints/ copy) to {file_path}"
+        )
+    if entry.weights_file is not None:
+        file_path = checkpoint_dir / entry.weights_file
+        return FileNotFoundError(
+            f"no checkpoint for {name!r}: expected the reference TTA benchmark's {entry.weights_file} at {file_path} "
+            f"(or a state_dict at {rb_path}); nothing downloads it: copy the file you trained or were given "
+            "there (docs/models.md)"
         )
     return FileNotFoundError(
         f"no checkpoint for {name!r}: expected {rb_path}. With internet run "
@@ -201,6 +333,7 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
     """A checkpoint's state_dict: unwraps 'state_dict'/'model_state_dict', strips 'module.' prefixes.
 
     Loaded with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only.
+    A checkpoint under the key 'net' (the reference benchmark's ``resnet26_gn.pth``) is unwrapped the same way.
     A file that needs more (arbitrary pickled objects, whose unpickling can run any code) is a
     CheckpointError unless ``trust_checkpoints`` (the explicit opt-in for files from a trusted source).
     """
@@ -219,7 +352,7 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError) as err:  # truncated / not a torch file
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({err}); delete it and fetch it again") from err
-    for key in ("state_dict", "model_state_dict"):
+    for key in ("state_dict", "model_state_dict", "net"):  # 'net': the ResNet-26 GN's checkpoint (MEMO / TTT)
         if isinstance(checkpoint, dict) and key in checkpoint and isinstance(checkpoint[key], dict):
             checkpoint = checkpoint[key]
             break
@@ -228,13 +361,15 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
     return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
 
 
-def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str, path: Path) -> None:
-    if dataset == "imagenet-c":
-        # torchvision's file has bare ResNet keys; a robustbench-layout file has 'model.'/'normalize.' keys.
-        state = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")} or {
+def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], entry: _Entry, path: Path) -> None:
+    if entry.inner:
+        # torchvision's (and resnet26_gn.pth's) file has bare keys; a robustbench-layout file of the wrapper has
+        # 'model.'/'normalize.' keys.
+        prefix = entry.inner + "."
+        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)} or {
             k: v for k, v in state.items() if not k.startswith("normalize.")
         }
-        target = model.get_submodule("model")
+        target = model.get_submodule(entry.inner)
     else:
         target = model
     missing, unexpected = target.load_state_dict(state, strict=False)
@@ -254,9 +389,9 @@ def load_model(
 ) -> tuple[nn.Module, ModelInfo]:
     """Load a source model in eval mode, offline, with its metadata (docs/models.md).
 
-    dataset: 'fmnist-c' (embedded ResNet-20), 'cifar10-c' ('Standard' WRN-28-10),
-        'cifar100-c' ('Hendrycks2020AugMix_ResNeXt'), 'imagenet-c' ('Standard_R50').
-    name: model name; None picks the dataset's default (the paper's model).
+    dataset: 'fmnist-c' (embedded ResNet-20; 'vit_tiny'), 'cifar10-c' ('Standard' WRN-28-10; 'resnet26_gn'),
+        'cifar100-c' ('Hendrycks2020AugMix_ResNeXt'), 'imagenet-c' ('Standard_R50'; 'vit_b_16', 'swin_b').
+    name: model name (``list_models()``); None picks the dataset's default (the paper's model).
     checkpoint_dir: robustbench model directory (see ``checkpoint_path``; None: './ckpt', the reference's
         CKPT_DIR); unused for 'fmnist-c'.
 
@@ -267,11 +402,11 @@ def load_model(
     is a FileNotFoundError naming the path and how to obtain it (``python -m unitta.models fetch``);
     nothing is downloaded.
     """
-    name, _ = _entry(dataset, name)
+    name, entry = _entry(dataset, name)
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_path(dataset, name, checkpoint_dir)
     if not path.is_file():
         raise _missing(dataset, name, checkpoint_dir)
     model, info = build_model(dataset, name)
-    _load_weights(model, read_state_dict(path, trust_checkpoints), dataset, path)
+    _load_weights(model, read_state_dict(path, trust_checkpoints), entry, path)
     return model.eval(), replace(info, extra={"checkpoint": str(path)})
