@@ -1,0 +1,94 @@
+"""The LayerNorm / GroupNorm models of the zoo: ViT-B/16, Swin-B (imagenet-c) and the ResNet-26-GN (cifar10-c).
+
+Random weights (no checkpoint, no network), reduced inputs on CPU: each builds with the normalisation kind the
+zoo's table states, adapts one batch with TENT (only the norm affine parameters move), and loads a checkpoint
+file through the safe path (``torch.load(weights_only=True)``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from unitta.methods import get_method
+from unitta.models import build_model, checkpoint_path, list_models, load_model
+from unitta.models.zoo import CheckpointError, model_norm_kind
+
+# dataset, name, norm kind, norm layer type, reduced input side, classifier
+NORM_MODELS = [
+    ("imagenet-c", "vit_b_16", "layer", nn.LayerNorm, 32, "model.heads.head"),
+    ("imagenet-c", "swin_b", "layer", nn.LayerNorm, 32, "model.head"),
+    ("cifar10-c", "resnet26_gn", "group", nn.GroupNorm, 32, "model.fc"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_list_models_names_them_under_their_datasets():
+    models = list_models()
+    assert {"vit_b_16", "swin_b"} <= set(models["imagenet-c"]) and models["imagenet-c"][0] == "Standard_R50"
+    assert "resnet26_gn" in models["cifar10-c"] and models["cifar10-c"][0] == "Standard"
+    assert models["fmnist-c"] == ["resnet20", "vit_tiny"]
+
+
+@pytest.mark.parametrize("dataset,name,kind,norm_type,side,classifier", NORM_MODELS)
+def test_builds_with_its_norm_kind_and_tent_adapts_one_batch(dataset, name, kind, norm_type, side, classifier):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model, info = build_model(dataset, name, input_size=side)
+        modules = dict(model.named_modules())
+        nn.init.normal_(modules[classifier].weight, std=0.1)  # torchvision's ViT head starts at zero: no gradient
+        x = torch.rand(4, 3, side, side)
+    assert model_norm_kind(dataset, name) == kind == info.norm_kind
+    assert info.bn_layers == () and info.bdn_layer is None
+    assert info.norm_layers == tuple(n for n, m in model.named_modules() if isinstance(m, norm_type))
+    assert len(info.norm_layers) > 0
+    assert info.classifier == classifier and isinstance(modules[classifier], nn.Linear)
+    with pytest.raises(ValueError, match=f"no BatchNorm layer.*{kind!r}"):
+        info.check_bn_layer("anything")
+
+    method = get_method("tent", model, info, dataset=dataset, optimizer="sgd", lr=0.1)
+    before = {k: v.clone() for k, v in method.model.named_parameters()}
+    logits = method(x)
+    assert logits.shape == (4, info.num_classes) and torch.isfinite(logits).all()
+    after = dict(method.model.named_parameters())
+    moved = {k for k in before if not torch.equal(before[k], after[k])}
+    norm_params = {f"{layer}.{p}" for layer in info.norm_layers for p in ("weight", "bias")}
+    assert moved and moved <= norm_params, sorted(moved - norm_params)[:3]
+
+
+@pytest.mark.parametrize("dataset,name,kind,norm_type,side,classifier", NORM_MODELS)
+def test_a_checkpoint_file_loads_through_the_safe_path(tmp_path, dataset, name, kind, norm_type, side, classifier):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        source, info = build_model(dataset, name)
+    bare = source.model.state_dict()  # the network's own keys, as torchvision's / the reference's file has them
+    path = checkpoint_path(dataset, name, tmp_path)
+    assert path.parent == tmp_path  # the file of its own name, not robustbench's layout
+    # resnet26_gn.pth holds its state_dict under 'net' (the reference benchmark loads checkpoint['net'])
+    torch.save({"net": bare, "epoch": 3} if name == "resnet26_gn" else bare, path)
+    loaded, loaded_info = load_model(dataset, name, checkpoint_dir=tmp_path)
+    assert loaded_info == info and not loaded.training
+    state = loaded.state_dict()
+    assert all(torch.equal(state[k], v) for k, v in source.state_dict().items())
+
+    torch.save({"net": bare, "opt": torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)}, path)
+    with pytest.raises(CheckpointError, match="not a plain state_dict"):
+        load_model(dataset, name, checkpoint_dir=tmp_path)
+
+
+@pytest.mark.parametrize("dataset,name,expected", [
+    ("imagenet-c", "vit_b_16", "vit_b_16-c867db91.pth"),
+    ("imagenet-c", "swin_b", "swin_b-68c6b09e.pth"),
+    ("cifar10-c", "resnet26_gn", "resnet26_gn.pth"),
+])
+def test_missing_checkpoint_names_the_file(tmp_path, dataset, name, expected):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / expected)):
+        load_model(dataset, name, checkpoint_dir=tmp_path)
