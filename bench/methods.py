@@ -241,7 +241,7 @@ def error_table(args) -> None:
 
     torch.set_num_threads(args.threads)
     dataset = load_dataset("fmnist-c")
-    model_and_info = load_model("fmnist-c")
+    model_and_info = load_model("fmnist-c", args.model)
     methods = args.methods or TABLE_METHODS
     settings = tuple(args.settings or TABLE_SETTINGS)
     errors: dict[str, dict[str, float]] = {m: {} for m in methods}
@@ -249,14 +249,16 @@ def error_table(args) -> None:
     for setting in settings:
         for name in methods:
             t0 = time.perf_counter()
-            row = evaluate(Cell(dataset="fmnist-c", method=name, setting=setting, S=args.S, seed=args.seed_stream),
-                           dataset=dataset, model_and_info=model_and_info)
+            cell = Cell(dataset="fmnist-c", model=args.model, method=name, setting=setting, S=args.S,
+                        seed=args.seed_stream)
+            row = evaluate(cell, dataset=dataset, model_and_info=model_and_info)
             errors[name][setting] = row["error"]
             domains[name][setting] = row["domains_discovered"]
             lengths[setting] = row["n_samples"]
             print(f"  {setting} {name:14s} error {row['error']:6.2f}  n={row['n_samples']}  "
                   f"domains={row['domains_discovered']}  {time.perf_counter() - t0:5.1f}s", file=sys.stderr, flush=True)
-    print(f"Fashion-MNIST-C, official sampler, S={args.S}, seed {args.seed_stream}, batch 64: error (%)")
+    print(f"Fashion-MNIST-C, {model_and_info[1].name}, official sampler, S={args.S}, seed {args.seed_stream}, "
+          "batch 64: error (%)")
     print("| method | " + " | ".join(settings) + " | avg |")
     print("|---|" + "---|" * (len(settings) + 1))
     print("| stream length | " + " | ".join(str(lengths[s]) for s in settings) + " | |")
@@ -280,6 +282,7 @@ def main(argv=None) -> None:
     parser.add_argument("--S", type=int, default=100, help="official sampler's S for --table (1000 = paper)")
     parser.add_argument("--settings", nargs="*", default=None, help=f"for --table; default {' '.join(TABLE_SETTINGS)}")
     parser.add_argument("--seed-stream", dest="seed_stream", type=int, default=425)
+    parser.add_argument("--model", default=None, help="for --table: a fmnist-c model (default resnet20; vit_tiny)")
     args = parser.parse_args(argv)
     if args.table:
         error_table(args)

@@ -105,3 +105,20 @@ def test_the_embedded_model_needs_nothing(tmp_path, capsys):
     assert main(["fetch", "fmnist-c", "--dir", str(tmp_path)]) == 0
     assert "resnet20_fmnist.pt" in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_vit_weights_are_checked_against_the_hash_in_their_name(tmp_path, mirror, capsys):
+    with serve(Served(files={"/vit_b_16-c867db91.pth": b"not the weights" * 100})) as served:
+        mirror(served)
+        assert main(["fetch", "imagenet-c", "--name", "vit_b_16", "--dir", str(tmp_path), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "sha256 checksum mismatch (expected c867db91" in err and len(err.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resnet26_gn_has_no_public_source_and_says_where_the_file_goes(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("UNITTA_CHECKPOINT_MIRROR", raising=False)
+    assert main(["fetch", "cifar10-c", "--name", "resnet26_gn", "--dir", str(tmp_path), "--quiet"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(tmp_path / "resnet26_gn.pth") in err
+    assert list(tmp_path.iterdir()) == []

@@ -38,6 +38,7 @@ def test_list_models_names_them_under_their_datasets():
     assert models["fmnist-c"] == ["resnet20", "vit_tiny"]
 
 
+@pytest.mark.slow  # ViT-B/16 and Swin-B take seconds to initialise on a CPU
 @pytest.mark.parametrize("dataset,name,kind,norm_type,side,classifier", NORM_MODELS)
 def test_builds_with_its_norm_kind_and_tent_adapts_one_batch(dataset, name, kind, norm_type, side, classifier):
     with torch.random.fork_rng(devices=[]):
@@ -64,6 +65,7 @@ def test_builds_with_its_norm_kind_and_tent_adapts_one_batch(dataset, name, kind
     assert moved and moved <= norm_params, sorted(moved - norm_params)[:3]
 
 
+@pytest.mark.slow  # ViT-B/16 and Swin-B take seconds to initialise on a CPU
 @pytest.mark.parametrize("dataset,name,kind,norm_type,side,classifier", NORM_MODELS)
 def test_a_checkpoint_file_loads_through_the_safe_path(tmp_path, dataset, name, kind, norm_type, side, classifier):
     with torch.random.fork_rng(devices=[]):

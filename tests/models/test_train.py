@@ -6,6 +6,7 @@ import torch
 from unitta.models.__main__ import main
 from unitta.models.resnet import resnet20
 from unitta.models.train import TrainConfig
+from unitta.models.vit import vit_tiny
 
 
 def test_cli_trains_and_writes_a_float32_state_dict(tmp_path, capsys):
@@ -20,6 +21,18 @@ def test_cli_trains_and_writes_a_float32_state_dict(tmp_path, capsys):
     assert list(tmp_path.joinpath("sub").iterdir()) == [out]  # no temporary file left behind
 
 
+def test_cli_trains_the_vit_with_its_recipe(tmp_path, capsys):
+    torch.set_num_threads(1)
+    out = tmp_path / "vit.pt"
+    args = ["train", "fmnist", "--arch", "vit_tiny", "--epochs", "1", "--limit", "256", "--threads", "1"]
+    assert main(args + ["--out", str(out)]) == 0
+    assert "clean Fashion-MNIST test error" in capsys.readouterr().out
+    vit_tiny().load_state_dict(torch.load(out, weights_only=True))  # strict: exactly the ViT's keys
+    cfg = TrainConfig(arch="vit_tiny")
+    assert (cfg.epochs, cfg.max_lr, cfg.weight_decay) == (4, 2e-3, 0.05)  # the recipe of docs/models.md
+    assert (TrainConfig().epochs, TrainConfig().max_lr) == (3, 0.2)  # the ResNet-20's, unchanged
+
+
 def test_same_seed_same_weights(tmp_path):
     torch.set_num_threads(1)
     args = ["train", "fmnist", "--epochs", "1", "--limit", "128", "--threads", "1", "--out"]
@@ -30,7 +43,8 @@ def test_same_seed_same_weights(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"epochs": 0}, {"batch_size": 1}, {"max_lr": 0.0}, {"shift": 9}, {"threads": 0}, {"limit": 10}]
+    "kwargs",
+    [{"epochs": 0}, {"batch_size": 1}, {"max_lr": 0.0}, {"shift": 9}, {"threads": 0}, {"limit": 10}, {"arch": "vit"}],
 )
 def test_bad_config(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
