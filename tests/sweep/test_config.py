@@ -185,3 +185,9 @@ def test_shipped_sweeps_validate(name, n_cells):
         assert cfg.setting_codes() == list(SETTINGS_24)
     else:
         assert 4 <= len(cells) <= 40 and cfg.datasets == ["fmnist-c"]
+
+
+def test_the_vit_sweep_runs_the_layernorm_methods_on_vit_tiny():
+    cfg = load_config(ROOT / "sweeps" / "fmnist_vit.yaml")
+    assert {c.model_name for c in cfg.cells()} == {"vit_tiny"}
+    assert len(cfg.cells()) == len(cfg.methods) * 24 and cfg.setting_codes() == list(SETTINGS_24)
