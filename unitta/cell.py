@@ -22,7 +22,7 @@ from typing import Any
 from unitta.methods.profiles import PROFILES
 from unitta.streams.settings import FACTOR_KEYS
 
-__all__ = ["Cell", "DEFAULT_MODELS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS"]
+__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
@@ -39,6 +39,11 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
 PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints")
+
+# Fields added after result folders existed: left out of the identity while at their default value, so that
+# every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
+# (docs/results.md, "Resume"). A new field of Cell goes here.
+LATER_FIELDS: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,10 @@ class Cell:
         data = dataclasses.asdict(self)
         for key in PLACEMENT_FIELDS:
             data.pop(key)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in LATER_FIELDS:
+            if data[key] == defaults[key]:
+                data.pop(key)
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version
