@@ -88,7 +88,10 @@ def test_predict_changes_no_state(name, fmnist_cnn):
     assert (a.cost.forwards, a.cost.backwards, a.cost.batches) == (b.cost.forwards, b.cost.backwards, b.cost.batches)
     state_a, state_b = a.model.state_dict(), b.model.state_dict()
     assert all(torch.equal(state_a[k], state_b[k]) for k in state_b), f"{name}: predict changed the model"
-    assert torch.equal(a(batches[2]), b(batches[2])), f"{name}: predict changed what the method does next"
+    out_a, out_b = a(batches[2]), b(batches[2])
+    assert torch.equal(out_a, out_b), f"{name}: predict changed what the method does next"
+    if a.scores == "probabilities":  # the declared kind of scores is what forward returns
+        assert (out_a >= 0).all() and torch.allclose(out_a.sum(dim=1), torch.ones(16), atol=1e-4), name
 
 
 def test_forgetting_scores_the_adapted_model_on_clean_images():
