@@ -94,3 +94,13 @@ def test_a_checkpoint_file_loads_through_the_safe_path(tmp_path, dataset, name, 
 def test_missing_checkpoint_names_the_file(tmp_path, dataset, name, expected):
     with pytest.raises(FileNotFoundError, match=str(tmp_path / expected)):
         load_model(dataset, name, checkpoint_dir=tmp_path)
+
+
+def test_the_cli_lists_every_model_with_its_norm_kind(capsys):
+    from unitta.models.__main__ import main
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:3] == ["imagenet-c", "swin_b", "layer"] for line in lines)
+    assert any(line.split() == ["fmnist-c", "resnet20", "batch", "(default)"] for line in lines)
+    assert len(lines) == sum(len(names) for names in list_models().values())

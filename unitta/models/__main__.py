@@ -2,9 +2,11 @@
 
     python -m unitta.models train fmnist [--arch resnet20|vit_tiny] [--epochs N] [--out PATH] [--seed S]
     python -m unitta.models fetch DATASET [--name NAME] [--dir DIR] [--trust-checkpoints] [--quiet]
+    python -m unitta.models list
 
 ``train`` retrains an embedded model (the ResNet-20, or the LayerNorm ViT with ``--arch vit_tiny``); ``fetch``
-downloads a paper model's checkpoint into the layout ``load_model`` reads (``unitta.models.fetch``).
+downloads a paper model's checkpoint into the layout ``load_model`` reads (``unitta.models.fetch``); ``list``
+prints every model per dataset with its normalisation kind.
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--dir", default="ckpt", help="checkpoint directory, robustbench's layout (default ./ckpt)")
     fetch.add_argument("--trust-checkpoints", action="store_true", help="accept checkpoints that need full unpickling")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
+    sub.add_parser("list", help="every model per dataset, with its normalisation kind (the first is the default)")
     args = parser.parse_args(argv)
     if args.command == "fetch":
         return _fetch(args)
+    if args.command == "list":
+        return _list()
 
     known = {f.name for f in fields(TrainConfig)}
     try:
@@ -52,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {result.path}: {result.epochs} epochs in {result.train_seconds:.0f} s, "
         f"clean Fashion-MNIST test error {100 * result.test_error:.2f} % ({result.test_images:,} images)"
     )
+    return 0
+
+
+def _list() -> int:
+    from unitta.models.zoo import list_models, model_norm_kind
+
+    for dataset, names in list_models().items():
+        for i, name in enumerate(names):
+            print(f"{dataset:11s} {name:28s} {model_norm_kind(dataset, name):5s}{'  (default)' if i == 0 else ''}")
     return 0
 
 
