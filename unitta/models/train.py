@@ -1,4 +1,4 @@
-"""Train the embedded models on Fashion-MNIST's training set (docs/models.md, "The embedded ResNet-20", "The embedded ViT").
+"""Train the embedded models on Fashion-MNIST (docs/models.md, "The embedded ResNet-20", "The embedded ViT").
 
 Both recipes: images zero-padded 28 -> 32 and repeated to 3 channels, random +-2 px shift and horizontal
 flip, one-cycle schedule, batch 128, channels_last.
