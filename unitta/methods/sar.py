@@ -16,8 +16,9 @@ Per batch (SAR's ``forward_and_adapt``):
    (eq. 4-5). When no sample is reliable the gradients are zero and SGD still applies its momentum, as the
    reference;
 3. recovery (sec. 4, "model recovery"): when L2 had samples, e <- 0.9 e + 0.1 L2 (the first value starts e);
-   if e < ``reset_constant`` (0.2), the model and optimiser return to their initial state and e is forgotten
-   (``snapshot.py``).
+   if e < ``reset_constant`` (0.2), the model returns to its initial state and e is forgotten (``snapshot.py``).
+   The SGD momentum is kept, as in SAR's code and the reference: their reset reloads the state of the SAM
+   wrapper, which does not hold the base optimiser's momentum buffers.
 
 Hyper-parameters (reference ``classification/cfgs/*/sar.yaml``, ``conf.py``, ``methods/sar.py``): SGD lr 1e-3 on
 CIFAR-10/100-C, 2.5e-4 on ImageNet-C, 1e-3 for ViT/Swin models (model names containing ``vit_`` or ``swin_``,
@@ -105,7 +106,7 @@ class SAR(TTAMethod):
         lr = self.cfg.transformer_lr if transformer else self.cfg.lr
         self.optimizer = torch.optim.SGD(params, lr=lr, momentum=self.cfg.momentum)  # SAR: no Nesterov, no decay
         self.sam = SAM(params, self.optimizer, rho=self.cfg.rho)
-        self.snapshot = Snapshot(self.model, self.optimizer)
+        self.snapshot = Snapshot(self.model, None)  # the model only: the momentum survives a recovery (docstring)
         self.e_margin = entropy_margin(self.info.num_classes, self.cfg.e_factor)
         self.ema: float | None = None
         self.recoveries = 0
