@@ -36,6 +36,8 @@ __all__ = ["BNAlpha"]
 class BNAlpha(TTAMethod):
     """BN-alpha (Schneider et al., NeurIPS'20): BatchNorm statistics (1 - alpha) source + alpha test batch."""
 
+    version = 1
+
     @dataclass(frozen=True)
     class Config:
         alpha: float = 0.1  # reference conf.py BN.ALPHA and cfgs/*/norm_alpha.yaml

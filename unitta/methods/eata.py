@@ -48,6 +48,7 @@ __all__ = ["EATA"]
 class EATA(ETA):
     """EATA (Niu et al., ICML'22): ETA with an EWC penalty weighted by the Fisher information on source images."""
 
+    version = 1
     needs_source = True
 
     @dataclass(frozen=True)

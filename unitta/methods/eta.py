@@ -51,6 +51,7 @@ ETA_PRESETS = {
 class ETA(TTAMethod):
     """ETA (Niu et al., ICML'22): filtered, re-weighted entropy minimisation on normalisation affine parameters."""
 
+    version = 1
     norm_kinds = NORM_KINDS
 
     @dataclass(frozen=True)

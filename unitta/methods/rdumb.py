@@ -35,6 +35,8 @@ __all__ = ["RDumb"]
 class RDumb(ETA):
     """RDumb (Press et al., NeurIPS'23): ETA with a full reset to the source every ``reset_every`` batches."""
 
+    version = 1
+
     @dataclass(frozen=True)
     class Config(ETA.Config):
         reset_every: int = 1000  # reference cfgs/*/rdumb.yaml MODEL.RESET_AFTER_NUM_UPDATES; RDumb paper T

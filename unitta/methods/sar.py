@@ -75,6 +75,7 @@ def sar_frozen_layers(model: nn.Module) -> tuple[str, ...]:
 class SAR(TTAMethod):
     """SAR (Niu et al., ICLR'23): reliable entropy, SAM updates of normalisation affine parameters, recovery."""
 
+    version = 1
     norm_kinds = NORM_KINDS
 
     @dataclass(frozen=True)
