@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -175,3 +176,41 @@ def test_rdumb_presets_follow_the_reference_configs(fmnist_cnn):
     assert get_method("rdumb", model, info, dataset="imagenet").cfg.d_margin == 0.05
     with pytest.raises(ValueError, match="reset_every"):
         get_method("rdumb", model, info, reset_every=0)
+
+
+# ---------------------------------------------------------------- other normalisation kinds
+class _NormNet(torch.nn.Module):
+    """conv -> GroupNorm or LayerNorm -> linear, with logits scaled so that some predictions are confident."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 4, stride=4)
+        # named "gn", not "norm": SAR leaves a layer named "norm" alone (timm's final norm)
+        self.gn = torch.nn.GroupNorm(2, 8) if kind == "group" else torch.nn.LayerNorm(8 * 8 * 8)
+        self.fc = torch.nn.Linear(8 * 8 * 8, K)
+        with torch.no_grad():
+            for p in (self.conv.weight, self.fc.weight):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+
+    def forward(self, x):
+        h = self.conv(x)
+        h = self.gn(h).flatten(1) if isinstance(self.gn, torch.nn.GroupNorm) else self.gn(h.flatten(1))
+        return 8 * self.fc(torch.relu(h))
+
+
+@pytest.mark.parametrize("kind", ["group", "layer"])
+@pytest.mark.parametrize("name", ["eta", "eata", "rdumb", "sar"])
+def test_adapts_the_affine_parameters_of_layer_and_group_norms(name, kind, fmnist_cnn):
+    model = _NormNet(kind).eval()
+    info = dataclasses.replace(fmnist_cnn.info, name=f"{kind}net", bn_layers=(), bdn_layer="")
+    source = _source(fmnist_cnn, n=128) if name == "eata" else None
+    # SAR: no recovery, which would restore the source at the end (this model's entropies are low)
+    kwargs = {"reset_constant": 0.0} if name == "sar" else {}
+    method = get_method(name, model, info, source=source, **kwargs)
+    assert kind in method.norm_kinds
+    before = {k: v.clone() for k, v in method.model.named_parameters()}
+    for i in range(0, 256, 64):
+        assert torch.isfinite(method(grey_shift(fmnist_cnn.x[i : i + 64], seed=6))).all()
+    changed = {k for k, v in method.model.named_parameters() if not torch.equal(v, before[k])}
+    assert changed == {"gn.weight", "gn.bias"}, changed

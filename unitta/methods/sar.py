@@ -103,6 +103,11 @@ class SAR(TTAMethod):
 
     def setup(self) -> None:
         params = adapt_norm_affine(self.model, exclude=sar_frozen_layers(self.model))
+        if not params:
+            raise ValueError(
+                f"sar: model {self.info.name!r} has no normalisation layer with affine parameters outside the "
+                "layers SAR leaves out (layer4, blocks.9-11, norm); nothing to adapt"
+            )
         transformer = any(marker in self.info.name for marker in TRANSFORMER_MARKERS)
         lr = self.cfg.transformer_lr if transformer else self.cfg.lr
         self.optimizer = torch.optim.SGD(params, lr=lr, momentum=self.cfg.momentum)  # SAR: no Nesterov, no decay
