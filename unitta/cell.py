@@ -4,10 +4,13 @@ A cell is one (dataset, model, method, setting, factors, sampler, seed, batch si
 is computed (precision, compilation, profile). Its identity (``identity()``, ``config_hash()``,
 ``cell_id()``) covers everything that determines the result: the cell's fields without the placement
 ones (where data lives, which device, how many threads), the method's *resolved* hyper-parameters
-(defaults + dataset preset + profile + overrides) and the method's version, so that a resumed sweep
-never reuses a row computed with other hyper-parameters or an older method (docs/results.md, Resume).
+(defaults + dataset preset + profile + overrides), the method's version and the SHA-256 of the model's
+checkpoint file, so that a resumed sweep never reuses a row computed with other hyper-parameters, an
+older method or other weights (docs/results.md, Resume).
 
-Resolving the method config imports the method registry (and torch) on first use.
+Resolving the method config and the checkpoint imports the method registry / model zoo (and torch) on
+first use. Both are cached on the cell and travel with it (pickled) to the process that runs it, so a
+worker runs the cell the driver planned; ``evaluate`` checks that the weights it loads are those.
 """
 
 from __future__ import annotations
@@ -107,6 +110,16 @@ class Cell:
 
         return int(method_class(self.method).version)
 
+    @cached_property
+    def weights(self) -> str | None:
+        """SHA-256 of the checkpoint file the cell's model loads (None: no such file yet; the cell then fails).
+
+        Computed once per file and cached by its path, size and modification time (``unitta.models.digest``).
+        """
+        from unitta.models.zoo import weights_digest
+
+        return weights_digest(self.dataset, self.model, self.checkpoint_dir)
+
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, Any]:
         """The fields that determine the result (placement fields excluded), JSON-ready."""
@@ -116,16 +129,23 @@ class Cell:
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version
+        data["weights"] = self.weights
         return data
 
     def config_hash(self) -> str:
         """A stable 16-hex-digit hash of ``identity()``: equal cells give equal hashes."""
-        text = json.dumps(self.identity(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return _hash(self.identity())
 
     def cell_id(self) -> str:
         """A readable, file-name-safe id: dataset__method__setting__hash."""
         return f"{self.dataset}__{self.method}__{self.setting}__{self.config_hash()}"
+
+    def cell_id_before_weights(self) -> str:
+        """The id this cell had when the weights were not yet part of its identity (docs/results.md, Resume):
+        lets a resumed sweep say that such older rows are not reused, instead of recomputing them silently."""
+        data = self.identity()
+        data.pop("weights")
+        return f"{self.dataset}__{self.method}__{self.setting}__{_hash(data)}"
 
     def coordinates(self) -> dict[str, Any]:
         """The identity columns of this cell's result row (docs/results.md); metrics are added by ``evaluate``.
@@ -141,6 +161,7 @@ class Cell:
             "method_kwargs": json.dumps(self.method_kwargs, sort_keys=True),
             "method_config": json.dumps(self.method_config, sort_keys=True),
             "method_version": self.method_version,
+            "model_weights": self.weights,
             "profile": self.profile,
             "precision": self.precision,
             "setting": self.setting,
@@ -154,3 +175,8 @@ class Cell:
             "factor_overrides": json.dumps(self.factors, sort_keys=True),
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
+
+
+def _hash(identity: dict[str, Any]) -> str:
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -227,6 +227,18 @@ def result_row(cell: Cell, stream, dataset, method, adapted: Adapted, device, wa
     }
 
 
+def _check_weights(cell: Cell, info) -> None:
+    """Refuse to run with other weights than those in the cell's identity (``Cell.weights``): the checkpoint
+    was replaced after the sweep planned the cell, or this node's file differs from the driver's."""
+    loaded = (info.extra or {}).get("weights_digest")
+    if loaded is not None and loaded != cell.weights:
+        raise RuntimeError(
+            f"the weights loaded from {info.extra.get('checkpoint')} (sha256 {loaded[:12]}) are not those the "
+            f"cell was planned with (sha256 {str(cell.weights)[:12]}): the checkpoint changed during the run or "
+            "differs on this node; give every node the same file and rerun"
+        )
+
+
 def evaluate(
     cell: Cell,
     dataset=None,
@@ -261,6 +273,7 @@ def evaluate(
             cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir, trust_checkpoints=cell.trust_checkpoints
         )
     model, info = model_and_info
+    _check_weights(cell, info)
     model = model.to(device).eval()
     if cell.precision == "bf16" and device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)

@@ -61,6 +61,7 @@ SCHEMA = pa.schema(
         ("sweep_name", pa.string()),
         ("dataset", pa.string()),
         ("model", pa.string()),
+        ("model_weights", pa.string()),
         ("method", pa.string()),
         ("method_kwargs", pa.string()),
         ("method_config", pa.string()),

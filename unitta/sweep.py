@@ -192,6 +192,7 @@ def run_sweep(
         outcome = SweepOutcome(out_dir=out, n_cells=len(cells), n_skipped=len(cells) - len(todo))
         if outcome.n_skipped:
             say(f"resume: {outcome.n_skipped} of {len(cells)} cells already done in {out}")
+        _say_rows_before_weights(todo, finished, say)
         extra = {"sweep_name": cfg.name, "git_commit": git_commit()}
         if todo:
             if local:
@@ -202,6 +203,15 @@ def run_sweep(
         outcome.results_path = consolidate(out)
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def _say_rows_before_weights(todo: list[Cell], finished: set[str], say: Callable[[str], None]) -> None:
+    """One line when cells to run have rows from before the weights were part of a cell's identity: those
+    rows cannot say which weights they came from, so they are not reused (docs/results.md, Resume)."""
+    older = sum(1 for cell in todo if cell.cell_id_before_weights() in finished)
+    if older:
+        say(f"resume: {older} cell(s) have rows written before the model weights were part of a cell's identity; "
+            "they run again (their old rows stay under their old ids; docs/results.md, Resume)")
 
 
 def preflight(cfg: SweepConfig, local: bool) -> None:

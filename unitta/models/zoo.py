@@ -8,6 +8,7 @@ paper model is loaded, with the import fixes of docs/models.md.
 
 from __future__ import annotations
 
+import io
 import pickle
 import re
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from unitta.models.digest import bytes_digest, file_digest
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms
 
@@ -198,14 +200,25 @@ def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError
 
 
 def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, torch.Tensor]:
-    """A checkpoint's state_dict: unwraps 'state_dict'/'model_state_dict', strips 'module.' prefixes.
+    """A checkpoint's state_dict (see ``read_checkpoint``)."""
+    return read_checkpoint(path, trust_checkpoints)[0]
 
+
+def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[str, torch.Tensor], str]:
+    """A checkpoint's state_dict and the SHA-256 of the bytes it was read from (``unitta.models.digest``).
+
+    Unwraps 'state_dict'/'model_state_dict' and strips 'module.' prefixes. The file is read once and
+    both the digest and the weights come from those bytes, so the digest is that of the weights loaded.
     Loaded with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only.
     A file that needs more (arbitrary pickled objects, whose unpickling can run any code) is a
     CheckpointError unless ``trust_checkpoints`` (the explicit opt-in for files from a trusted source).
     """
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot be read ({err.strerror or err})") from err
+    try:
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         if not trust_checkpoints:
             found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
@@ -216,7 +229,7 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
                 "`trust_checkpoints: true`, or --trust-checkpoints), or re-save it as a plain state_dict"
             ) from err
         warnings.warn(f"{path}: not loadable with weights_only=True; unpickling it as trusted", stacklevel=3)
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError) as err:  # truncated / not a torch file
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({err}); delete it and fetch it again") from err
     for key in ("state_dict", "model_state_dict"):
@@ -225,7 +238,17 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
             break
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{path}: expected a state_dict (a dict of tensors), got {type(checkpoint).__name__}")
-    return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
+    state = {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
+    return state, bytes_digest(data)
+
+
+def weights_digest(dataset: str, name: str | None = None, checkpoint_dir: str | Path | None = None) -> str | None:
+    """The SHA-256 of the checkpoint ``load_model`` would read now (cached per file), or None when it is
+    missing or the dataset/model is unknown (``load_model`` then fails with the reason)."""
+    try:
+        return file_digest(checkpoint_path(dataset, name, checkpoint_dir))
+    except ValueError:
+        return None
 
 
 def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str, path: Path) -> None:
@@ -263,9 +286,10 @@ def load_model(
     trust_checkpoints: also load checkpoints that need full unpickling (which can run code from the
         file); off by default, so such a file is a CheckpointError naming it.
 
-    Every model takes images in [0, 1] (input normalisation is inside the model). A missing checkpoint
-    is a FileNotFoundError naming the path and how to obtain it (``python -m unitta.models fetch``);
-    nothing is downloaded.
+    Every model takes images in [0, 1] (input normalisation is inside the model). ``info.extra`` names the
+    checkpoint file and the SHA-256 of the bytes loaded (``weights_digest``, part of a cell's identity).
+    A missing checkpoint is a FileNotFoundError naming the path and how to obtain it
+    (``python -m unitta.models fetch``); nothing is downloaded.
     """
     name, _ = _entry(dataset, name)
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
@@ -273,5 +297,6 @@ def load_model(
     if not path.is_file():
         raise _missing(dataset, name, checkpoint_dir)
     model, info = build_model(dataset, name)
-    _load_weights(model, read_state_dict(path, trust_checkpoints), dataset, path)
-    return model.eval(), replace(info, extra={"checkpoint": str(path)})
+    state, digest = read_checkpoint(path, trust_checkpoints)
+    _load_weights(model, state, dataset, path)
+    return model.eval(), replace(info, extra={"checkpoint": str(path), "weights_digest": digest})
