@@ -41,7 +41,7 @@ from unitta.config import SweepConfig, load_config
 from unitta.evaluate import STATUS_FAILED, STATUS_OK, failed_row, git_commit, now, run_cell, short_error
 from unitta.outdir import OutputBusy, OutputLock, fresh_output_dir, record, remove_stale_temp_files, write_manifest
 from unitta.preflight import problems
-from unitta.results import cells_dir, consolidate, done_cells, load_results
+from unitta.results import cells_dir, consolidate, done_cells, load_results, write_membership
 from unitta.schema import ConfigError
 from unitta.summary import summary_table
 
@@ -187,6 +187,7 @@ def run_sweep(
     cells = cfg.cells()
     with OutputLock(out):  # one writer per directory; then any temp file left there is a dead writer's
         remove_stale_temp_files(cells_dir(out))
+        write_membership(out, cfg.name, [c.cell_id() for c in cells])
         finished = done_cells(out, quarantine=True)
         todo = [c for c in cells if c.cell_id() not in finished]
         outcome = SweepOutcome(out_dir=out, n_cells=len(cells), n_skipped=len(cells) - len(todo))
@@ -385,9 +386,7 @@ def _report(cfg: SweepConfig, outcome: SweepOutcome) -> int:
     """Print the summary table and the failed cells; the exit code (1 if any cell of the grid failed)."""
     import polars as pl
 
-    df = load_results(outcome.out_dir)
-    wanted = [c.cell_id() for c in cfg.cells()]
-    mine = df.filter(pl.col("cell_id").is_in(wanted))
+    mine = load_results(outcome.out_dir, sweep=cfg.name)
     print(summary_table(mine))
     failed = mine.filter(pl.col("status") == STATUS_FAILED)
     print(
