@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pickle
 
+import pytest
+
 from unitta.cell import Cell
 
 
@@ -46,3 +48,9 @@ def test_the_id_before_weights_is_the_old_format():
     assert cell.cell_id_before_weights() != cell.cell_id()
     assert cell.cell_id_before_weights().startswith("fmnist-c__test__i111__")
     assert cell.coordinates()["model_weights"] == cell.weights and len(cell.weights) == 64
+
+
+def test_an_unknown_device_is_refused_when_the_cell_is_made():
+    with pytest.raises(ValueError, match="device='tpu': expected 'auto', 'cpu', 'cuda', 'cuda:N'"):
+        Cell(device="tpu")
+    assert Cell(device="cuda:1").device == "cuda:1"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 from unitta.methods.profiles import PROFILES
 from unitta.streams.settings import FACTOR_KEYS
 
-__all__ = ["Cell", "DEFAULT_MODELS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS"]
+__all__ = ["Cell", "DEFAULT_MODELS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS", "check_device"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
@@ -39,6 +40,17 @@ DEFAULT_MODELS = {
 # fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
 # matmuls/convolutions on Ampere+ GPUs. bf16: autocast to bfloat16 + channels_last (docs/benchmarks.md).
 PRECISIONS = ("fp32", "tf32", "bf16")
+
+# Devices a cell runs on: auto (a CUDA GPU if any, else the CPU), cpu, cuda, cuda:N, mps (Apple GPUs).
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+
+
+def check_device(device: str) -> str:
+    """``device`` if a cell can run on it, else a one-line ValueError naming the choices."""
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise ValueError(f"device={device!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' (N: a GPU index) or 'mps'")
+    return device
+
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
 PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints")
@@ -83,6 +95,7 @@ class Cell:
     trust_checkpoints: bool = False
 
     def __post_init__(self) -> None:
+        check_device(self.device)
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if self.profile not in PROFILES:
