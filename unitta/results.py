@@ -36,6 +36,7 @@ __all__ = [
     "METRIC_COLUMNS",
     "cells_dir",
     "cell_path",
+    "check_cell_id",
     "write_cell_result",
     "read_cell_result",
     "load_results",
@@ -147,10 +148,15 @@ def cells_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / "cells"
 
 
-def cell_path(out_dir: str | Path, cell_id: str) -> Path:
-    if not cell_id or "/" in cell_id or cell_id.startswith("."):
+def check_cell_id(cell_id: str) -> str:
+    """``cell_id`` if it can name a file inside the output directory, else a ValueError."""
+    if not cell_id or "/" in cell_id or "\\" in cell_id or cell_id.startswith("."):
         raise ValueError(f"cell_id={cell_id!r} is not a file-name-safe id")
-    return cells_dir(out_dir) / f"{cell_id}.parquet"
+    return cell_id
+
+
+def cell_path(out_dir: str | Path, cell_id: str) -> Path:
+    return cells_dir(out_dir) / f"{check_cell_id(cell_id)}.parquet"
 
 
 def _to_table(row: dict[str, Any]) -> pa.Table:
