@@ -43,11 +43,18 @@ def test_the_weights_travel_with_the_cell(tmp_path):
     assert shipped.cell_id() == planned and shipped.weights == cell.weights
 
 
-def test_the_id_before_weights_is_the_old_format():
+def test_the_shipped_weights_keep_the_earlier_id_and_other_weights_do_not(tmp_path, monkeypatch):
+    from unitta.models import zoo
+
     cell = Cell()
-    assert cell.cell_id_before_weights() != cell.cell_id()
-    assert cell.cell_id_before_weights().startswith("fmnist-c__test__i111__")
-    assert cell.coordinates()["model_weights"] == cell.weights and len(cell.weights) == 64
+    assert cell.cell_id() == cell.cell_id_before_weights()  # rows from before the change keep their ids
+    assert "weights" not in cell.identity() and cell.coordinates()["model_weights"] == cell.weights
+    own = tmp_path / "resnet20_fmnist.pt"
+    own.write_bytes(zoo.EMBEDDED_CHECKPOINT.read_bytes() + b"retrained")
+    monkeypatch.setattr(zoo, "EMBEDDED_CHECKPOINT", own)
+    retrained = Cell()
+    assert retrained.identity()["weights"] == retrained.weights != cell.weights
+    assert retrained.cell_id() != retrained.cell_id_before_weights() == cell.cell_id()
 
 
 def test_an_unknown_device_is_refused_when_the_cell_is_made():

@@ -5,8 +5,9 @@ is computed (precision, compilation, profile). Its identity (``identity()``, ``c
 ``cell_id()``) covers everything that determines the result: the cell's fields without the placement
 ones (where data lives, which device, how many threads), the method's *resolved* hyper-parameters
 (defaults + dataset preset + profile + overrides), the method's version and the SHA-256 of the model's
-checkpoint file, so that a resumed sweep never reuses a row computed with other hyper-parameters, an
-older method or other weights (docs/results.md, Resume).
+checkpoint file (left out for the file every earlier row was computed with, ``zoo.REFERENCE_WEIGHTS``, so
+those rows keep their ids), so that a resumed sweep never reuses a row computed with other
+hyper-parameters, an older method or other weights (docs/results.md, Resume).
 
 Resolving the method config and the checkpoint imports the method registry / model zoo (and torch) on
 first use. Both are cached on the cell and travel with it (pickled) to the process that runs it, so a
@@ -162,8 +163,16 @@ class Cell:
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version
-        data["weights"] = self.weights
+        if not self._reference_weights():
+            data["weights"] = self.weights
         return data
+
+    def _reference_weights(self) -> bool:
+        """The weights all rows had before the digest joined the identity (``zoo.REFERENCE_WEIGHTS``): their
+        cells keep their ids, like a field of LATER_FIELDS at its default."""
+        from unitta.models.zoo import is_reference_weights
+
+        return self.dataset in DEFAULT_MODELS and is_reference_weights(self.dataset, self.model_name, self.weights)
 
     def config_hash(self) -> str:
         """A stable 16-hex-digit hash of ``identity()``: equal cells give equal hashes."""
@@ -177,7 +186,7 @@ class Cell:
         """The id this cell had when the weights were not yet part of its identity (docs/results.md, Resume):
         lets a resumed sweep say that such older rows are not reused, instead of recomputing them silently."""
         data = self.identity()
-        data.pop("weights")
+        data.pop("weights", None)
         return f"{self.dataset}__{self.method}__{self.setting}__{_hash(data)}"
 
     def coordinates(self) -> dict[str, Any]:

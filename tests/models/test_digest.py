@@ -42,3 +42,13 @@ def test_weights_digest_follows_the_checkpoint_dir(tmp_path):
     torch.save({"fc.weight": torch.zeros(1)}, path)
     assert weights_digest("cifar10-c", "Standard", tmp_path) == bytes_digest(path.read_bytes())
     assert weights_digest("cifar10-c", "no-such-model", tmp_path) is None
+
+
+def test_reference_weights_are_the_shipped_file_and_torchvisions_r50():
+    from unitta.models.zoo import is_reference_weights
+
+    assert is_reference_weights("fmnist-c", None, file_digest(EMBEDDED_CHECKPOINT))
+    assert is_reference_weights("imagenet-c", "Standard_R50", "0676ba61" + "0" * 56)
+    assert not is_reference_weights("imagenet-c", "Standard_R50", "1676ba61" + "0" * 56)
+    assert not is_reference_weights("cifar10-c", "Standard", bytes_digest(b"anything"))
+    assert not is_reference_weights("fmnist-c", "resnet20", None)

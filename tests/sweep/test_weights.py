@@ -56,14 +56,18 @@ def test_a_cell_planned_with_other_weights_fails_saying_why(own_checkpoint):
     assert "not those the cell was planned with" in row["error_text"]
 
 
-def test_rows_from_before_the_weights_were_in_the_identity_are_rerun_with_a_notice(tmp_path, capsys):
-    cfg = small_config(methods=["test"], settings=["i111"])
-    cell = cfg.cells()[0]
+def test_rows_from_before_the_weights_were_in_the_identity(tmp_path, own_checkpoint, capsys):
     out = tmp_path / "out"
+    cell = small_config(methods=["test"], settings=["i111"]).cells()[0]
     old_row = {**cell.coordinates(), "cell_id": cell.cell_id_before_weights(), "status": "ok", "error": 50.0}
     write_cell_result(out, old_row)
-    outcome = run_sweep(cfg, out, local=True, progress=False)
-    assert (outcome.n_ok, outcome.n_skipped) == (1, 0)
+    # the shipped weights: the rows of before were computed with them, so they keep their ids and are reused
+    same = run_sweep(small_config(methods=["test"], settings=["i111"]), out, local=True, progress=False)
+    assert (same.n_ok, same.n_skipped) == (0, 1)
+    _retrain(own_checkpoint)
+    capsys.readouterr()
+    other = run_sweep(small_config(methods=["test"], settings=["i111"]), out, local=True, progress=False)
+    assert (other.n_ok, other.n_skipped) == (1, 0)
     err = capsys.readouterr().err
     assert "1 cell(s) have rows written before the model weights were part of a cell's identity" in err
     assert load_results(out).height == 2  # the old row is kept under its old id

@@ -31,6 +31,15 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # Standard_R50 uses (docs/models.md).
 TORCHVISION_R50_FILE = "resnet50-0676ba61.pth"
 EMBEDDED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "resnet20_fmnist.pt"
+# The weights every result row was computed with before a checkpoint's digest joined a cell's identity
+# (docs/results.md, "Resume"): the embedded ResNet-20 as shipped then, and torchvision's ResNet-50 file
+# (its name carries the first 8 hex digits of its SHA-256, which torchvision checks on download). Cells
+# with exactly these weights keep their earlier ids; any other file puts its digest in the identity.
+# Frozen: retraining the embedded model must not add to or change this table.
+REFERENCE_WEIGHTS = {
+    ("fmnist-c", "resnet20"): "5813b7f52360e653543e59cac6ea72206da9c649a99fee7659c3aee9aa35a401",
+    ("imagenet-c", "Standard_R50"): "0676ba61",
+}
 # The reference's CKPT_DIR (docs/models.md), used when checkpoint_dir is None.
 DEFAULT_CHECKPOINT_DIR = "ckpt"
 
@@ -240,6 +249,12 @@ def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[s
         raise ValueError(f"{path}: expected a state_dict (a dict of tensors), got {type(checkpoint).__name__}")
     state = {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
     return state, bytes_digest(data)
+
+
+def is_reference_weights(dataset: str, name: str | None, digest: str | None) -> bool:
+    """Whether ``digest`` is of the weights ``REFERENCE_WEIGHTS`` names for this model (a prefix for R50)."""
+    reference = REFERENCE_WEIGHTS.get((dataset, name or _entry(dataset, None)[0]))
+    return bool(reference and digest and digest.startswith(reference))
 
 
 def weights_digest(dataset: str, name: str | None = None, checkpoint_dir: str | Path | None = None) -> str | None:
