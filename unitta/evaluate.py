@@ -34,11 +34,34 @@ from unitta.cell import DEFAULT_MODELS, Cell
 from unitta.metrics import NLL_FLOOR, stream_metrics
 from unitta.protocol import Schedule
 
-__all__ = ["Cell", "DEFAULT_MODELS", "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
+__all__ = ["Cell", "DEFAULT_MODELS", "DatasetUnavailable", "load_cell_dataset",
+           "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
            "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED"]
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
+
+
+# ---------------------------------------------------------------------- the data
+class DatasetUnavailable(RuntimeError):
+    """A driver cannot load a cell's dataset (missing, damaged, or a cache it cannot write): one line naming
+    the file and the fix, so the sweep stops with exit 2 instead of a traceback."""
+
+
+def load_cell_dataset(cell: Cell):
+    """The cell's dataset (``unitta.data.load_dataset``); its loaders' errors become ``DatasetUnavailable``.
+
+    The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
+    message names the file and what to do (docs/results.md, "Before the first cell").
+    """
+    from unitta.data import load_dataset
+
+    try:
+        return load_dataset(
+            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
+        )
+    except (OSError, ValueError) as exc:
+        raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
 
 
 # ---------------------------------------------------------------------- the stream

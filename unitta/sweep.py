@@ -38,7 +38,17 @@ from typing import Any
 from unitta import cli, ray_cluster
 from unitta.cell import Cell
 from unitta.config import SweepConfig, load_config
-from unitta.evaluate import STATUS_FAILED, STATUS_OK, failed_row, git_commit, now, run_cell, short_error
+from unitta.evaluate import (
+    STATUS_FAILED,
+    STATUS_OK,
+    DatasetUnavailable,
+    failed_row,
+    git_commit,
+    load_cell_dataset,
+    now,
+    run_cell,
+    short_error,
+)
 from unitta.outdir import (
     OutputBusy,
     OutputError,
@@ -59,7 +69,7 @@ from unitta.summary import summary_table
 __all__ = ["run_sweep", "SweepOutcome", "main"]
 
 # problems found before any cell ran: one line, exit 2 (docs/results.md, "Exit codes")
-USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputBusy, OutputError)
+USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputBusy, OutputError, DatasetUnavailable)
 TASK_NAME = "unitta_cell"  # Ray names each cell's task (and its worker's process title) after this
 LOST_NODE_GRACE_S = 20.0  # how long a sweep that saw Ray errors waits at its end for a node loss to be declared
 
@@ -132,9 +142,7 @@ def _dataset_key(cell: Cell) -> tuple:
 
 
 def _load_dataset(cell: Cell):
-    from unitta.data import load_dataset
-
-    return load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain)
+    return load_cell_dataset(cell)  # a missing or damaged dataset: DatasetUnavailable, one line and exit 2
 
 
 class _Progress:

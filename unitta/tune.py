@@ -35,7 +35,7 @@ from typing import Any
 
 from unitta import cli, ray_cluster
 from unitta.cell import Cell
-from unitta.evaluate import failed_row, run_cell
+from unitta.evaluate import DatasetUnavailable, failed_row, load_cell_dataset, run_cell
 from unitta.outdir import OutputError, check_output_dir, is_writable, removed_if_unused
 from unitta.preflight import infeasibility
 from unitta.schema import check_methods
@@ -85,7 +85,7 @@ TRIAL_COLUMNS = (
 )
 _INFEASIBLE = "infeasible: "
 # problems found before any trial ran: one line, exit 2 (docs/results.md, "Exit codes")
-USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputError)
+USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputError, DatasetUnavailable)
 
 
 # ---------------------------------------------------------------------- one trial (runs in a Ray worker)
@@ -250,7 +250,6 @@ def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_r
     """The search itself, writing into ``out`` (checked): see ``run_tune``."""
     from ray import tune
 
-    from unitta.data import load_dataset
     from unitta.results import load_results, write_cell_result
 
     layers, all_layers, default_layer = bn
@@ -258,7 +257,7 @@ def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_r
     (out / "tune_config.json").write_text(cfg.model_dump_json(indent=2))
 
     base = base_cell(cfg)
-    dataset = load_dataset(base.dataset, data_dir=base.data_dir, severity=base.severity, n_per_domain=base.n_per_domain)
+    dataset = load_cell_dataset(base)  # missing or damaged: DatasetUnavailable, one line and exit 2
     num_domains, num_classes = dataset.num_domains, dataset.num_classes
     done = _done_rows(out)
 
