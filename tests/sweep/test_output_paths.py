@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.local_http import run_unprivileged
 from tests.sweep.conftest import SMALL
 from unitta.outdir import is_writable
 from unitta.sweep import main
 
+ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"], **SMALL}
 READ_ONLY = Path("/sys/unitta-test-output")  # sysfs: no one may create files there, root included
 
@@ -55,20 +57,38 @@ def test_a_read_only_output_with_cells_to_run(config, capsys):
     assert "is not writable and 1 of 1 cells still have to run" in _one_error_line(capsys)
 
 
-def test_a_read_only_output_whose_cells_are_all_done_needs_no_writing(config, tmp_path, capsys, monkeypatch):
+def _read_only(root: Path, writable: bool = False) -> None:
+    for path in (root, *root.rglob("*")):
+        path.chmod(path.stat().st_mode | 0o200 if writable else path.stat().st_mode & ~0o222)
+
+
+def test_a_read_only_output_whose_cells_are_all_done_needs_no_writing(config, tmp_path):
     out = tmp_path / "out"
     assert main([config, "--output", str(out), "--local", "--no-progress"]) == 0
-    before = sorted(str(p) for p in out.rglob("*"))
-    import unitta.sweep as sweep
-
-    # root ignores a folder's mode bits here, so the folder is made read-only for the sweep through its check
-    monkeypatch.setattr(sweep, "is_writable", lambda path: False)
-    capsys.readouterr()
-    assert main([config, "--output", str(out), "--local", "--no-progress"]) == 0
-    captured = capsys.readouterr()
-    assert "is not writable; every cell is already done there, so nothing is written" in captured.err
-    assert "0 cells run (0 failed), 1 already done" in captured.out
-    assert sorted(str(p) for p in out.rglob("*")) == before
+    more = tmp_path / "more.yaml"
+    more.write_text(yaml.safe_dump({**BASE, "settings": ["i111", "nui1"]}))
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in out.rglob("*"))
+    _read_only(out)
+    try:
+        done = run_unprivileged(
+            ["-m", "unitta.sweep", config, "--output", str(out), "--local", "--no-progress"], {"PYTHONPATH": str(ROOT)}
+        )
+        if done is None:
+            pytest.skip("running as root without setpriv: permissions cannot be enforced")
+        assert done.returncode == 0, done.stderr
+        assert "is not writable; every cell is already done there, so nothing is written" in done.stderr
+        assert "0 cells run (0 failed), 1 already done" in done.stdout
+        todo = run_unprivileged(
+            ["-m", "unitta.sweep", str(more), "--output", str(out), "--local", "--no-progress"],
+            {"PYTHONPATH": str(ROOT)},
+        )
+        assert todo.returncode == 2 and todo.stderr.strip().splitlines() == [
+            f"error: output {out} is not writable and 1 of 2 cells still have to run; make it writable or give "
+            "another directory with --output"
+        ], todo.stderr
+    finally:
+        _read_only(out, writable=True)
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in out.rglob("*")) == before
 
 
 def test_an_unreachable_cluster_leaves_no_output_folder(config, tmp_path, capsys):
