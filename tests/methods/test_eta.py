@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
 from tests.methods.fmnist_cnn import grey_shift
@@ -95,6 +97,42 @@ def test_eta_filters_on_a_real_stream_and_adapts(fmnist_cnn):
     assert eta.cost.backwards >= 1 and not _same(before, _state(eta))
 
 
+def _index_selected_eta(model, batches, d_margin: float, lr: float) -> list[torch.Tensor]:
+    """ETA written out from the paper's eq. 3-6 with index selection, as EATA's code orders it; returns the logits."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=lr)
+    m, outputs = None, []
+    for x in batches:
+        z = model(x)
+        ent = softmax_entropy(z)
+        reliable = torch.where(ent < E0)[0]
+        ent, chosen = ent[reliable], z[reliable]
+        if m is not None:
+            keep = torch.where(F.cosine_similarity(m[None], chosen.softmax(1), dim=1).abs() < d_margin)[0]
+            ent, chosen = ent[keep], chosen[keep]
+        if len(chosen):
+            mean = chosen.detach().softmax(1).mean(0)
+            m = mean if m is None else 0.9 * m + 0.1 * mean
+            optimizer.zero_grad()
+            (ent * torch.exp(-(ent.detach() - E0))).mean().backward()
+            optimizer.step()
+        outputs.append(z.detach())
+    return outputs
+
+
+def test_eta_equals_the_index_selected_algorithm_batch_by_batch(fmnist_cnn):
+    xs = grey_shift(fmnist_cnn.x[:384], seed=7)
+    batches = [xs[i : i + 64] for i in range(0, 384, 64)]
+    eta = get_method("eta", fmnist_cnn.model, fmnist_cnn.info, lr=5e-3)
+    configured = copy.deepcopy(eta.model)
+    configured._forward_hooks.clear()
+    expected = _index_selected_eta(configured, batches, d_margin=0.4, lr=5e-3)
+    for b, z in zip(batches, expected):
+        assert torch.allclose(eta(b), z, atol=1e-4)
+    stats = eta.extra_metrics()
+    assert 0 < stats["eta_kept"] < stats["eta_reliable"]  # both filters were active on this stream
+
+
 def test_eta_presets_follow_the_reference_configs(fmnist_cnn):
     model, info = fmnist_cnn.model, fmnist_cnn.info
     assert get_method("eta", model, info).cfg.d_margin == 0.4
@@ -129,6 +167,25 @@ def test_eata_fisher_comes_from_the_source_images(fmnist_cnn):
     assert any(not torch.allclose(a, b) for a, b in zip(clean.fisher, shifted.fisher))
     # 256 source images in batches of 64 (4 forward/backward passes) before the stream's batch
     assert clean.cost.forwards == 4 + 1
+
+
+def test_eata_fisher_is_the_mean_squared_gradient_of_the_pseudo_label_loss(fmnist_cnn):
+    source = _source(fmnist_cnn, n=200)
+    eata = get_method("eata", fmnist_cnn.model, fmnist_cnn.info, source=source, num_source_samples=150, seed=11)
+    configured = copy.deepcopy(eata.model)
+    configured._forward_hooks.clear()
+    eata(grey_shift(fmnist_cnn.x[:64], seed=1))  # the first batch (64 images) sets the Fisher batch size
+    # by hand: the same 150 images (the method's generator), batches of 64, 64, 22, CE to the model's own argmax
+    order = torch.randperm(200, generator=torch.Generator().manual_seed(11))[:150]
+    params = [p for p in configured.parameters() if p.requires_grad]
+    squares = [torch.zeros_like(p) for p in params]
+    for idx in order.split(64):
+        z = configured(source.tensors[0][idx])
+        grads = torch.autograd.grad(F.cross_entropy(z, z.argmax(1)), params)
+        squares = [s + g**2 for s, g in zip(squares, grads)]
+    for got, s in zip(eata.fisher, squares):
+        assert torch.allclose(got, s / 3, rtol=1e-4, atol=1e-10)
+    assert all(torch.equal(a, p.detach()) for a, p in zip(eata.anchor, params))  # anchored at the source values
 
 
 def test_eata_fisher_penalty_pulls_parameters_back_to_the_source(fmnist_cnn):
