@@ -81,8 +81,9 @@ class EATA(ETA):
     def regulariser(self) -> Tensor | None:
         if self.fisher is None:
             return None
-        terms = [(f * (p - a) ** 2).sum() for f, p, a in zip(self.fisher, self.params, self.anchor)]
-        return self.cfg.fisher_alpha * torch.stack(terms).sum()
+        # one flat vector instead of a sum per parameter: a few kernels per batch whatever the number of layers
+        theta = torch.cat([p.reshape(-1) for p in self.params])
+        return self.cfg.fisher_alpha * (self._fisher_flat * (theta - self._anchor_flat) ** 2).sum()
 
     def _estimate_fisher(self, batch_size: int) -> None:
         """F = mean over source batches of the squared gradient of CE(z, argmax z) (module docstring)."""
@@ -101,3 +102,5 @@ class EATA(ETA):
                     p.grad = None
         self.fisher = [square / len(batches) for square in squares]
         self.anchor = [p.detach().clone() for p in self.params]
+        self._fisher_flat = torch.cat([f.reshape(-1) for f in self.fisher])
+        self._anchor_flat = torch.cat([a.reshape(-1) for a in self.anchor])
