@@ -34,29 +34,29 @@ class SAM:
         self.params = list(params)
         self.base = base
         self.rho = rho
-        self._saved: list[tuple[nn.Parameter, torch.Tensor]] = []
+        self._saved: tuple[list[nn.Parameter], list[torch.Tensor]] | tuple[()] = ()
 
     @torch.no_grad()
     def ascend(self) -> None:
         """w -> w + rho g / ||g|| for the parameters that have a gradient; gradients cleared."""
         params = [p for p in self.params if p.grad is not None]
         if not params:
-            self._saved = []
+            self._saved = ()
             return
         grads = [p.grad for p in params]
-        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        # multi-tensor kernels (as torch.nn.utils.clip_grad_norm_): a handful of launches whatever the layer count
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         scale = self.rho / (norm + _NORM_GUARD)
-        self._saved = [(p, p.detach().clone()) for p in params]
-        for p, g in zip(params, grads):
-            p.add_(g * scale.to(p.dtype))
+        self._saved = (params, torch._foreach_mul(params, 1.0))  # exact copies of w
+        torch._foreach_add_(params, torch._foreach_mul(grads, scale))
         self.zero_grad()
 
     @torch.no_grad()
     def descend(self) -> None:
         """Back to the saved w, then the base optimiser's step with the current gradients; gradients cleared."""
-        for p, saved in self._saved:
-            p.copy_(saved)
-        self._saved = []
+        if self._saved:
+            torch._foreach_copy_(*self._saved)
+        self._saved = ()
         self.base.step()
         self.zero_grad()
 
