@@ -37,6 +37,8 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
 
     labels = np.tile(np.arange(num_classes, dtype=np.int64), num_domains)
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
+    if cell.sampler not in ("official", "exact"):
+        return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
     size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
     try:
         make_stream(
@@ -112,7 +114,7 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False) 
     checked: set[tuple] = set()
     for cell in cells:
         domains, classes, per_domain = DATASET_SHAPES[cell.dataset]
-        key = (cell.dataset, cell.setting, cell.sampler, tuple(sorted(cell.factors.items())), cell.seed)
+        key = (cell.dataset, cell.setting, cell.sampler, cell.delta, tuple(sorted(cell.factors.items())), cell.seed)
         if key not in checked:
             checked.add(key)
             why = infeasibility(cell, domains, classes)
