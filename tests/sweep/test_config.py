@@ -84,7 +84,14 @@ def test_all24_and_method_overrides():
         ({"factors": {"domain_alfa": 0.5}}, "factors: unknown factor 'domain_alfa' (did you mean 'domain_alpha'?)"),
         ({"factors": {"domain_beta": 2}, "factor_grid": {"domain_beta": [1, 2]}}, "factors and factor_grid both set"),
         ({"S": 0}, "S: must be >= 1"),
-        ({"sampler": "exakt"}, "sampler: Input should be 'official' or 'exact'"),
+        ({"sampler": "exakt"}, "sampler: unknown sampler 'exakt' (did you mean 'exact'?); known: official"),
+        ({"sampler": ["official", "official"]}, "sampler: lists a sampler twice"),
+        ({"delta": 0.1}, "delta: only the dirichlet sampler takes a delta"),
+        ({"sampler": "dirichlet", "settings": None, "delta": [0.0]}, "delta: delta=0.0: the Dirichlet"),
+        ({"sampler": "dirichlet", "settings": None, "delta": [0.1, 0.1]}, "delta: lists a value twice"),
+        ({"sampler": "sorted"}, "settings: sampler sorted fixes its own stream (sorted = 1111) and takes no settings"),
+        ({"sampler": "sorted", "settings": None, "factors": {"class_beta": 2}}, "factors: sampler sorted fixes"),
+        ({"sampler": ["sorted", "dirichlet"], "settings": None, "S": 5}, "S: sampler sorted, dirichlet fixes"),
         ({"sampler": "exact", "S": 5}, "S: only the official sampler"),
         ({"length": 100}, "length: only the exact sampler"),
         ({"batch_size": [0]}, "batch_size: batch sizes must be >= 1"),
@@ -102,6 +109,33 @@ def test_bad_configs_give_one_line_naming_the_key(change, expected):
     assert "\n" not in message
     assert message.startswith("bad.yaml: ")
     assert expected in message, message
+
+
+def test_several_samplers_expand_per_sampler():
+    cfg = parse_config({**BASE, "methods": ["test", "bn"], "settings": ["i111", "i1i1"], "S": 5,
+                        "sampler": ["official", "sorted", "dirichlet"], "delta": [0.01, 0.1], "seeds": [1, 2]})
+    cells = cfg.cells()
+    # per method: official x 2 settings, sorted once, dirichlet x 2 deltas; x 2 seeds
+    assert len(cells) == 2 * (2 + 1 + 2) * 2
+    first = [(c.sampler, c.setting, c.delta, c.S) for c in cells[:10:2]]
+    assert first == [("official", "i111", None, 5), ("official", "i1i1", None, 5), ("sorted", "1111", None, None),
+                     ("dirichlet", "n1i1", 0.01, None), ("dirichlet", "n1i1", 0.1, None)]
+    assert len({c.cell_id() for c in cells}) == len(cells)
+    only = parse_config({**{k: v for k, v in BASE.items() if k != "settings"}, "sampler": "dirichlet"})
+    assert [(c.setting, c.delta) for c in only.cells()] == [("n1i1", 0.01)]  # the default delta
+
+
+def test_cell_ids_of_the_ulmm_samplers_do_not_carry_delta():
+    from unitta.cell import Cell
+
+    cell = Cell(method="test", setting="nui1", seed=3)
+    assert "delta" not in cell.identity() and cell.coordinates()["delta"] is None
+    a, b = Cell(sampler="dirichlet", setting="n1i1", delta=0.1), Cell(sampler="dirichlet", setting="n1i1")
+    assert a.identity()["delta"] == 0.1 and b.delta == 0.01 and a.cell_id() != b.cell_id()
+    with pytest.raises(ValueError, match="the sorted sampler's setting is '1111'"):
+        Cell(sampler="sorted", setting="i111")
+    with pytest.raises(ValueError, match="only the dirichlet sampler takes a delta"):
+        Cell(delta=0.1)
 
 
 def test_missing_settings_and_half_settings():
