@@ -16,8 +16,10 @@ N, K = len(LABELS), 10
 
 def _window_tv(classes: np.ndarray, num_classes: int, windows: int) -> float:
     """Mean total-variation distance between each window's class marginal and the uniform one."""
-    tv = [0.5 * np.abs(np.bincount(w, minlength=num_classes) / len(w) - 1 / num_classes).sum()
-          for w in np.array_split(classes, windows)]
+    tv = [
+        0.5 * np.abs(np.bincount(w, minlength=num_classes) / len(w) - 1 / num_classes).sum()
+        for w in np.array_split(classes, windows)
+    ]
     return float(np.mean(tv))
 
 

@@ -75,9 +75,7 @@ def sorted_order(labels: np.ndarray, domains: np.ndarray, rng: np.random.Generat
     return perm[np.lexsort((labels[perm], domains[perm]))]  # lexsort is stable: perm order within (domain, class)
 
 
-def dirichlet_order(
-    labels: np.ndarray, delta: float, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+def dirichlet_order(labels: np.ndarray, delta: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(dataset indices, chunk sizes): all images mixed, ordered by a Dirichlet label shift (module docstring).
 
     Chunks must hold at least 10 images each (the reference's threshold; fewer when the dataset has fewer
