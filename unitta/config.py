@@ -37,6 +37,7 @@ from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell
 from unitta.data import DATASETS
+from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
@@ -94,6 +95,9 @@ class SweepConfig(RunConfig):
     compile: bool = False
     trust_checkpoints: bool = False
     max_retries: int = 3
+    protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
+    cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
+    forgetting: bool = False
 
     # ------------------------------------------------------------------ field checks
     @model_validator(mode="before")
@@ -324,7 +328,8 @@ class SweepConfig(RunConfig):
         common = dict(severity=self.severity, n_per_domain=self.n_per_domain, data_dir=self.data_dir,
                       checkpoint_dir=self.checkpoint_dir, precision=self.precision, profile=self.profile,
                       compile=self.compile, device=self.device, num_threads=self.resources.num_threads,
-                      trust_checkpoints=self.trust_checkpoints)
+                      trust_checkpoints=self.trust_checkpoints, protocol=self.protocol, cost=self.cost,
+                      forgetting=self.forgetting)
         cells = []
         for dataset in self.datasets:
             model = self.models.get(dataset)
