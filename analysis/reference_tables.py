@@ -186,6 +186,16 @@ def compare_reference(dirs: list[str | Path], paper_dataset: str | None = None) 
     ref = load_reference_table()
     rows, skipped = [], []
     for panel in panels:
+        if "protocol" in panel.rows.columns:  # the TTA protocol of a run (unitta.protocol): theirs is online
+            online = panel.rows.filter(pl.col("protocol").fill_null("online") == "online")
+            if online.height < panel.rows.height:
+                skipped.append(
+                    f"{panel.name}: {panel.rows.height - online.height} row(s) of the realtime protocol "
+                    "left out (the other benchmark's figures are online TTA)"
+                )
+            if online.height == 0:
+                continue
+            panel = Panel(panel.name, panel.caption, online)
         dataset = panel.rows["dataset"][0]
         target = paper_dataset or (dataset if dataset in REFERENCE_DATASETS.values() else _PROXY_DATASET.get(dataset))
         if target is None:

@@ -196,22 +196,30 @@ PAPER_METHODS = [
 ]  # spec 5.2: the 17 adapters of sh/run.sh, under this project's registry names
 
 
+NEW_METHODS = [
+    "bn_alpha", "eta", "eata", "sar", "deyo", "rpl", "rdumb", "cmf", "rmt", "adacontrast", "memo", "santa", "gtta",
+]  # issue 20: the other TTA benchmark's methods
+MODERN_METHODS = ["test", "bn", "tent", "cotta", "rotta", "roid", "tribe", "bdn", "unitta", *NEW_METHODS]
+REFERENCE_TABLE_METHODS = ["test", "bn", "tent", "eata", "sar", "cotta", "rotta", "adacontrast", "rmt", "lame", "roid"]
+
+
 @pytest.mark.parametrize(
-    "name, n_cells",
-    [("quick", None), ("fmnist_grid", 17 * 24), ("full_grid", 3 * 17 * 24), ("full_grid_reference", 3 * 17 * 24),
-     ("cifar10", 17 * 24), ("cifar100", 17 * 24), ("imagenet", 17 * 24)],
+    "name, methods, n_cells",
+    [("quick", None, None), ("fmnist_grid", PAPER_METHODS + NEW_METHODS, 30 * 24),
+     ("full_grid", PAPER_METHODS, 3 * 17 * 24), ("full_grid_reference", PAPER_METHODS, 3 * 17 * 24),
+     ("cifar10", PAPER_METHODS, 17 * 24), ("cifar100", PAPER_METHODS, 17 * 24), ("imagenet", PAPER_METHODS, 17 * 24),
+     ("modern_grid", MODERN_METHODS, 3 * 22 * 24)],
 )
-def test_shipped_sweeps_validate(name, n_cells):
+def test_shipped_sweeps_validate(name, methods, n_cells):
     from unitta.methods import list_methods
 
     path = ROOT / "sweeps" / f"{name}.yaml"
     raw = yaml.safe_load(path.read_text())
     names = [m if isinstance(m, str) else next(iter(m)) for m in raw["methods"]]
-    if n_cells is not None:
-        assert names == PAPER_METHODS
+    if methods is not None:
+        assert names == methods
     missing = sorted(set(names) - set(list_methods()))
-    if missing:
-        pytest.skip(f"methods not registered yet: {missing}")
+    assert not missing, f"{path.name} names methods that are not registered: {missing}"
     cfg = load_config(path)
     cells = cfg.cells()
     if n_cells is not None:
@@ -219,3 +227,19 @@ def test_shipped_sweeps_validate(name, n_cells):
         assert cfg.setting_codes() == list(SETTINGS_24)
     else:
         assert 4 <= len(cells) <= 40 and cfg.datasets == ["fmnist-c"]
+
+
+def test_reference_protocols_sweep_covers_the_four_protocols():
+    from unitta.paper.reference import protocol_of
+
+    path = ROOT / "sweeps" / "fmnist_reference_protocols.yaml"
+    raw = yaml.safe_load(path.read_text())
+    assert [m if isinstance(m, str) else next(iter(m)) for m in raw["methods"]] == REFERENCE_TABLE_METHODS
+    from unitta.methods import list_methods
+
+    missing = sorted(set(REFERENCE_TABLE_METHODS) - set(list_methods()))
+    assert not missing, f"{path.name} names methods that are not registered: {missing}"
+    cells = load_config(path).cells()
+    assert len(cells) == len(REFERENCE_TABLE_METHODS) * 5
+    protocols = {protocol_of(c.sampler, c.setting, c.delta) for c in cells}
+    assert protocols == {"Continual", "Mixed domains", "Correlated", "Mixed domains, correlated"}
