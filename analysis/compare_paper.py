@@ -310,6 +310,10 @@ def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with the paper)")
     comparisons, skipped = [], []
     for panel in panels:
+        if reference_tables.not_ulmm(panel):  # sorted / dirichlet orders: no UniTTA-paper counterpart
+            skipped.append(f"note: {panel.name}: the {reference_tables.not_ulmm(panel)} sampler's streams are not the "
+                           "paper's; skipped (compare them with --reference mariodoebler)")
+            continue
         target = paper_dataset or panel.rows["dataset"][0]
         if target not in PAPER_DATASETS:
             skipped.append(f"note: {panel.name}: the paper publishes no {target} table; skipped "

@@ -41,8 +41,9 @@ from unitta.paper.reference import (
     load_reference_table,
     protocol_of,
 )
+from unitta.streams import PROTOCOL_SAMPLERS
 
-__all__ = ["REFERENCE_NAME", "ReferenceComparison", "compare_reference", "to_markdown", "run"]
+__all__ = ["REFERENCE_NAME", "ReferenceComparison", "compare_reference", "not_ulmm", "to_markdown", "run"]
 
 REFERENCE_NAME = "mariodoebler"
 
@@ -92,6 +93,13 @@ def _rho(a: list[float], b: list[float]) -> float:
 
 def _first(rows: pl.DataFrame, column: str, default=None):
     return rows[column][0] if column in rows.columns else default
+
+
+def not_ulmm(panel: Panel) -> str | None:
+    """The panel's sampler when it is one of the other benchmark's orders (sorted, dirichlet), else None: such
+    streams have a setting code but no counterpart in the UniTTA paper's tables."""
+    sampler = _first(panel.rows, "sampler", "official")
+    return sampler if sampler in PROTOCOL_SAMPLERS else None
 
 
 def _architecture(candidates: pl.DataFrame, model: str, target: str) -> str:

@@ -124,3 +124,13 @@ def test_settings_outside_the_protocols_are_counted_and_bad_input_refused(seeded
     with pytest.raises(AnalysisError, match="publishes cifar10-c, cifar100-c, imagenet-c"):
         compare_reference([seeded_dir], paper_dataset="fmnist-c")
     assert main([str(tmp_path / "absent"), "--reference", "mariodoebler"]) == 2
+
+
+def test_the_unitta_paper_comparison_skips_the_other_benchmarks_orders(protocols_dir: Path, tmp_path: Path) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main([str(protocols_dir), "--paper-dataset", "cifar10-c", "--out", str(tmp_path)]) == 0
+    assert "the sorted sampler's streams are not the paper's" in err.getvalue()
+    assert "the dirichlet sampler's streams are not the paper's" in err.getvalue()
+    (compared,) = tmp_path.glob("compare_*.csv")  # only the official panel, whose n1i1 is the paper's n1i1
+    assert set(pl.read_csv(compared)["setting"].to_list()) == {"i111", "i1i1"}
