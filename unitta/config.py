@@ -108,7 +108,7 @@ class SweepConfig(RunConfig):
             raise ValueError(f"a sweep config is a mapping of keys, got {type(data).__name__}")
         data = dict(data)
         for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta"):
-            if key in data and not isinstance(data[key], list):
+            if key in data and not isinstance(data[key], list) and not (key == "delta" and data[key] is None):
                 data[key] = [data[key]]
         try:
             if isinstance(data.get("settings"), str):
