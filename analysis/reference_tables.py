@@ -19,7 +19,8 @@ It prints ``spearman_rho=`` over every matched cell with both values and ``spear
 protocol, and writes ``reference_mariodoebler.md`` / ``.csv`` (one row per our cell of a reference protocol,
 unmatched ones with the reason) into ``--out``. Absolute errors agree only where nothing is a proxy and the
 stream is the same protocol: the reference's streams are its own orders (seeds 1-5, batch 200 / 64), ours are
-the same protocol drawn by this project's samplers; compare the methods' order first.
+the same protocol drawn by this project's samplers (continual and correlated streams run the corruptions in
+the UniTTA reference's order, the other benchmark in Hendrycks'); compare the methods' order first.
 """
 
 from __future__ import annotations
@@ -254,6 +255,11 @@ def to_markdown(c: ReferenceComparison) -> str:
             "proxy our model with another network; absolute errors are not expected to agree there, "
             "compare the methods' order.  "
         )
+    lines.append(
+        "The streams are the same protocols, not the same images: the other benchmark's own orders, seeds "
+        "1-5, batch 200 (CIFAR) / 64 (ImageNet), the corruptions in Hendrycks' order where ours follow the "
+        "UniTTA reference's (docs/streams.md).  "
+    )
     lines += [f"Note: {s}.  " for s in c.skipped]
     lines += [
         "",
