@@ -80,6 +80,8 @@ def build_stream(cell: Cell, dataset):
         overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
     if cell.length is not None:
         overrides["length"] = cell.length
+    if cell.delta is not None:
+        overrides["delta"] = cell.delta
     return make_stream(
         dataset.labels, dataset.domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
         **overrides,
