@@ -25,7 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from unitta.methods.profiles import PROFILES
-from unitta.protocol import COST_MODELS, PROTOCOLS
+from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.streams import SAMPLERS
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS
@@ -82,7 +82,7 @@ class Cell:
     precision: 'fp32' | 'tf32' | 'bf16' (PRECISIONS). compile: torch.compile the adapted model.
     profile: 'default' | 'reference' (PROFILES): which variant of each method runs.
     trust_checkpoints: allow unpickling checkpoints that the safe loader refuses (opt-in).
-    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.protocol``);
+    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.realtime``);
     cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
     clean source images after the stream (docs/results.md, "Forgetting").
     """

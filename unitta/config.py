@@ -37,7 +37,7 @@ from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
 from unitta.data import DATASETS
-from unitta.protocol import COST_MODELS, PROTOCOLS
+from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
