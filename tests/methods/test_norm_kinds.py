@@ -93,3 +93,11 @@ def test_tent_adapts_only_the_layernorm_affine_parameters(vit, fmnist_c_images):
     method(fmnist_c_images[:64])
     moved = {k for k, v in method.model.named_parameters() if not torch.equal(before[k], v)}
     assert moved == {f"{layer}.{p}" for layer in info.norm_layers for p in ("weight", "bias")}
+
+
+def test_the_check_command_refuses_a_method_on_a_model_of_another_kind(capsys):
+    from unitta.methods.__main__ import main
+
+    assert main(["check", "bn", "--model", "vit_tiny"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "norm kind 'layer'" in err

@@ -5,10 +5,12 @@ Examples::
     python -m unitta.methods check examples/my_method/my_method.py:pseudo_label
     python -m unitta.methods check my_pkg.my_tta                 # every method the module registers
     python -m unitta.methods check tent                           # a registered method (built-in or entry point)
+    python -m unitta.methods check tent --model vit_tiny          # on the embedded LayerNorm ViT
     python -m unitta.methods check my_tta.py:my_tta --set steps=1 --set lr=1e-4
     python -m unitta.methods list
 
-``check`` runs the contract of ``unitta/methods/contract.py`` on the embedded ResNet-20 and Fashion-MNIST-C
+``check`` runs the contract of ``unitta/methods/contract.py`` on the embedded ResNet-20 (``--model vit_tiny``:
+the LayerNorm ViT; a method whose ``norm_kinds`` exclude the model's kind is a usage error) and Fashion-MNIST-C
 images (no downloads) and prints one line per item, PASS or FAIL with the reason: finite (B, K) scores at
 B = 64 and B = 1, ``reset()`` restores the source exactly, the same seed gives the same outputs, the Config
 refuses unknown names and wrong types, every dataset preset is a valid Config, and forward/backward passes
@@ -146,7 +148,7 @@ def _check_command(args: argparse.Namespace) -> int:
     import torch
 
     from unitta.data import load_dataset
-    from unitta.methods import build_config, method_class
+    from unitta.methods import build_config, method_class, norm_kind_problem
     from unitta.models import load_model
     from unitta.schema import ConfigError
 
@@ -159,13 +161,17 @@ def _check_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}".replace("\n", " "), file=sys.stderr)
         return EXIT_USAGE
     torch.set_num_threads(max(1, args.threads))
-    model, info = load_model("fmnist-c")
+    model, info = load_model("fmnist-c", args.model)
+    refused = [p for name in names if (p := norm_kind_problem(method_class(name), info.norm_kind, info.name))]
+    if refused:
+        print(f"error: {refused[0]}", file=sys.stderr)
+        return EXIT_USAGE
     dataset = load_dataset("fmnist-c", n_per_domain=N_PER_DOMAIN)
     order = np.random.default_rng(IMAGE_SEED).permutation(len(dataset))[:N_IMAGES]
     images = dataset.get_batch(order)
     failed = 0
     for name in names:
-        print(f"{name} ({method_class(name).__module__}) on the embedded ResNet-20, {N_IMAGES} Fashion-MNIST-C images"
+        print(f"{name} ({method_class(name).__module__}) on the embedded {info.name}, {N_IMAGES} Fashion-MNIST-C images"
               + (f", overrides {overrides}" if overrides else ""))
         for result in check(name, model, info, images, **overrides):
             mark = "PASS" if result.passed else "FAIL"
@@ -190,7 +196,7 @@ def _list_command(args: argparse.Namespace) -> int:
     for name in list_methods():
         cls = method_class(name)
         where = "built-in" if cls.__module__ in BUILTIN_MODULES else cls.__module__
-        print(f"{name:<20} v{cls.version}  {where}")
+        print(f"{name:<20} v{cls.version}  {where}  norm: {','.join(cls.norm_kinds)}")
     for name, reason in sorted(entry_point_errors().items()):
         print(f"{name:<20} --  {reason}")
     return EXIT_OK
@@ -213,6 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a hyper-parameter override (repeatable), e.g. to make a slow method adapt within the checks")
     c.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    c.add_argument("--model", default=None, help="embedded model: resnet20 (default, BatchNorm), vit_tiny (LayerNorm)")
     c.set_defaults(run=_check_command)
     ls = sub.add_parser("list", help="the registered methods (built-in, entry points, --plugin)")
     ls.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE_OR_FILE",
