@@ -418,7 +418,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="start over in a new directory '<output>-<timestamp>' when the output already has results")
     ray_cluster.add_ray_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--dry-run", action="store_true", help="validate, check, and list the cells; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and list the cells, then run the checks (not with --no-preflight); run nothing")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the data/checkpoint/feasibility checks before the first cell")
     return p
@@ -451,10 +452,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
+        if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
+            code = dry_run(cfg, out)
+            if not args.no_preflight:
+                sys.stdout.flush()
+                preflight(cfg, local=args.local)
+            return code
         if not args.no_preflight:
             preflight(cfg, local=args.local)
-        if args.dry_run:
-            return dry_run(cfg, out)
         outcome = run_sweep(
             cfg, out, local=args.local, fresh=args.fresh, address=args.address, num_cpus=args.num_cpus,
             wait_for_resources=args.wait_for_resources, progress=not args.no_progress, argv=sys.argv,
