@@ -101,6 +101,36 @@ def _reachable(bootstrap: str, timeout: float) -> bool:
         return False
 
 
+# HTTP/2's client preface and an empty SETTINGS frame: every gRPC server (Ray's GCS, its client server)
+# answers with a SETTINGS frame (frame type 4 in the 4th byte of its 9-byte header).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+SPEAKS_GRPC_TIMEOUT_S = 5.0
+
+
+def _speaks_grpc(bootstrap: str, timeout: float) -> bool:
+    """Whether ``bootstrap`` (host:port) answers like a gRPC server: a port that accepts TCP but is not Ray
+    (a web server, a database) would make ``ray.init`` retry for half a minute with pages of C++ warnings.
+
+    With TLS (``RAY_USE_TLS``) the plain-text probe cannot tell, so the address is taken as it is.
+    """
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return True
+    host, _, port = bootstrap.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            conn.sendall(_H2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                chunk = conn.recv(9 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+    except (OSError, ValueError):
+        return False
+    return header[3] == 0x04
+
+
 def _job_py_modules() -> list[str]:
     """The ``py_modules`` of the job's own runtime_env under ``ray job submit`` (already uploaded URIs), or []."""
     import json
@@ -149,6 +179,12 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
             raise ClusterError(
                 f"cannot reach the Ray cluster at {bootstrap} within {CONNECT_TIMEOUT_S:.0f} s; start it "
                 "(`ray start --head`), fix --address / RAY_ADDRESS, or use --address local for a new local Ray"
+            )
+        if not _speaks_grpc(bootstrap, SPEAKS_GRPC_TIMEOUT_S):
+            raise ClusterError(
+                f"{bootstrap} accepts connections but does not answer like a Ray cluster (no gRPC reply within "
+                f"{SPEAKS_GRPC_TIMEOUT_S:.0f} s); give the head's GCS address (`ray status` on the head shows it, "
+                "port 6379 by default), or use --address local for a new local Ray"
             )
         kwargs["address"] = address if address is not None else bootstrap
     previous = os.environ.get("RAY_OVERRIDE_JOB_RUNTIME_ENV")
