@@ -36,6 +36,8 @@ __all__ = [
     "capacity",
     "NodeWatch",
     "RayMessages",
+    "joined_line",
+    "busy_elsewhere",
 ]
 
 CONNECT_TIMEOUT_S = 20.0
@@ -250,6 +252,38 @@ def capacity(ray, num_cpus: float, num_gpus: float) -> int:
             fits.append(res.get("GPU", 0) / num_gpus)
         total += max(0, int(min(fits) + 1e-9))
     return total
+
+
+def joined_line(ray) -> str | None:
+    """One line naming the running cluster this driver joined (None when it started its own local Ray):
+    joining someone else's cluster (``--address auto``, RAY_ADDRESS) is said, never silent."""
+    try:
+        node = ray._private.worker.global_worker.node
+        if node is None or node.is_head():  # this process started the head: a private local Ray
+            return None
+        address = ray.get_runtime_context().gcs_address
+    except Exception:  # another Ray layout: say nothing rather than guess
+        return None
+    total, free = ray.cluster_resources(), ray.available_resources()
+    return (f"joined the running Ray cluster at {address}: {total.get('CPU', 0):g} CPU / {total.get('GPU', 0):g} GPU, "
+            f"{free.get('CPU', 0):g} CPU / {free.get('GPU', 0):g} GPU free now (--address local starts a private one)")
+
+
+def busy_elsewhere(ray, num_cpus: float, num_gpus: float, ours_at_most: int) -> str | None:
+    """A line when no cell fits in the cluster's free resources and other jobs hold some: the cells wait for them.
+
+    ours_at_most: how many of this sweep's cells can be running (each holds ``num_cpus`` / ``num_gpus``).
+    """
+    total, free = ray.cluster_resources(), ray.available_resources()
+    if free.get("CPU", 0) >= num_cpus - 1e-9 and free.get("GPU", 0) >= num_gpus - 1e-9:
+        return None
+    others_cpu = total.get("CPU", 0) - free.get("CPU", 0) - ours_at_most * num_cpus
+    others_gpu = total.get("GPU", 0) - free.get("GPU", 0) - ours_at_most * num_gpus
+    if others_cpu <= 1e-9 and others_gpu <= 1e-9:
+        return None  # our own cells hold it all: they are running
+    return (f"cells are waiting: other jobs hold {max(others_cpu, 0):g} CPU / {max(others_gpu, 0):g} GPU of the "
+            f"cluster and {free.get('CPU', 0):g} CPU / {free.get('GPU', 0):g} GPU are free (each cell needs "
+            f"{num_cpus:g} CPU / {num_gpus:g} GPU); see `ray status`, or use --address local for a private Ray")
 
 
 class NodeWatch:

@@ -73,6 +73,7 @@ USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputBusy, OutputError, 
 TASK_NAME = "unitta_cell"  # Ray names each cell's task (and its worker's process title) after this
 LOST_NODE_GRACE_S = 20.0  # how long a sweep that saw Ray errors waits at its end for a node loss to be declared
 LINE_EVERY_S = 30.0  # off a terminal: at most one progress line this often
+STALL_WARN_S = 60.0  # no cell finished this long: say so if other jobs hold the cluster
 
 
 # ---------------------------------------------------------------------- one cell, its output captured
@@ -333,6 +334,27 @@ def _count(outcome: SweepOutcome, row: dict[str, Any]) -> None:
         outcome.cell_seconds.append(float(row["duration_s"]))
 
 
+class _WaitWatch:
+    """Says once (one line) when no cell has finished for ``STALL_WARN_S`` because other jobs hold the cluster
+    (a joined cluster that is busy would otherwise look like a silent hang)."""
+
+    def __init__(self, ray, need, started: float) -> None:
+        self.ray, self.need, self.last, self.said = ray, need, started, False
+
+    def check(self, ready: list, ours_at_most: int, say: Callable[[str], None]) -> None:
+        now = time.monotonic()
+        if ready:
+            self.last = now
+            return
+        if self.said or now - self.last < STALL_WARN_S:
+            return
+        self.last = now  # at most one look per STALL_WARN_S
+        line = ray_cluster.busy_elsewhere(self.ray, self.need.num_cpus, self.need.num_gpus, ours_at_most)
+        if line:
+            say(line)
+            self.said = True
+
+
 def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, wait_for_resources):
     from unitta import plugins
 
@@ -341,6 +363,9 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
     ray, started_here = ray_cluster.connect(address, num_cpus, runtime_env=runtime_env)
     from ray.exceptions import RayError
 
+    joined = ray_cluster.joined_line(ray)
+    if joined:
+        print(joined, file=sys.stderr)
     task = ray.remote(_cell_task)
     need = cfg.resources
     # a dead node's raylet logs and Ray's retry notices: to a file, not dozens of lines on the driver's stdout
@@ -380,9 +405,11 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
             reported_lost.extend(lost)
             return bool(lost)
 
+        waiting = _WaitWatch(ray, need, started=time.monotonic())
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                waiting.check(ready, min(len(pending), capacity), bar.write)
                 if time.monotonic() - watched > 5:
                     if report_lost_nodes():
                         checked = 0.0

@@ -291,6 +291,9 @@ def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_r
         # the plugins' files travel to every worker (Ray's py_modules); the driver imported them with the config
         runtime_env = plugins.runtime_env(plugins.load(cfg.plugins))
         ray, _ = ray_cluster.connect(address, num_cpus, runtime_env=runtime_env)
+        joined = ray_cluster.joined_line(ray)
+        if joined:
+            log.info(joined)
         ray_cluster.check_fits(ray, cfg.resources.num_cpus, cfg.resources.num_gpus, wait_s=wait_for_resources)
         trainable = tune.with_parameters(
             _trainable,
