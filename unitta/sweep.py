@@ -238,8 +238,9 @@ def run_sweep(
     cells = cfg.cells()
     if not is_writable(out):
         return _read_only_outcome(out, cells, say, start)
-    with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):  # one writer per directory; then any temp
-        # file left there is a dead writer's
+    # one writer per directory (then any temp file left there is a dead writer's); a new folder is removed
+    # again when the run stops with exit 2 before writing a result
+    with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):
         remove_stale_temp_files(cells_dir(out))
         write_membership(out, cfg.name, [c.cell_id() for c in cells])
         finished = done_cells(out, quarantine=True)
