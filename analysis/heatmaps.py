@@ -55,7 +55,7 @@ from unitta.outdir import OutputError, check_output_dir, is_writable  # noqa: E4
 __all__ = ["analyse", "main"]
 
 _FACTORS = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
-_CSV_DROP = ("per_domain", "per_class")
+_CSV_DROP = ("per_domain", "per_class", "domain_errors", "error_curve")  # nested: not CSV
 
 
 def _safe(name: str) -> str:
