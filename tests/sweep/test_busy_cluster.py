@@ -27,4 +27,3 @@ def test_other_jobs_holding_the_cluster_are_named(ray_cluster):
     finally:
         ray.kill(holder)
     assert ray_cluster_lib.joined_line(ray) is None  # this process started the test's Ray: nothing was joined
-
