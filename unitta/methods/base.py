@@ -87,6 +87,11 @@ BUILTIN_MODULES = (
     "unitta.methods.cofa",
     "unitta.methods.bdn",
     "unitta.methods.unitta",
+    "unitta.methods.deyo",
+    "unitta.methods.rpl",
+    "unitta.methods.memo",
+    "unitta.methods.santa",
+    "unitta.methods.cmf",
 )
 _builtins_loaded = False
 
