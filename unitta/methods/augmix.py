@@ -176,11 +176,13 @@ def _affine_pixels(v: Tensor, a: Tensor) -> Tensor:
 
 def _autocontrast(v: Tensor) -> Tensor:
     """PIL ImageOps.autocontrast (cutoff 0) per image and channel: [lo, hi] -> [0, 255], truncated."""
-    lo = v.amin(dim=(2, 3), keepdim=True)
-    hi = v.amax(dim=(2, 3), keepdim=True)
+    lo = v.amin(dim=(2, 3), keepdim=True).double()
+    hi = v.amax(dim=(2, 3), keepdim=True).double()
     span = hi - lo
     scale = 255.0 / torch.where(span > 0, span, torch.ones_like(span))
-    return torch.where(span > 0, torch.floor((v - lo) * scale).clamp(0, 255), v)
+    # PIL's lut int(ix * scale - lo * scale) in double precision (float32 turns 255 into 254.99998)
+    out = torch.floor(v.double() * scale - lo * scale).clamp(0, 255).to(v.dtype)
+    return torch.where(span > 0, out, v)
 
 
 def _equalize(v: Tensor) -> Tensor:
