@@ -36,8 +36,9 @@ def test_alpha_batchnorm_mixes_source_and_unbiased_batch_statistics():
     x = torch.randn(4, 3, 5, 5, generator=g) * 2 + 1
     torch.testing.assert_close(AlphaBatchNorm(bn, 0.0)(x), bn(x))
     var, mean = torch.var_mean(x, dim=(0, 2, 3), unbiased=True)
-    mixed = F.batch_norm(x, 0.9 * bn.running_mean + 0.1 * mean, 0.9 * bn.running_var + 0.1 * var,
-                         bn.weight, bn.bias, False, 0.0, bn.eps)
+    mixed = F.batch_norm(
+        x, 0.9 * bn.running_mean + 0.1 * mean, 0.9 * bn.running_var + 0.1 * var, bn.weight, bn.bias, False, 0.0, bn.eps
+    )
     layer = AlphaBatchNorm(bn, 0.1)
     torch.testing.assert_close(layer(x), mixed)
     xg = x.clone().requires_grad_(True)
@@ -59,8 +60,12 @@ def test_augmix_point_ops_equal_pil(seed):
     v = torch.from_numpy(img).float().unsqueeze(0)
     assert np.array_equal(_autocontrast(v)[0].numpy(), _pil_channels(img, ImageOps.autocontrast))
     assert np.array_equal(_equalize(v)[0].numpy(), _pil_channels(img, ImageOps.equalize))
-    assert np.array_equal(_posterize(v, torch.tensor([4.0]))[0].numpy(), _pil_channels(img, lambda i: ImageOps.posterize(i, 4)))
-    assert np.array_equal(_solarize(v, torch.tensor([231.0]))[0].numpy(), _pil_channels(img, lambda i: ImageOps.solarize(i, 231)))
+    assert np.array_equal(
+        _posterize(v, torch.tensor([4.0]))[0].numpy(), _pil_channels(img, lambda i: ImageOps.posterize(i, 4))
+    )
+    assert np.array_equal(
+        _solarize(v, torch.tensor([231.0]))[0].numpy(), _pil_channels(img, lambda i: ImageOps.solarize(i, 231))
+    )
 
 
 def test_augmix_geometry_follows_pil_transform():
@@ -134,8 +139,14 @@ def test_presets(fmnist_cnn):
 
 
 def test_fmnist_cell():
-    cell = Cell(dataset="fmnist-c", method="memo", setting="i111", n_per_domain=10, num_threads=1,
-                method_kwargs={"n_augmentations": 4})
+    cell = Cell(
+        dataset="fmnist-c",
+        method="memo",
+        setting="i111",
+        n_per_domain=10,
+        num_threads=1,
+        method_kwargs={"n_augmentations": 4},
+    )
     row = run_cell(cell)
     assert row["status"] == "ok", row["error_text"]
     assert math.isfinite(row["error"]) and 0.0 <= row["error"] <= 100.0  # percent

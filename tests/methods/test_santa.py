@@ -86,8 +86,9 @@ def test_what_adapts_and_the_frozen_anchor(fmnist_cnn, source):
     # both terms drive the step: switching either off changes the update
     steps = {}
     for weights in ((1.0, 1.0), (0.0, 1.0), (1.0, 0.0)):
-        m = get_method("santa", fmnist_cnn.model, fmnist_cnn.info, source=source,
-                       lambda_ce_trg=weights[0], lambda_cont=weights[1])
+        m = get_method(
+            "santa", fmnist_cnn.model, fmnist_cnn.info, source=source, lambda_ce_trg=weights[0], lambda_cont=weights[1]
+        )
         m(x)
         steps[weights] = torch.cat([p.detach().flatten() for p in m.optimizer.param_groups[0]["params"][:6]])
     assert not torch.allclose(steps[(1.0, 1.0)], steps[(0.0, 1.0)])
@@ -95,8 +96,14 @@ def test_what_adapts_and_the_frozen_anchor(fmnist_cnn, source):
 
 
 def test_fmnist_cell():
-    cell = Cell(dataset="fmnist-c", method="santa", setting="i111", n_per_domain=10, num_threads=1,
-                method_kwargs={"prototype_samples": 400})
+    cell = Cell(
+        dataset="fmnist-c",
+        method="santa",
+        setting="i111",
+        n_per_domain=10,
+        num_threads=1,
+        method_kwargs={"prototype_samples": 400},
+    )
     row = run_cell(cell)
     assert row["status"] == "ok", row["error_text"]
     assert math.isfinite(row["error"]) and 0.0 <= row["error"] <= 100.0  # percent

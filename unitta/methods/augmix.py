@@ -75,9 +75,7 @@ class AugMix:
         chains = pre.unsqueeze(1).expand(n, self.width, c, h, w).reshape(n * self.width, c, h, w)
         depth = rand.integers(1, self.max_depth + 1, (n * self.width,))
         for position in range(self.max_depth):
-            chains = torch.where(
-                (position < depth).view(-1, 1, 1, 1), self._random_op(chains, rand), chains
-            )
+            chains = torch.where((position < depth).view(-1, 1, 1, 1), self._random_op(chains, rand), chains)
         weights = -torch.log(rand.uniform((n, self.width)).clamp_min(1e-12))  # Gamma(1) draws -> Dirichlet(1, 1, 1)
         weights = weights / weights.sum(dim=1, keepdim=True)
         mix = (chains.view(n, self.width, c, h, w) * weights.view(n, self.width, 1, 1, 1)).sum(dim=1) / 255.0
@@ -190,7 +188,9 @@ def _equalize(v: Tensor) -> Tensor:
     step = (#pixels - #pixels at the largest value) // 255; identity when step is 0."""
     n, c, h, w = v.shape
     flat = v.reshape(n * c, h * w).long().clamp(0, 255)
-    hist = torch.zeros(n * c, 256, dtype=v.dtype, device=v.device).scatter_add_(1, flat, torch.ones_like(v).view(n * c, -1))
+    hist = torch.zeros(n * c, 256, dtype=v.dtype, device=v.device).scatter_add_(
+        1, flat, torch.ones_like(v).view(n * c, -1)
+    )
     top = flat.amax(dim=1, keepdim=True)
     step = torch.floor((h * w - hist.gather(1, top)) / 255.0)
     below = torch.cumsum(hist, dim=1) - hist
