@@ -136,10 +136,9 @@ class DeYO(TTAMethod):
             return None
         if self.cfg.reweight_ent or self.cfg.reweight_plpd:
             ent, gap = entropy.detach(), plpd.detach()
-            coeff = float(self.cfg.reweight_ent) / torch.exp(ent - self.e0) + float(self.cfg.reweight_plpd) / torch.exp(
-                -gap
-            )
-            entropy = entropy * coeff
+            weight_ent = float(self.cfg.reweight_ent) / torch.exp(ent - self.e0)
+            weight_plpd = float(self.cfg.reweight_plpd) / torch.exp(-gap)
+            entropy = entropy * (weight_ent + weight_plpd)
         return masked_mean(entropy, second)
 
     def destroy(self, x: Tensor) -> Tensor:
