@@ -93,6 +93,11 @@ BUILTIN_MODULES = (
     "unitta.methods.eata",
     "unitta.methods.rdumb",
     "unitta.methods.sar",
+    "unitta.methods.deyo",
+    "unitta.methods.rpl",
+    "unitta.methods.memo",
+    "unitta.methods.santa",
+    "unitta.methods.cmf",
 )
 _builtins_loaded = False
 
