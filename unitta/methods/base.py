@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.heads import FeatureModel
 from unitta.models.info import ModelInfo
 from unitta.streams.settings import DATASET_ALIASES, canonical_dataset
 
@@ -208,6 +209,8 @@ class TTAMethod:
         cost counters afterwards; an override must not change any other state of the method.
         """
         scores = self.model(x)
+        if isinstance(self.model, FeatureModel):  # a method that split its model at the classifier
+            scores = self.model.logits(scores)
         return scores.softmax(dim=1) if self.scores == "probabilities" else scores
 
     # ------------------------------------------------------------------ calling
