@@ -1,13 +1,18 @@
 """Record the operations that make the host wait for the device, on any device, CPU included.
 
 ``torch.cuda.set_sync_debug_mode`` sees host synchronisations only on a GPU. ``HostSyncRecorder`` sees the
-operations that synchronise there while running anywhere: at the Python level (``torch.overrides``'
-``TorchFunctionMode``) the reads into host memory, ``Tensor.item`` / ``tolist`` / ``numpy`` / ``cpu`` (not
-``.to(device)``, whose target on a CPU run is the tensor's own device); at the ATen level (a ``TorchDispatchMode``) the operators that read a device value
-(``aten._local_scalar_dense``: ``bool(t)``, ``float(t)``, ``if t > 0:``) or whose output size depends on the
-data (``nonzero``, ``masked_select``, ``unique``, boolean-mask indexing). Each record names the operation and
-the first frame outside torch and this module: the line of the method's code that asked for it.
-docs/adding_a_method.md ("No host synchronisation in forward") says why these cost GPU time.
+operations that synchronise there while running anywhere:
+
+* at the Python level (``torch.overrides``' ``TorchFunctionMode``) the reads into host memory,
+  ``Tensor.item`` / ``tolist`` / ``numpy`` / ``cpu`` (not ``.to(device)``, whose target on a CPU run is the
+  tensor's own device);
+* at the ATen level (a ``TorchDispatchMode``) the operators that read a device value
+  (``aten._local_scalar_dense``: ``bool(t)``, ``float(t)``, ``if t > 0:``) or whose output size depends on
+  the data (``nonzero``, ``masked_select``, ``unique``, boolean-mask indexing).
+
+Each record names the operation and the first frame outside torch and this module: the line of the method's
+code that asked for it. Reads made inside ``torch.optim`` (step counts kept in host memory by design) are not
+recorded. docs/adding_a_method.md ("No host synchronisation in forward") says why these cost GPU time.
 """
 
 from __future__ import annotations
@@ -26,8 +31,7 @@ __all__ = ["HostSyncRecorder"]
 # Tensor methods that copy device memory to the host.
 _HOST_READS = {"item", "tolist", "numpy", "cpu"}
 # ATen operators that read a device value on the host, or whose output size depends on the data.
-_SYNC_OPS = {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive",
-             "nonzero_static"}
+_SYNC_OPS = {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "nonzero_static"}
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _OPTIM_DIR = str(Path(torch.__file__).parent / "optim")
 
@@ -91,9 +95,9 @@ def _bool_index(args: tuple) -> bool:
 class HostSyncRecorder:
     """A context manager that counts host synchronisations by (operation, calling line)::
 
-        with HostSyncRecorder() as syncs:
-            method(x)
-        syncs.counts  # Counter({("Tensor.item", "my_method.py:42"): 1})
+    with HostSyncRecorder() as syncs:
+        method(x)
+    syncs.counts  # Counter({("Tensor.item", "my_method.py:42"): 1})
     """
 
     def __init__(self) -> None:
