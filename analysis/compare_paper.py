@@ -259,7 +259,7 @@ def _summary(c: Comparison) -> list[str]:
     n_both = c.cells.filter(pl.col("diff").is_not_null()).height
     mad = c.cells["diff"].abs().mean()
     model = PAPER_DATASETS[c.paper_dataset]
-    lines = [f"**Warning: {w}.**" for w in warnings_of(c)]
+    lines = [f"**Warning: {w[:1].upper()}{w[1:]}.**" for w in warnings_of(c)]
     lines += [f"Ours: {c.caption}.", f"Paper: {c.paper_dataset}, model {model} (UniTTA paper, appendix tables).",
               f"Profile of our run: {', '.join(c.profiles)}."]
     if c.proxy:

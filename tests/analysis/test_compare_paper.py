@@ -54,7 +54,7 @@ def test_table_values_and_no_marks_in_a_proxy_comparison(seeded_dir: Path, compa
         assert r["beyond"] is None  # different data and model: a difference means nothing cell by cell
     md = (out / "compare_fmnist-c_vs_cifar10-c.md").read_text()
     assert "**+" not in md and "**-" not in md and "not assessed in a proxy comparison" in md
-    assert md.index("proxy comparison") < md.index("spearman_rho=")  # the warning before the headline
+    assert md.index("Proxy comparison") < md.index("spearman_rho=")  # the warning before the headline
     assert "Paper methods not in this run:" in md
     tex = (out / "compare_fmnist-c_vs_cifar10-c.tex").read_text()
     assert r"\textbf{" not in tex and r"\end{tabular}" in tex
@@ -142,8 +142,8 @@ def test_profile_is_reported_and_warned(compared) -> None:
     out, stdout, stderr = compared
     assert "profile default" in stdout and "not 'reference'" in stderr
     md = (out / "compare_fmnist-c_vs_cifar10-c.md").read_text()
-    assert "**Warning: profile default, not 'reference'" in md
-    assert md.index("**Warning: profile") < md.index("Ours:")  # warnings come first
+    assert "**Warning: Profile default, not 'reference'" in md
+    assert md.index("**Warning: Profile") < md.index("Ours:")  # warnings come first
 
 
 def test_missing_cell_is_named_not_dropped(seeded_dir: Path, tmp_path: Path, capsys) -> None:
