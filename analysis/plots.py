@@ -211,7 +211,7 @@ def setting_grids(t: PaperTable, path: Path, title: str) -> Path:
             ax.set_xlabel("class setting", fontsize=8)
     for k in range(n, rows * cols):
         axes[k // cols][k % cols].axis("off")
-    fig.suptitle(title, fontsize=9.5)
+    fig.suptitle(wrap_to_width(title, panel_w * cols, 9.5), fontsize=9.5)
     cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.02)
     cbar.set_label("error (%)", fontsize=8)
     shown = f"{len(domains)} domain x {len(classes)} class settings present" + (
