@@ -382,8 +382,9 @@ def scatter(c: Comparison, path: Path) -> Path:
     pad = max(2.0, 0.05 * (hi - lo))
     lo, hi = max(0.0, lo - pad), hi + pad
     ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, linestyle="--", label="y = x")
-    ax.fill_between([lo, hi], [lo - c.tolerance, hi - c.tolerance], [lo + c.tolerance, hi + c.tolerance],
-                    color="grey", alpha=0.15, linewidth=0, label=f"± {c.tolerance:g} points")
+    if not c.proxy:  # a tolerance on absolute errors means nothing when data and model differ
+        ax.fill_between([lo, hi], [lo - c.tolerance, hi - c.tolerance], [lo + c.tolerance, hi + c.tolerance],
+                        color="grey", alpha=0.15, linewidth=0, label=f"± {c.tolerance:g} points")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_aspect("equal")
