@@ -33,7 +33,42 @@ __all__ = [
     "method_order",
     "setting_order",
     "half_notation",
+    "METRICS",
+    "metric_label",
+    "use_metric",
 ]
+
+# What a table, heatmap, ranking or report can show (docs/results.md, "Metrics"): result column -> label.
+# Lower is better for all of them.
+METRICS = {
+    "error": "Error (%)",
+    "balanced_error": "Balanced error (%)",
+    "worst_class_error": "Worst-class error (%)",
+    "ece": "ECE (%)",
+    "nll": "NLL (nats)",
+    "source_error_after": "Clean source error after the stream (%)",
+}
+
+
+def metric_label(metric: str) -> str:
+    """'Balanced error (%)' for 'balanced_error' (METRICS)."""
+    return METRICS[metric]
+
+
+def use_metric(df: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """The rows with ``metric`` in the ``error`` column, which every table and figure reads (the paper's error
+    is kept as ``error_rate``). An unknown metric, or one these results lack (folders written before the
+    metric columns existed hold nulls), is an AnalysisError."""
+    if metric not in METRICS:
+        raise AnalysisError(f"--metric {metric!r}: expected one of {', '.join(METRICS)}")
+    if metric == "error":
+        return df
+    ok = df.filter(pl.col("status") == "ok")
+    if metric not in df.columns or ok[metric].is_null().all():
+        hint = " (run the cells with forgetting: true)" if metric == "source_error_after" else (
+            " (result folders written before unitta's metric columns hold only error; rerun them)")
+        raise AnalysisError(f"--metric {metric}: no result row has it{hint}")
+    return df.with_columns(pl.col("error").alias("error_rate"), pl.col(metric).alias("error"))
 
 REQUIRED_COLUMNS = ("cell_id", "dataset", "method", "setting", "status", "error")
 

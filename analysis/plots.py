@@ -107,7 +107,7 @@ def _chunks(settings: list[str]) -> list[list[str]]:
     return [settings[i : i + size] for i in range(0, len(settings), size)] or [[]]
 
 
-def heatmap(t: PaperTable, path: Path, title: str) -> Path:
+def heatmap(t: PaperTable, path: Path, title: str, label: str = "Error (%)") -> Path:
     """Methods (rows) x settings (columns) heatmap of error; missing and failed cells hatched and labelled.
 
     Its size follows the cell count (``CELL_IN`` per setting, ``CELL_H_IN`` per method); more than
@@ -142,7 +142,7 @@ def heatmap(t: PaperTable, path: Path, title: str) -> Path:
     fig.tight_layout()
     cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[:, 0]), fraction=0.03,
                         pad=0.02)
-    cbar.set_label("error (%)", fontsize=8)
+    cbar.set_label(label, fontsize=8)
     seeds_note = (" Under each value: ± half-width of the 95 % t-interval over seeds (? = one seed)."
                   if t.has_seeds else "")
     _legend_below(fig, last, SETTING_CAPTION + " * = some seeds failed." + seeds_note, width_in=width - 0.6)
@@ -173,7 +173,7 @@ def _avg_title(t: PaperTable, m: str) -> str:
     return f"(avg {text}{'' if t.avg_n[m] == len(t.settings) else '†'})"
 
 
-def setting_grids(t: PaperTable, path: Path, title: str) -> Path:
+def setting_grids(t: PaperTable, path: Path, title: str, label: str = "Error (%)") -> Path:
     """Per method, a grid: domain setting (rows) x class setting (columns) over the halves present (the
     paper's 6 x 4 for the full grid), one colour scale; each panel's average as the table prints it."""
     n = len(t.methods)
@@ -213,7 +213,7 @@ def setting_grids(t: PaperTable, path: Path, title: str) -> Path:
         axes[k // cols][k % cols].axis("off")
     fig.suptitle(wrap_to_width(title, panel_w * cols, 9.5), fontsize=9.5)
     cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.02)
-    cbar.set_label("error (%)", fontsize=8)
+    cbar.set_label(label, fontsize=8)
     shown = f"{len(domains)} domain x {len(classes)} class settings present" + (
         "" if (len(domains), len(classes)) == (len(DOMAIN_HALVES), len(CLASS_HALVES)) else
         f" (of the paper's {len(DOMAIN_HALVES)} x {len(CLASS_HALVES)})")
@@ -378,5 +378,36 @@ def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=9.5)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
+    """Per method: mean error over the panel's settings (y) against time per image relative to TEST on the same
+    settings (x, log scale): what a method's accuracy costs. Without TEST rows, x is milliseconds per image."""
+    ok = rows.filter((pl.col("status") == "ok") & pl.col("error").is_not_null() & (pl.col("n_samples") > 0))
+    ok = ok.with_columns((pl.col("adapt_time_s") / pl.col("n_samples")).alias("_spi"))
+    test = ok.filter(pl.col("method") == "test").group_by("setting").agg(pl.col("_spi").mean().alias("_test"))
+    relative = test.height > 0
+    if relative:
+        ok = ok.join(test, on="setting", how="inner").with_columns((pl.col("_spi") / pl.col("_test")).alias("_x"))
+    else:
+        ok = ok.with_columns((1000 * pl.col("_spi")).alias("_x"))
+    points = ok.group_by("method").agg(pl.col("_x").mean(), pl.col("error").mean(), pl.len().alias("n"))
+    points = points.sort("_x")
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax.scatter(points["_x"].to_list(), points["error"].to_list(), s=22, color="#1f5f8b", zorder=3)
+    for r in points.iter_rows(named=True):
+        ax.annotate(r["method"], (r["_x"], r["error"]), textcoords="offset points", xytext=(4, 3), fontsize=7.5)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("time per image relative to TEST (log)" if relative else "ms per image (log; no TEST rows)",
+                  fontsize=8.5)
+    ax.set_ylabel("mean error over settings (%)", fontsize=8.5)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path

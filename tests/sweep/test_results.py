@@ -127,3 +127,11 @@ def test_polars_reads_a_sweep_folder_and_a_tune_folder_of_cell_files(tmp_path):
     assert tune["param_class_beta"].dtype == pl.Float64 and tune["param_layer"].dtype == pl.String
     assert tune["param_layer_index"].dtype == pl.Int64 and tune["tune_feasible"].dtype == pl.Boolean
     assert pq.read_schema(next(cells_dir(tmp_path / "tune").glob("*.parquet"))).field("param_layer").type == "string"
+
+
+def test_a_cell_id_that_would_leave_the_folder_is_refused_for_the_log_too(tmp_path):
+    from unitta.outdir import record
+
+    with pytest.raises(ValueError, match="not a file-name-safe id"):
+        record(tmp_path, {"cell_id": "../../evil", "status": "ok"}, "log text")
+    assert not (tmp_path.parent / "evil.log").exists() and not any((tmp_path / "logs").iterdir())
