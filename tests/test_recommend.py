@@ -97,6 +97,8 @@ def test_cli_json_and_report(tmp_path, capsys) -> None:
     assert set(out["factors"]) == {"domain_alpha", "domain_beta", "class_alpha", "class_beta"}
     errors = [m["error"] for m in out["methods"]]
     assert errors == sorted(errors) and {"method", "error"} <= set(out["methods"][0])
+    assert out["reason"].startswith(f"{out['methods'][0]['method']} has the lowest mean error")
+    assert out["warnings"] == [] and out["alternatives"] == []  # a benchmark stream, far from any cut-off
     assert main(["--classes", str(tmp_path / "c.npy"), "--paper", "cifar10-c", "--top", "3"]) == 0
     report = capsys.readouterr().out
     assert "nearest setting: nu**" in report and "runner-up" in report
