@@ -51,8 +51,12 @@ def spearman_p(a: list[float], b: list[float], seed: int = SEED) -> tuple[float,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = stats.permutation_test(
-            (x,), lambda u, axis=-1: _rho_rows(u, y), permutation_type="pairings", vectorized=True,
-            n_resamples=math.factorial(n) if exact else N_PERMUTATIONS, alternative="two-sided",
+            (x,),
+            lambda u, axis=-1: _rho_rows(u, y),
+            permutation_type="pairings",
+            vectorized=True,
+            n_resamples=math.factorial(n) if exact else N_PERMUTATIONS,
+            alternative="two-sided",
             rng=np.random.default_rng(seed),
         )
     return float(res.pvalue), "exact" if exact else "permutation"

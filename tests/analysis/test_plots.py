@@ -42,8 +42,19 @@ def _widened(t, settings):
     values = {m: {s: t.values[m][first] for s in settings} for m in t.methods}
     status = {m: {s: t.status[m][first] for s in settings} for m in t.methods}
     ci = {m: {s: t.ci[m][first] for s in settings} for m in t.methods}
-    return type(t)(t.methods, list(settings), values, status, t.avg, {m: len(settings) for m in t.methods},
-                   {s: t.best[first] for s in settings}, t.best_avg, t.caption, ci, t.avg_ci)
+    return type(t)(
+        t.methods,
+        list(settings),
+        values,
+        status,
+        t.avg,
+        {m: len(settings) for m in t.methods},
+        {s: t.best[first] for s in settings},
+        t.best_avg,
+        t.caption,
+        ci,
+        t.avg_ci,
+    )
 
 
 def test_seeded_heatmap_values_stay_legible_in_the_report(seeded_table, tmp_path: Path) -> None:
@@ -77,7 +88,8 @@ def test_factor_points_have_seed_or_binomial_error_bars(seeded_dir: Path) -> Non
     assert xs == [0.2, 0.9]
     i111 = one.filter(pl.col("class_alpha") == 0.2).row(0, named=True)  # one run: the binomial interval
     assert ys[0] == pytest.approx(i111["error"]) and hws[0] == pytest.approx(
-        binomial_halfwidth(i111["error"], i111["n_samples"]))
+        binomial_halfwidth(i111["error"], i111["n_samples"])
+    )
     many = one.filter(pl.col("class_alpha") == 0.9)["error"].to_list()  # 2 settings x 2 seeds: the t-interval
     mean, hw = t_interval(many)
     assert ys[1] == pytest.approx(mean) and hws[1] == pytest.approx(hw)
