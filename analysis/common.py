@@ -4,7 +4,7 @@ A result directory is what ``python -m unitta.sweep`` or ``python -m unitta.tune
 ``<dir>/cells/*.parquet`` (one row per cell) or a consolidated ``<dir>/results.parquet``
 (docs/results.md). Rows with a ``trial_id`` come from Tune; the others from a sweep.
 
-A *panel* is a group of sweep rows that belong in one table: same dataset, model, sampler,
+A *panel* is a group of sweep rows that belong in one table: same dataset, model, sampler (and delta),
 batch size, S / length, subset size, severity and factor overrides (seeds are averaged).
 """
 
@@ -174,7 +174,7 @@ def half_notation(half: str) -> str:
 
 
 # Columns that make sweep rows comparable in one table (seeds are averaged over).
-_PANEL_KEYS = ("dataset", "model", "sampler", "batch_size", "S", "length", "n_per_domain", "severity",
+_PANEL_KEYS = ("dataset", "model", "sampler", "delta", "batch_size", "S", "length", "n_per_domain", "severity",
                "factor_overrides")
 
 
