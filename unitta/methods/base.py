@@ -158,6 +158,9 @@ class TTAMethod:
     norm_kinds: ClassVar[tuple[str, ...]] = ("batch",)
     # What ``forward`` returns: 'logits' (softmax gives the class probabilities) or 'probabilities' (LAME).
     scores: ClassVar[str] = "logits"
+    # False only for a method that never changes the source model's outputs on purpose (``test``): the
+    # contract's ``adapts`` check warns when any other method's outputs equal the source model's.
+    adapts: ClassVar[bool] = True
 
     @dataclass(frozen=True)
     class Config:
