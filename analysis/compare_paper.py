@@ -261,7 +261,8 @@ def rho_text(c: Comparison) -> str:
     """'spearman_rho=0.600 rho_p=0.350 (exact) rho_ci=[-0.10, 1.00]' style summary of rho's uncertainty."""
     lo, hi = c.rho_ci
     ci = f"[{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
-    return (f"spearman_rho={_rho_text(c.rho, len(c.rho_methods))}, rho_p={_fmt(c.rho_p, 3)} ({c.rho_p_kind} permutation test, two-sided), "
+    return (f"spearman_rho={_rho_text(c.rho, len(c.rho_methods))}, "
+            f"rho_p={_fmt(c.rho_p, 3)} ({c.rho_p_kind} permutation test, two-sided), "
             f"rho_ci={ci} (95 % bootstrap over methods and settings, {N_BOOTSTRAP} resamples)")
 
 
