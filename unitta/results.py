@@ -30,6 +30,7 @@ from unitta.evaluate import STATUS_FAILED, STATUS_OK
 __all__ = [
     "CORRUPT_DIR",
     "SCHEMA",
+    "EXTRA_TYPES",
     "BREAKDOWN_TYPE",
     "STATUS_OK",
     "STATUS_FAILED",
@@ -44,6 +45,7 @@ __all__ = [
     "cell_statuses",
     "consolidate",
     "write_membership",
+    "add_to_membership",
     "sweep_cell_ids",
     "sweep_names",
 ]
@@ -141,6 +143,23 @@ SCHEMA = pa.schema(
     ]
 )
 
+# Columns other writers add to SCHEMA's, with their types: Tune's trial columns (unitta/tune.py TRIAL_COLUMNS).
+# A null there is written with this type, so that every cell file of a folder has the same schema and any
+# Parquet reader reads the folder (``polars.read_parquet("<out>/cells")``); an unknown extra column that is
+# null is written as a string column.
+EXTRA_TYPES = {
+    "trial_id": pa.string(),
+    "tune_name": pa.string(),
+    "tune_objective": pa.string(),
+    "tune_objective_value": pa.float64(),
+    "tune_feasible": pa.bool_(),
+    **{f"param_{k}": pa.float64() for k in ("domain_alpha", "domain_beta", "class_alpha", "class_beta")},
+    "param_layer": pa.string(),
+    "param_layer_index": pa.int64(),
+    "tune_default_layer": pa.string(),
+    "tune_algorithm": pa.string(),
+}
+
 # The columns whose values must not depend on where or when a cell ran (same config + seed on CPU).
 METRIC_COLUMNS = (
     "error",
@@ -195,10 +214,17 @@ def _to_table(row: dict[str, Any]) -> pa.Table:
         value = row[key]
         if isinstance(value, (dict, list)) and not (isinstance(value, list) and value and isinstance(value[0], dict)):
             value = json.dumps(value, sort_keys=True, default=str)
-        array = pa.array([value])
+        array = _extra_array(key, value)
         arrays.append(array)
         fields.append(pa.field(key, array.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _extra_array(key: str, value: Any) -> pa.Array:
+    """A one-value array for a column outside SCHEMA: EXTRA_TYPES' type, else inferred (a null: string)."""
+    if key in EXTRA_TYPES:
+        return pa.array([value], type=EXTRA_TYPES[key])
+    return pa.array([value], type=pa.string() if value is None else None)
 
 
 def _umask_mode() -> int:
@@ -327,6 +353,15 @@ def write_membership(out_dir: str | Path, name: str, cell_ids: list[str]) -> Pat
     text = json.dumps({"name": name, "cell_ids": list(cell_ids)}, indent=1).encode()
     _write_atomically(path, lambda handle: handle.write(text))
     return path
+
+
+def add_to_membership(out_dir: str | Path, name: str, cell_ids: list[str]) -> Path:
+    """Add ``cell_ids`` to sweep ``name``'s recorded cells (a search whose cells come trial by trial: tune)."""
+    try:
+        known = sweep_cell_ids(out_dir, name)
+    except ValueError:
+        known = []
+    return write_membership(out_dir, name, list(dict.fromkeys([*known, *cell_ids])))
 
 
 def sweep_names(out_dir: str | Path) -> list[str]:

@@ -16,6 +16,8 @@ class SourceModel(TTAMethod):
 
     norm_kinds = ("batch", "layer", "group")  # nothing is adapted: any model
 
+    adapts = False  # the baseline: its outputs are the source model's by design
+
     @dataclass(frozen=True)
     class Config:
         pass
