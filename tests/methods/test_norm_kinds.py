@@ -21,6 +21,9 @@ from unitta.schema import check_methods
 
 SUPPORTED = [m for m in list_methods() if "layer" in method_class(m).norm_kinds]
 UNSUPPORTED = [m for m in list_methods() if "layer" not in method_class(m).norm_kinds]
+# cells that take minutes on a shared CPU: the source-set methods load and train on Fashion-MNIST's training
+# split, MEMO runs its augmentations per sample
+SLOW_CELLS = {m for m in SUPPORTED if method_class(m).needs_source} | {"memo"}
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,7 @@ def test_supported_method_passes_the_contract_on_the_vit(name, vit, fmnist_c_ima
     assert not failed, f"{name}: " + "; ".join(failed)
 
 
-@pytest.mark.parametrize("name", SUPPORTED)
+@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_CELLS else m for m in SUPPORTED])
 def test_supported_method_runs_a_cell_on_the_vit(name):
     cell = Cell(dataset="fmnist-c", model="vit_tiny", method=name, setting="n1i1", n_per_domain=20, S=2,
                 num_threads=1, method_kwargs=FAST.get(name, {}))
