@@ -87,6 +87,9 @@ BUILTIN_MODULES = (
     "unitta.methods.cofa",
     "unitta.methods.bdn",
     "unitta.methods.unitta",
+    "unitta.methods.rmt",
+    "unitta.methods.adacontrast",
+    "unitta.methods.gtta",
 )
 _builtins_loaded = False
 
