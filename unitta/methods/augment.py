@@ -239,8 +239,9 @@ class MoCoAugment:
         b = x.shape[0]
         u = torch.rand(b, 15, generator=generator, device=generator.device).to(device=x.device, dtype=x.dtype)
         low, high = 1.0 - self.strength, 1.0 + self.strength
-        jitter = TTAugment(brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue,
-                           gamma=(1.0, 1.0))  # gamma 1: four ops in a uniformly random order per image
+        jitter = TTAugment(
+            brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue, gamma=(1.0, 1.0)
+        )  # gamma 1: four ops in a uniformly random order per image
         shape = (b, 1, 1, 1)
         x = x.clamp(0.0, 1.0)
         jittered = jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
