@@ -29,6 +29,7 @@ from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell
 from unitta.data import DATASETS
+from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams.settings import (
     FACTOR_KEYS,
@@ -83,6 +84,9 @@ class SweepConfig(RunConfig):
     compile: bool = False
     trust_checkpoints: bool = False
     max_retries: int = 3
+    protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
+    cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
+    forgetting: bool = False
 
     # ------------------------------------------------------------------ field checks
     @model_validator(mode="before")
@@ -281,6 +285,9 @@ class SweepConfig(RunConfig):
                                         device=self.device,
                                         num_threads=self.resources.num_threads,
                                         trust_checkpoints=self.trust_checkpoints,
+                                        protocol=self.protocol,
+                                        cost=self.cost,
+                                        forgetting=self.forgetting,
                                     )
                                 )
         return cells
