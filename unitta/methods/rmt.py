@@ -7,7 +7,8 @@ GroupNorm models adapt as they are) and a projector MLP; the teacher is an EMA o
 Set-up (``setup()``, or at the first batch when ``source_batch_size`` is None, see below):
 
     prototypes p_c = mean encoder feature of the source images of class c (one shuffled pass over the source
-        set in batches, at most the first > 100,000 images), with the source model
+        set in batches, stopping after the batch that passes ``prototype_samples`` = 100,000 images), with the
+        source model
     projector: Linear(D, 128) -> ReLU -> Linear(128, 128), in the optimiser with the model's learning rate
     warm-up: warmup_samples // source batch size steps on source images (labels unused) with the learning
         rate ramped linearly to lr: loss = SCE(student(x_s), teacher(x_s)), then EMA update of the teacher
@@ -70,8 +71,6 @@ from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["RMT"]
 
-_MAX_PROTOTYPE_SAMPLES = 100_000  # md methods/rmt.py: stop extracting features once more than this many
-
 
 @register_method("rmt")
 class RMT(TTAMethod):
@@ -92,6 +91,7 @@ class RMT(TTAMethod):
         projection_dim: int = 128  # md conf.py CONTRAST.PROJECTION_DIM
         warmup_samples: int = 50_000  # md conf.py RMT.NUM_SAMPLES_WARM_UP
         source_batch_size: int | None = None  # None: the test batch size (md batch_size_src = TEST.BATCH_SIZE)
+        prototype_samples: int = 100_000  # md methods/rmt.py: features stop once more than this many are taken
 
         def __post_init__(self) -> None:
             check_positive("lr", self.lr)
@@ -102,6 +102,7 @@ class RMT(TTAMethod):
             check_positive("temperature", self.temperature)
             check_at_least("projection_dim", self.projection_dim, 1)
             check_at_least("warmup_samples", self.warmup_samples, 0)
+            check_at_least("prototype_samples", self.prototype_samples, 1)
             if self.source_batch_size is not None:
                 check_at_least("source_batch_size", self.source_batch_size, 1)
 
@@ -158,7 +159,7 @@ class RMT(TTAMethod):
             sums.index_add_(0, labels, features)
             counts += torch.bincount(labels, minlength=k).float()
             seen += len(labels)
-            if seen > _MAX_PROTOTYPE_SAMPLES:
+            if seen > self.cfg.prototype_samples:
                 break
         present = counts > 0
         return sums / counts.clamp_min(1)[:, None], present
