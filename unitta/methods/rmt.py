@@ -109,8 +109,9 @@ class RMT(TTAMethod):
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 0.01},  # md cfgs/imagenet_c/rmt.yaml
     }
-    # the contract check's first batch has one image: a 50,000-sample warm-up would be 50,000 steps
-    check_overrides = {"warmup_samples": 16}
+    # the contract check's first batch has one image: with the test batch size, a 50,000-sample warm-up would
+    # be 50,000 steps (and the prototype pass one forward per source image)
+    check_overrides = {"warmup_samples": 64, "source_batch_size": 32}
 
     def setup(self) -> None:
         replace_batchnorms(self.model, lambda name, bn: BatchStatsNorm(bn))
