@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import PRECISIONS, PROFILES, Cell
+from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
 from unitta.data import DATASETS
 from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
@@ -199,6 +199,11 @@ class SweepConfig(RunConfig):
         if not 1 <= value <= 5:
             raise ValueError(f"must be in 1..5 (CIFAR-10-C severities), got {value}")
         return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
 
     @field_validator("max_retries")
     @classmethod

@@ -38,15 +38,38 @@ from typing import Any
 from unitta import cli, ray_cluster
 from unitta.cell import Cell
 from unitta.config import SweepConfig, load_config
-from unitta.evaluate import STATUS_FAILED, STATUS_OK, failed_row, git_commit, now, run_cell, short_error
-from unitta.outdir import OutputBusy, OutputLock, fresh_output_dir, record, remove_stale_temp_files, write_manifest
+from unitta.evaluate import (
+    STATUS_FAILED,
+    STATUS_OK,
+    DatasetUnavailable,
+    failed_row,
+    git_commit,
+    load_cell_dataset,
+    now,
+    run_cell,
+    short_error,
+)
+from unitta.outdir import (
+    OutputBusy,
+    OutputError,
+    OutputLock,
+    check_output_dir,
+    fresh_output_dir,
+    is_writable,
+    record,
+    remove_stale_temp_files,
+    removed_if_unused,
+    write_manifest,
+)
 from unitta.preflight import problems
-from unitta.results import cells_dir, consolidate, done_cells, load_results
+from unitta.results import cells_dir, consolidate, done_cells, load_results, write_membership
 from unitta.schema import ConfigError
 from unitta.summary import summary_table
 
 __all__ = ["run_sweep", "SweepOutcome", "main"]
 
+# problems found before any cell ran: one line, exit 2 (docs/results.md, "Exit codes")
+USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputBusy, OutputError, DatasetUnavailable)
 TASK_NAME = "unitta_cell"  # Ray names each cell's task (and its worker's process title) after this
 LOST_NODE_GRACE_S = 20.0  # how long a sweep that saw Ray errors waits at its end for a node loss to be declared
 
@@ -119,9 +142,7 @@ def _dataset_key(cell: Cell) -> tuple:
 
 
 def _load_dataset(cell: Cell):
-    from unitta.data import load_dataset
-
-    return load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain)
+    return load_cell_dataset(cell)  # a missing or damaged dataset: DatasetUnavailable, one line and exit 2
 
 
 class _Progress:
@@ -179,19 +200,25 @@ def run_sweep(
     say = log or (lambda text: print(text, file=sys.stderr))
     start = time.perf_counter()
     out = Path(out_dir) if out_dir is not None else cfg.output_dir()
+    check_output_dir(out)
     if fresh:
         new = fresh_output_dir(out)
         if new != out:
             say(f"--fresh: writing into {new} (the results in {out} are kept)")
         out = new
     cells = cfg.cells()
-    with OutputLock(out):  # one writer per directory; then any temp file left there is a dead writer's
+    if not is_writable(out):
+        return _read_only_outcome(out, cells, say, start)
+    with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):  # one writer per directory; then any temp
+        # file left there is a dead writer's
         remove_stale_temp_files(cells_dir(out))
+        write_membership(out, cfg.name, [c.cell_id() for c in cells])
         finished = done_cells(out, quarantine=True)
         todo = [c for c in cells if c.cell_id() not in finished]
         outcome = SweepOutcome(out_dir=out, n_cells=len(cells), n_skipped=len(cells) - len(todo))
         if outcome.n_skipped:
             say(f"resume: {outcome.n_skipped} of {len(cells)} cells already done in {out}")
+        _say_rows_before_weights(todo, finished, say)
         extra = {"sweep_name": cfg.name, "git_commit": git_commit()}
         if todo:
             if local:
@@ -204,6 +231,31 @@ def run_sweep(
     return outcome
 
 
+def _read_only_outcome(out: Path, cells: list[Cell], say: Callable[[str], None], start: float) -> SweepOutcome:
+    """A result directory this process cannot write: fine when every cell is done (nothing to write), else
+    an ``OutputError`` saying how many cells still have to run."""
+    finished = done_cells(out) if out.is_dir() else set()
+    left = sum(1 for cell in cells if cell.cell_id() not in finished)
+    if left:
+        raise OutputError(
+            f"output {out} is not writable and {left} of {len(cells)} cells still have to run; make it writable "
+            "or give another directory with --output"
+        )
+    say(f"{out} is not writable; every cell is already done there, so nothing is written")
+    consolidated = out / "results.parquet"
+    return SweepOutcome(out_dir=out, n_cells=len(cells), n_skipped=len(cells), seconds=time.perf_counter() - start,
+                        results_path=consolidated if consolidated.is_file() else None)
+
+
+def _say_rows_before_weights(todo: list[Cell], finished: set[str], say: Callable[[str], None]) -> None:
+    """One line when cells to run have rows from before the weights were part of a cell's identity: those
+    rows cannot say which weights they came from, so they are not reused (docs/results.md, Resume)."""
+    older = sum(1 for cell in todo if cell.cell_id_before_weights() in finished)
+    if older:
+        say(f"resume: {older} cell(s) have rows written before the model weights were part of a cell's identity; "
+            "they run again (their old rows stay under their old ids; docs/results.md, Resume)")
+
+
 def preflight(cfg: SweepConfig, local: bool) -> None:
     """Raise ``ConfigError`` listing (one line each) every problem knowable before the first cell."""
     found = problems(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=local)
@@ -213,6 +265,7 @@ def preflight(cfg: SweepConfig, local: bool) -> None:
 
 def dry_run(cfg: SweepConfig, out: Path) -> int:
     """Print the cells the sweep would run (and which are already done in ``out``) without running any."""
+    check_output_dir(out)
     cells = cfg.cells()
     finished = done_cells(out) if out.is_dir() else set()
     todo = [c for c in cells if c.cell_id() not in finished]
@@ -375,14 +428,13 @@ def _report(cfg: SweepConfig, outcome: SweepOutcome) -> int:
     """Print the summary table and the failed cells; the exit code (1 if any cell of the grid failed)."""
     import polars as pl
 
-    df = load_results(outcome.out_dir)
-    wanted = [c.cell_id() for c in cfg.cells()]
-    mine = df.filter(pl.col("cell_id").is_in(wanted))
+    df = load_results(outcome.out_dir)  # not sweep=: a read-only folder from before membership has no record
+    mine = df.filter(pl.col("cell_id").is_in([c.cell_id() for c in cfg.cells()]))
     print(summary_table(mine))
     failed = mine.filter(pl.col("status") == STATUS_FAILED)
     print(
         f"\n{outcome.n_ok + outcome.n_failed} cells run ({outcome.n_failed} failed), {outcome.n_skipped} "
-        f"already done, in {outcome.seconds:.1f} s; results: {outcome.results_path}"
+        f"already done, in {outcome.seconds:.1f} s; results: {outcome.results_path or outcome.out_dir}"
     )
     for r in failed.iter_rows(named=True):
         print(f"failed: {r['cell_id']}: {r['error_text']} (log: {outcome.out_dir / 'logs' / (r['cell_id'] + '.log')})")
@@ -398,6 +450,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     def body() -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
+        check_output_dir(out)
         if not args.no_preflight:
             preflight(cfg, local=args.local)
         if args.dry_run:
@@ -409,7 +462,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         return _report(cfg, outcome)
 
     hint = "finished cells are saved; rerun the same command to resume"
-    return cli.run_cli(body, hint, (ConfigError, ray_cluster.ClusterError, OutputBusy))
+    return cli.run_cli(body, hint, USAGE_ERRORS)
 
 
 if __name__ == "__main__":

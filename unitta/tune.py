@@ -35,7 +35,8 @@ from typing import Any
 
 from unitta import cli, ray_cluster
 from unitta.cell import Cell
-from unitta.evaluate import failed_row, run_cell
+from unitta.evaluate import DatasetUnavailable, failed_row, load_cell_dataset, run_cell
+from unitta.outdir import OutputError, check_output_dir, is_writable, removed_if_unused
 from unitta.preflight import infeasibility
 from unitta.schema import check_methods
 from unitta.tune_config import (
@@ -83,6 +84,8 @@ TRIAL_COLUMNS = (
     "tune_algorithm",
 )
 _INFEASIBLE = "infeasible: "
+# problems found before any trial ran: one line, exit 2 (docs/results.md, "Exit codes")
+USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputError, DatasetUnavailable)
 
 
 # ---------------------------------------------------------------------- one trial (runs in a Ray worker)
@@ -225,22 +228,36 @@ def run_tune(
     source: str = "tune config",
 ):
     """Run the search, write every trial's rows under ``out/cells``; return all tune rows (polars)."""
-    from ray import tune
-
-    from unitta.data import load_dataset
-    from unitta.results import load_results, write_cell_result
-
     try:
         layers, all_layers, default_layer = _load_bn_layers(cfg)
     except ValueError as exc:
         raise ConfigError(f"{source}: space.layer: {exc}") from None
     _check_methods(cfg, source, layers)
     out = Path(out).resolve()
+    _check_output(out)
+    with removed_if_unused(out, USAGE_ERRORS):
+        return _search(cfg, out, (layers, all_layers, default_layer), address, num_cpus, wait_for_resources)
+
+
+def _check_output(out: Path) -> None:
+    """An output that is a file, lies under one, or cannot be written: one line (OutputError), nothing created."""
+    check_output_dir(out)
+    if not is_writable(out):
+        raise OutputError(f"output {out} is not writable; make it writable or give another directory with --output")
+
+
+def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_resources):
+    """The search itself, writing into ``out`` (checked): see ``run_tune``."""
+    from ray import tune
+
+    from unitta.results import load_results, write_cell_result
+
+    layers, all_layers, default_layer = bn
     (out / "cells").mkdir(parents=True, exist_ok=True)
     (out / "tune_config.json").write_text(cfg.model_dump_json(indent=2))
 
     base = base_cell(cfg)
-    dataset = load_dataset(base.dataset, data_dir=base.data_dir, severity=base.severity, n_per_domain=base.n_per_domain)
+    dataset = load_cell_dataset(base)  # missing or damaged: DatasetUnavailable, one line and exit 2
     num_domains, num_classes = dataset.num_domains, dataset.num_classes
     done = _done_rows(out)
 
@@ -441,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         cfg = load_tune_config(args.config)
         out = Path(args.output) if args.output else cfg.output_dir()
+        _check_output(out)
         rows = run_tune(cfg, out, address=args.address, num_cpus=args.num_cpus,
                         wait_for_resources=args.wait_for_resources, source=args.config)
         for line in summary_lines(rows, cfg):
@@ -449,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         return cli.EXIT_OK
 
     resume = "finished trials are saved; rerun the same command to resume"
-    return cli.run_cli(body, resume, (ConfigError, ray_cluster.ClusterError))
+    return cli.run_cli(body, resume, USAGE_ERRORS)
 
 
 if __name__ == "__main__":
