@@ -185,7 +185,7 @@ class RMT(TTAMethod):
         with torch.enable_grad():
             features = self.model.encode(x)
             logits = self.model.head(features)
-            features_aug = self.model.encode(self.augment(x, self.device_generator))
+            features_aug = self.model.encode(self._augment(x))
             logits_aug = self.model.head(features_aug)
             logits_teacher = self.teacher(x)
             loss = self.cfg.lambda_ce_trg * _self_training(logits, logits_aug, logits_teacher).mean()
@@ -197,6 +197,11 @@ class RMT(TTAMethod):
             self.step(loss)
         ema_update_(self.teacher, self.model, self.cfg.teacher_momentum)
         return (logits + logits_teacher).detach()
+
+    def _augment(self, x: Tensor) -> Tensor:
+        """CoTTA's augmentation, one draw for the batch (md ``get_tta_transforms`` on the batch tensor); the op
+        order of the colour jitter drawn on the host, so only the five chosen ops run."""
+        return self.augment(x, self.device_generator, host_generator=self.generator)
 
     def _logits(self, x: Tensor) -> Tensor:
         """The student's logits, through ``encode`` so that the pass is counted once."""
