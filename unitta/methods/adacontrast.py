@@ -62,6 +62,7 @@ _DIVERSITY_EPS = 1e-8  # md methods/adacontrast.py div()
 class AdaContrast(TTAMethod):
     """AdaContrast (Chen et al., CVPR'22): MoCo queue, kNN-refined pseudo-labels, diversity loss."""
 
+    version = 1
     norm_kinds = ("batch", "layer", "group")
 
     @dataclass(frozen=True)

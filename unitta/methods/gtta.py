@@ -55,6 +55,7 @@ _INITIAL_CONFIDENCE = 0.9  # md methods/gtta.py avg_conf
 class GTTA(TTAMethod):
     """GTTA (Marsden et al., WACV'24): confident pseudo-labels plus CE on source images mixed with test images."""
 
+    version = 1
     needs_source = True
     norm_kinds = ("batch", "layer", "group")
 

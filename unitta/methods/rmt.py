@@ -76,6 +76,7 @@ __all__ = ["RMT"]
 class RMT(TTAMethod):
     """RMT (Döbler et al., CVPR'23): mean teacher, symmetric CE, prototype contrast, source replay and warm-up."""
 
+    version = 1
     needs_source = True
     norm_kinds = ("batch", "layer", "group")
 
