@@ -30,6 +30,8 @@ view ("weak_strong"). The AdaContrast paper (sec. 4) uses the same values on Vis
 Deviations:
 - DEVIATION(md): the views are made from the batch on its device (``MoCoAugment``) instead of per image by PIL in
   the data loader; same operations and probabilities, float arithmetic instead of uint8 rounding.
+- DEVIATION(paper): the authors' code fills the kNN bank with a pass over the whole target set before adapting
+  (not online); md, and this, start with an empty bank and use the argmax for the first 1,024 samples.
 - The random initial queue is drawn from the method's generator (md: the global RNG), so ``reset()`` replays it.
 - DEVIATION(md): the nearest neighbours are found with ``topk`` (md sorts all distances): the same set up to ties.
 - Batches of one sample adapt, as the reference with its default window length 1 (train-mode BatchNorm then

@@ -17,6 +17,7 @@ Hyper-parameters (md ``conf.py`` GTTA, ``cfgs/*/gtta.yaml``): Adam lr 1e-5 on al
 one step per batch; the source batch size is the test batch size (md ``batch_size_src = TEST.BATCH_SIZE``).
 
 Deviations:
+- The paper has two variants, GTTA-MIX (this mixup) and GTTA-ST (style transfer); md runs GTTA-MIX on CIFAR.
 - DEVIATION(md, paper): md's ImageNet config (and the paper on ImageNet) replaces the mixup by an AdaIN style
   transfer network (a VGG-19 encoder with the AdaIN authors' "normalised" ImageNet weights and a decoder trained
   for 20,000 source steps, then one step per test batch on the test styles). It is left out: the VGG encoder's
