@@ -274,7 +274,9 @@ def dry_run(cfg: SweepConfig, out: Path) -> int:
     for cell in cells:
         state = "done" if cell.cell_id() in finished else "todo"
         factors = ",".join(f"{k}={v:g}" for k, v in sorted(cell.factors.items())) or "-"
-        print(f"  {state}  {cell.dataset:<11} {cell.method:<14} {cell.setting}  seed={cell.seed} "
+        sampler = "" if cell.sampler == "official" else f" sampler={cell.sampler}"
+        sampler += "" if cell.delta is None else f" delta={cell.delta:g}"
+        print(f"  {state}  {cell.dataset:<11} {cell.method:<14} {cell.setting}{sampler}  seed={cell.seed} "
               f"batch={cell.batch_size} factors={factors}  {cell.cell_id()}")
     return cli.EXIT_OK
 
