@@ -72,6 +72,8 @@ __all__ = ["run_sweep", "SweepOutcome", "main"]
 USAGE_ERRORS = (ConfigError, ray_cluster.ClusterError, OutputBusy, OutputError, DatasetUnavailable)
 TASK_NAME = "unitta_cell"  # Ray names each cell's task (and its worker's process title) after this
 LOST_NODE_GRACE_S = 20.0  # how long a sweep that saw Ray errors waits at its end for a node loss to be declared
+LINE_EVERY_S = 30.0  # off a terminal: at most one progress line this often
+STALL_WARN_S = 60.0  # no cell finished this long: say so if other jobs hold the cluster
 
 
 # ---------------------------------------------------------------------- one cell, its output captured
@@ -146,35 +148,62 @@ def _load_dataset(cell: Cell):
 
 
 class _Progress:
-    """tqdm bar over the cells to run: done / failed / running in the postfix, ETA from tqdm."""
+    """Progress over the cells to run: done / failed / running, and an ETA.
+
+    On a terminal a live tqdm bar; elsewhere (``ray job submit`` logs, a file, CI) whole lines, at most one
+    every ``LINE_EVERY_S`` seconds and one at the end, never a carriage return.
+    """
 
     def __init__(self, total: int, name: str, enabled: bool) -> None:
-        from tqdm.auto import tqdm
-
         self.ok = self.failed = 0
-        # not a terminal (e.g. `ray job submit` logs): at most a line every 30 s instead of a live bar
+        self.total, self.name, self.enabled = total, name, enabled
         self.interactive = sys.stderr.isatty()
-        self.bar = tqdm(total=total, desc=name, unit="cell", disable=not enabled, dynamic_ncols=True,
-                        mininterval=0.1 if self.interactive else 30.0,
-                        maxinterval=10.0 if self.interactive else 1e9)
+        self.started = self.last_line = time.monotonic()
+        self.bar = None
+        if self.interactive:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=name, unit="cell", disable=not enabled, dynamic_ncols=True,
+                            mininterval=0.1, maxinterval=10.0)
 
     def update(self, status: str | None, running: int) -> None:
         if status == STATUS_OK:
             self.ok += 1
         elif status == STATUS_FAILED:
             self.failed += 1
+        if self.bar is None:
+            if status is not None:  # a line when a cell finishes (rate-limited), as tqdm did off a terminal
+                self._line(running)
+            return
         self.bar.set_postfix_str(f"done={self.ok} failed={self.failed} running={running}", refresh=False)
         if status is not None:
             self.bar.update(1)  # tqdm prints only when mininterval has passed
-        elif self.interactive:
+        else:
             self.bar.refresh()
+
+    def _line(self, running: int) -> None:
+        finished = self.ok + self.failed
+        now = time.monotonic()
+        if not self.enabled or (now - self.last_line < LINE_EVERY_S and finished < self.total):
+            return
+        if finished == self.total and self.last_line < 0:
+            return  # the final line is out already
+        elapsed = now - self.started
+        eta = f", ETA {elapsed / finished * (self.total - finished):.0f} s" if 0 < finished < self.total else ""
+        print(f"{self.name}: {finished}/{self.total} cells (done={self.ok} failed={self.failed} running={running}) "
+              f"in {elapsed:.0f} s{eta}", file=sys.stderr, flush=True)
+        self.last_line = now if finished < self.total else -1.0
 
     def write(self, line: str) -> None:
         """A line on stderr that does not break the bar."""
-        self.bar.write(line, file=sys.stderr)
+        if self.bar is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            self.bar.write(line, file=sys.stderr)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 def run_sweep(
@@ -209,8 +238,9 @@ def run_sweep(
     cells = cfg.cells()
     if not is_writable(out):
         return _read_only_outcome(out, cells, say, start)
-    with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):  # one writer per directory; then any temp
-        # file left there is a dead writer's
+    # one writer per directory (then any temp file left there is a dead writer's); a new folder is removed
+    # again when the run stops with exit 2 before writing a result
+    with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):
         remove_stale_temp_files(cells_dir(out))
         write_membership(out, cfg.name, [c.cell_id() for c in cells])
         finished = done_cells(out, quarantine=True)
@@ -307,6 +337,27 @@ def _count(outcome: SweepOutcome, row: dict[str, Any]) -> None:
         outcome.cell_seconds.append(float(row["duration_s"]))
 
 
+class _WaitWatch:
+    """Says once (one line) when no cell has finished for ``STALL_WARN_S`` because other jobs hold the cluster
+    (a joined cluster that is busy would otherwise look like a silent hang)."""
+
+    def __init__(self, ray, need, started: float) -> None:
+        self.ray, self.need, self.last, self.said = ray, need, started, False
+
+    def check(self, ready: list, ours_at_most: int, say: Callable[[str], None]) -> None:
+        now = time.monotonic()
+        if ready:
+            self.last = now
+            return
+        if self.said or now - self.last < STALL_WARN_S:
+            return
+        self.last = now  # at most one look per STALL_WARN_S
+        line = ray_cluster.busy_elsewhere(self.ray, self.need.num_cpus, self.need.num_gpus, ours_at_most)
+        if line:
+            say(line)
+            self.said = True
+
+
 def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, wait_for_resources):
     from unitta import plugins
 
@@ -315,6 +366,9 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
     ray, started_here = ray_cluster.connect(address, num_cpus, runtime_env=runtime_env)
     from ray.exceptions import RayError
 
+    joined = ray_cluster.joined_line(ray)
+    if joined:
+        print(joined, file=sys.stderr)
     task = ray.remote(_cell_task)
     need = cfg.resources
     # a dead node's raylet logs and Ray's retry notices: to a file, not dozens of lines on the driver's stdout
@@ -354,9 +408,11 @@ def _run_ray(todo, out, extra, cfg, progress, outcome, address, num_cpus, argv, 
             reported_lost.extend(lost)
             return bool(lost)
 
+        waiting = _WaitWatch(ray, need, started=time.monotonic())
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                waiting.check(ready, min(len(pending), capacity), bar.write)
                 if time.monotonic() - watched > 5:
                     if report_lost_nodes():
                         checked = 0.0
@@ -420,7 +476,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="start over in a new directory '<output>-<timestamp>' when the output already has results")
     ray_cluster.add_ray_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--dry-run", action="store_true", help="validate, check, and list the cells; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and list the cells, then run the checks (not with --no-preflight); run nothing")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the data/checkpoint/feasibility checks before the first cell")
     return p
@@ -453,10 +510,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
+        if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
+            code = dry_run(cfg, out)
+            if not args.no_preflight:
+                sys.stdout.flush()
+                preflight(cfg, local=args.local)
+            return code
         if not args.no_preflight:
             preflight(cfg, local=args.local)
-        if args.dry_run:
-            return dry_run(cfg, out)
         outcome = run_sweep(
             cfg, out, local=args.local, fresh=args.fresh, address=args.address, num_cpus=args.num_cpus,
             wait_for_resources=args.wait_for_resources, progress=not args.no_progress, argv=sys.argv,

@@ -260,6 +260,7 @@ def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_r
     dataset = load_cell_dataset(base)  # missing or damaged: DatasetUnavailable, one line and exit 2
     num_domains, num_classes = dataset.num_domains, dataset.num_classes
     done = _done_rows(out)
+    _record_membership(cfg, out, done, layers)
 
     metric, mode = "objective", cfg.objective.mode
     if cfg.search.algorithm == "grid":
@@ -291,6 +292,9 @@ def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_r
         # the plugins' files travel to every worker (Ray's py_modules); the driver imported them with the config
         runtime_env = plugins.runtime_env(plugins.load(cfg.plugins))
         ray, _ = ray_cluster.connect(address, num_cpus, runtime_env=runtime_env)
+        joined = ray_cluster.joined_line(ray)
+        if joined:
+            log.info(joined)
         ray_cluster.check_fits(ray, cfg.resources.num_cpus, cfg.resources.num_gpus, wait_s=wait_for_resources)
         trainable = tune.with_parameters(
             _trainable,
@@ -320,7 +324,8 @@ def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_r
                 name=cfg.name,
                 storage_path=str(out / "tune"),
                 callbacks=[
-                    _RowWriter(out, write_cell_result, set(done), total=len(todo) if isinstance(todo, list) else todo)
+                    _RowWriter(out, write_cell_result, set(done), total=len(todo) if isinstance(todo, list) else todo,
+                               name=cfg.name)
                 ],
                 verbose=0,
             ),
@@ -332,10 +337,25 @@ def _search(cfg: TuneConfig, out: Path, bn: tuple, address, num_cpus, wait_for_r
     return rows
 
 
-def _trial_done(cfg: TuneConfig, trial: dict[str, Any], done: dict[str, Any]) -> bool:
+def _record_membership(cfg: TuneConfig, out: Path, done: dict[str, dict[str, Any]], layers: list[str]) -> None:
+    """The cells of this tune run (``load_results(out, sweep=name)``): a grid's are known now; a search's are
+    the rows this name wrote before plus each trial's as it finishes (``_RowWriter``)."""
+    from unitta.results import add_to_membership, write_membership
+
+    if cfg.search.algorithm == "grid":
+        ids = [c.cell_id() for t in grid_trials(cfg, layers) for c in _cells_of(cfg, t)]
+        write_membership(out, cfg.name, list(dict.fromkeys(ids)))
+    else:
+        add_to_membership(out, cfg.name, [cid for cid, row in done.items() if row.get("tune_name") == cfg.name])
+
+
+def _cells_of(cfg: TuneConfig, trial: dict[str, Any]) -> list[Cell]:
     method = trial.get("method")
-    params = {k: v for k, v in trial.items() if k != "method"}
-    return all(c.cell_id() in done for c in trial_cells(with_method(cfg, method), params))
+    return trial_cells(with_method(cfg, method), {k: v for k, v in trial.items() if k != "method"})
+
+
+def _trial_done(cfg: TuneConfig, trial: dict[str, Any], done: dict[str, Any]) -> bool:
+    return all(c.cell_id() in done for c in _cells_of(cfg, trial))
 
 
 def _optuna_space(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
@@ -386,8 +406,9 @@ def _tune_callback_base():
 class _RowWriter(_tune_callback_base()):  # type: ignore[misc]
     """Runs in the driver: writes each finished trial's rows as Parquet (atomic, one file per cell)."""
 
-    def __init__(self, out: Path, write, done: set[str], total: int):
+    def __init__(self, out: Path, write, done: set[str], total: int, name: str | None = None):
         self.out, self.write, self.done, self.total, self.finished = out, write, done, total, 0
+        self.name = name  # the tune run's name: its trials' cells are recorded as its members
         self.seen: set[str] = set()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -402,6 +423,10 @@ class _RowWriter(_tune_callback_base()):  # type: ignore[misc]
         point = {k: round(v, 4) if isinstance(v, float) else v for k, v in point.items()}
         state = "infeasible" if not result.get("feasible", True) else f"objective {result.get('objective'):.3g}"
         log.info("trial %d/%d %s: %s", self.finished, self.total, point, state)
+        if self.name:
+            from unitta.results import add_to_membership
+
+            add_to_membership(self.out, self.name, [row["cell_id"] for row in rows])  # reused cells too
         for row in rows:
             if row["cell_id"] in self.done:
                 continue  # a reused cell: its file is already there

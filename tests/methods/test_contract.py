@@ -24,6 +24,7 @@ FAST = {
     "cotta": {"n_augmentations": 2},
     "rotta": {"update_every": 16, "memory_size": 16},
     "note": {"update_every": 16, "memory_size": 16},
+    "memo": {"n_augmentations": 2},  # 32 views per image x 64 images would dominate the suite's time
     # source set-up on two source batches instead of 50,000 samples; kNN pseudo-labels from the second batch
     "rmt": {"warmup_samples": 16},
     "adacontrast": {"queue_size": 32, "knn_after": 8},
@@ -39,7 +40,7 @@ VARIANTS = {
     "roid-logits-prior": ("roid", {"prior_on": "logits"}),
 }
 # Methods whose model state never changes (they adapt outputs only, or not at all).
-STATELESS = {"test", "bn", "lame", "cofa", "cofa_nofilter"}
+STATELESS = {"test", "bn", "bn_alpha", "lame", "cofa", "cofa_nofilter"}
 
 
 def _assert_contract(name, model, info, images, **overrides):

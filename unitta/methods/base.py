@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.heads import FeatureModel
 from unitta.models.info import ModelInfo
 from unitta.streams.settings import DATASET_ALIASES, canonical_dataset
 
@@ -88,6 +89,16 @@ BUILTIN_MODULES = (
     "unitta.methods.cofa",
     "unitta.methods.bdn",
     "unitta.methods.unitta",
+    "unitta.methods.bn_alpha",
+    "unitta.methods.eta",
+    "unitta.methods.eata",
+    "unitta.methods.rdumb",
+    "unitta.methods.sar",
+    "unitta.methods.deyo",
+    "unitta.methods.rpl",
+    "unitta.methods.memo",
+    "unitta.methods.santa",
+    "unitta.methods.cmf",
     "unitta.methods.rmt",
     "unitta.methods.adacontrast",
     "unitta.methods.gtta",
@@ -204,6 +215,8 @@ class TTAMethod:
         cost counters afterwards; an override must not change any other state of the method.
         """
         scores = self.model(x)
+        if isinstance(self.model, FeatureModel):  # a method that split its model at the classifier
+            scores = self.model.logits(scores)
         return scores.softmax(dim=1) if self.scores == "probabilities" else scores
 
     # ------------------------------------------------------------------ calling
