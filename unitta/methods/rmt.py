@@ -30,9 +30,9 @@ m 0.999; warm-up 50,000 source samples. The source batch size is the test batch 
 
 CPU cost of the set-up: the prototype pass is one forward over the source set (60,000 Fashion-MNIST images), the
 warm-up 50,000 // B steps of student forward + backward + teacher forward (781 at B = 64, under one epoch of
-training): on the embedded ResNet-20 with one CPU thread the two took 25 min on the project's shared 2-core
-machine (load average about 12), against about 2.5 min for a 3,000-image stream (docs/methods.md). Both repeat
-on ``reset()``; ``warmup_samples=0`` and ``prototype_samples`` shorten them.
+training): on the embedded ResNet-20 with one CPU thread, 95 s for the prototypes and 471 s for both on the
+project's shared 2-core machine (load average about 6), where a batch of the stream takes 0.46 s
+(docs/methods.md). Both repeat on ``reset()``; ``warmup_samples=0`` and ``prototype_samples`` shorten them.
 
 Deviations:
 - DEVIATION(md): the reference caches the prototypes and the warmed-up weights on disk and loads them on later
