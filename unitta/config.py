@@ -19,9 +19,7 @@ size), so the same YAML always gives the same cells with the same ids.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -82,7 +80,6 @@ class SweepConfig(RunConfig):
     profile: Literal[PROFILES] = "default"  # type: ignore[valid-type]
     compile: bool = False
     trust_checkpoints: bool = False
-    max_retries: int = 3
 
     # ------------------------------------------------------------------ field checks
     @model_validator(mode="before")
@@ -196,13 +193,6 @@ class SweepConfig(RunConfig):
             raise ValueError(f"must be in 1..5 (CIFAR-10-C severities), got {value}")
         return value
 
-    @field_validator("max_retries")
-    @classmethod
-    def _retries(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-        return value
-
     @model_validator(mode="after")
     def _cross_checks(self) -> SweepConfig:
         given = [self.settings is not None, self.class_settings is not None or self.domain_settings is not None]
@@ -284,11 +274,6 @@ class SweepConfig(RunConfig):
                                     )
                                 )
         return cells
-
-    def config_hash(self) -> str:
-        """A 16-hex-digit hash of the whole validated config (output and placement included)."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def expand_settings(value: Any) -> list[str]:

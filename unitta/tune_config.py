@@ -24,7 +24,7 @@ import dataclasses
 import itertools
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -181,6 +181,8 @@ class ObjectiveSpec(Strict):
 
 class TuneConfig(RunConfig):
     """A whole tune config (see the module docstring)."""
+
+    config_file_name: ClassVar[str] = "tune.yaml"
 
     cell: dict[str, Any] = Field(default_factory=dict)
     methods: list[str] = Field(default_factory=list)

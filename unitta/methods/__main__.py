@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from unitta.cli import EXIT_FAILED_CELLS, EXIT_OK, EXIT_USAGE
+from unitta.run.exits import EXIT_FAILED_CELLS, EXIT_OK, EXIT_USAGE
 
 # Images for the checks: the embedded Fashion-MNIST-C, 40 per corruption (600), 128 drawn with a fixed seed.
 N_PER_DOMAIN, N_IMAGES, IMAGE_SEED = 40, 128, 0

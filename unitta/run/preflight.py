@@ -101,8 +101,11 @@ def _device_problem(cell: Cell, num_gpus: float, local: bool) -> str | None:
     return None
 
 
-def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False) -> list[str]:
-    """One line per problem that would make cells fail, each named once (empty: all clear)."""
+def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, feasibility: bool = True) -> list[str]:
+    """One line per problem that would make cells fail, each named once (empty: all clear).
+
+    feasibility: check each cell's factors against the stream sampler (off for a search's points).
+    """
     found: dict[str, None] = {}
 
     def add(text: str | None) -> None:
@@ -113,7 +116,7 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False) 
     for cell in cells:
         domains, classes, per_domain = DATASET_SHAPES[cell.dataset]
         key = (cell.dataset, cell.setting, cell.sampler, tuple(sorted(cell.factors.items())), cell.seed)
-        if key not in checked:
+        if feasibility and key not in checked:
             checked.add(key)
             why = infeasibility(cell, domains, classes)
             if why:
