@@ -20,9 +20,10 @@ from functools import cached_property
 from typing import Any
 
 from unitta.methods.profiles import PROFILES
+from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.streams.settings import FACTOR_KEYS
 
-__all__ = ["Cell", "DEFAULT_MODELS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS"]
+__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
@@ -40,6 +41,11 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
 PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints")
 
+# Fields added after result folders existed: left out of the identity while at their default value, so that
+# every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
+# (docs/results.md, "Resume"). A new field of Cell goes here.
+LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting")
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -55,6 +61,9 @@ class Cell:
     precision: 'fp32' | 'tf32' | 'bf16' (PRECISIONS). compile: torch.compile the adapted model.
     profile: 'default' | 'reference' (PROFILES): which variant of each method runs.
     trust_checkpoints: allow unpickling checkpoints that the safe loader refuses (opt-in).
+    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.protocol``);
+    cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
+    clean source images after the stream (docs/results.md, "Forgetting").
     """
 
     dataset: str = "fmnist-c"
@@ -78,8 +87,15 @@ class Cell:
     device: str = "auto"
     num_threads: int | None = None
     trust_checkpoints: bool = False
+    protocol: str = "online"
+    cost: str = "passes"
+    forgetting: bool = False
 
     def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if self.cost not in COST_MODELS:
+            raise ValueError(f"cost={self.cost!r}: expected one of {', '.join(COST_MODELS)}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
         if self.profile not in PROFILES:
@@ -113,6 +129,10 @@ class Cell:
         data = dataclasses.asdict(self)
         for key in PLACEMENT_FIELDS:
             data.pop(key)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for key in LATER_FIELDS:
+            if data[key] == defaults[key]:
+                data.pop(key)
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version
@@ -152,5 +172,7 @@ class Cell:
             "S": self.S,
             "length": self.length,
             "factor_overrides": json.dumps(self.factors, sort_keys=True),
+            "protocol": self.protocol,
+            "forgetting": self.forgetting,
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }

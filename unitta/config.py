@@ -27,6 +27,7 @@ from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell
 from unitta.data import DATASETS
+from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams.settings import (
     FACTOR_KEYS,
@@ -80,6 +81,9 @@ class SweepConfig(RunConfig):
     profile: Literal[PROFILES] = "default"  # type: ignore[valid-type]
     compile: bool = False
     trust_checkpoints: bool = False
+    protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
+    cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
+    forgetting: bool = False
 
     # ------------------------------------------------------------------ field checks
     @model_validator(mode="before")
@@ -271,6 +275,9 @@ class SweepConfig(RunConfig):
                                         device=self.device,
                                         num_threads=self.resources.num_threads,
                                         trust_checkpoints=self.trust_checkpoints,
+                                        protocol=self.protocol,
+                                        cost=self.cost,
+                                        forgetting=self.forgetting,
                                     )
                                 )
         return cells

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from unitta.cell import DEFAULT_MODELS, Cell
+from unitta.metrics import NLL_FLOOR, stream_metrics
+from unitta.protocol import Schedule
 
 __all__ = ["Cell", "DEFAULT_MODELS", "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
            "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED"]
@@ -105,25 +107,73 @@ _CHECK_EVERY = 16  # batches between checks for non-finite outputs (each check w
 
 @dataclass
 class Adapted:
-    """What ``adapt_stream`` returns: the predictions in stream order, seconds loading batches and adapting."""
+    """What ``adapt_stream`` returns: per stream position the prediction, the top class probability and the
+    log-probability of the true class; seconds loading batches and adapting; the protocol's schedule."""
 
     predictions: np.ndarray
+    confidence: np.ndarray
+    true_log_prob: np.ndarray
     data_seconds: float
     adapt_seconds: float
+    schedule: Schedule
 
 
-def adapt_stream(method, stream, dataset, cell: Cell, device, progress: bool | Callable[[int, int], None] = False):
+def _log_probabilities(scores, kind: str):
+    """Log class probabilities from a method's scores: log-softmax of logits, or the log of probabilities
+    (renormalised, floored at ``NLL_FLOOR``) for methods whose ``scores`` is 'probabilities'."""
+    scores = scores.float()
+    if kind == "probabilities":
+        probs = scores.clamp_min(0)
+        return (probs / probs.sum(dim=1, keepdim=True).clamp_min(NLL_FLOOR)).clamp_min(NLL_FLOOR).log()
+    return scores.log_softmax(dim=1)
+
+
+def _one_batch(method, x, schedule: Schedule, device):
+    """The method's scores for one batch: adapting (``method(x)``) when the schedule lets it, else
+    ``method.predict(x)``; the schedule learns the batch's cost."""
+    import torch
+
+    if not schedule.adapts():
+        schedule.skipped()
+        return method.predict(x)
+    forwards, backwards = method.cost.forwards, method.cost.backwards
+    measured = schedule.protocol == "realtime" and schedule.cost == "measured"
+    if measured and device.type == "cuda":
+        torch.cuda.synchronize(device)  # the measured cost model times each batch: syncs are its price
+    t0 = time.perf_counter()
+    scores = method(x)
+    if measured and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    schedule.adapted(method.cost.forwards - forwards, method.cost.backwards - backwards, time.perf_counter() - t0)
+    return scores
+
+
+def adapt_stream(
+    method,
+    stream,
+    dataset,
+    cell: Cell,
+    device,
+    progress: bool | Callable[[int, int], None] = False,
+    schedule: Schedule | None = None,
+):
     """Feed the stream to ``method`` in batches of ``cell.batch_size``; returns the predictions.
 
     Predictions and a finiteness flag stay on the device and come back to the host every
     ``_CHECK_EVERY`` batches (and at the end): the host never waits for a batch to finish before
     queueing the next one. A non-finite output raises ``FloatingPointError`` naming the stream range.
+    ``schedule`` (default: online) says which batches the method adapts on (``unitta.protocol``).
     """
     import torch
 
+    schedule = Schedule() if schedule is None else schedule
     n = len(stream.indices)
+    labels = torch.from_numpy(np.asarray(dataset.labels[stream.indices], dtype=np.int64)).to(device)
     predictions = torch.empty(n, dtype=torch.int64, device=device)
+    confidence = torch.empty(n, dtype=torch.float32, device=device)
+    true_log_prob = torch.empty(n, dtype=torch.float32, device=device)
     finite = torch.ones((), dtype=torch.bool, device=device)
+    kind = getattr(method, "scores", "logits")
     bar = None
     if progress is True:
         from tqdm.auto import tqdm
@@ -140,10 +190,14 @@ def adapt_stream(method, stream, dataset, cell: Cell, device, progress: bool | C
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             data_seconds += time.perf_counter() - t0
-            scores = method(x)
-            finite &= torch.isfinite(scores).all()
-            predictions[start : start + len(x)] = scores.argmax(dim=1)
+            scores = _one_batch(method, x, schedule, device)
             end = start + len(x)
+            finite &= torch.isfinite(scores).all()
+            predictions[start:end] = scores.argmax(dim=1)
+            with torch.no_grad():
+                log_probs = _log_probabilities(scores.detach(), kind)
+                confidence[start:end] = log_probs.amax(dim=1).exp()
+                true_log_prob[start:end] = log_probs.gather(1, labels[start:end, None]).squeeze(1)
             if (i + 1) % _CHECK_EVERY == 0 or end == n:
                 if not bool(finite):  # one host sync per _CHECK_EVERY batches
                     raise FloatingPointError(
@@ -158,7 +212,9 @@ def adapt_stream(method, stream, dataset, cell: Cell, device, progress: bool | C
     seconds = time.perf_counter() - t_start
     if bar is not None:
         bar.close()
-    return Adapted(out, data_seconds, seconds - data_seconds)
+    return Adapted(
+        out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule
+    )
 
 
 # ---------------------------------------------------------------------- the row
@@ -187,14 +243,28 @@ def _breakdown(keys: np.ndarray, correct: np.ndarray, names: list[str] | None) -
     return out
 
 
-def result_row(cell: Cell, stream, dataset, method, adapted: Adapted, device, wall_start: float) -> dict[str, Any]:
-    """The result row of a finished cell: its coordinates, the metrics, the cost and the versions."""
+def result_row(
+    cell: Cell,
+    stream,
+    dataset,
+    method,
+    adapted: Adapted,
+    device,
+    wall_start: float,
+    forgetting: dict[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """The result row of a finished cell: its coordinates, the metrics (``unitta.metrics``), the protocol,
+    the forgetting check's errors, the cost and the versions."""
     import torch
 
     from unitta import __version__
 
     n = len(stream.indices)
-    correct = adapted.predictions == dataset.labels[stream.indices]
+    labels = dataset.labels[stream.indices]
+    correct = adapted.predictions == labels
+    metrics = stream_metrics(
+        labels, adapted.predictions, adapted.confidence, adapted.true_log_prob, stream.domains, dataset.num_domains
+    )
     cost = method.cost
     return {
         **cell.coordinates(),
@@ -203,7 +273,9 @@ def result_row(cell: Cell, stream, dataset, method, adapted: Adapted, device, wa
         "domain_setting": stream.setting.domain_notation,
         "S": stream.S,
         **{key: float(value) for key, value in stream.factors.items()},
-        "error": float(100.0 * (1.0 - correct.mean())),  # the paper's "Total Avg" micro error
+        **metrics,  # "error" is the paper's "Total Avg" micro error
+        **adapted.schedule.columns(),
+        **(forgetting or {"source_error_before": None, "source_error_after": None}),
         "n_samples": int(n),
         "n_correct": int(correct.sum()),
         "images_reused": int(stream.n_reused),
@@ -242,7 +314,7 @@ def evaluate(
     import torch
 
     from unitta.data import load_dataset
-    from unitta.data.source import load_source
+    from unitta.data.source import load_clean_test, load_source
     from unitta.methods import get_method, method_class
     from unitta.models import load_model
 
@@ -281,8 +353,52 @@ def evaluate(
     )
     if cell.compile:
         method.compile()
-    adapted = adapt_stream(method, stream, dataset, cell, device, progress)
-    return result_row(cell, stream, dataset, method, adapted, device, wall_start)
+    schedule = Schedule(cell.protocol, cell.cost, _source_seconds(cell, method, dataset, stream, device))
+    clean = load_clean_test(cell.dataset, cell.data_dir, cell.n_per_domain) if cell.forgetting else None
+    before = _clean_error(method.source_model, clean, cell.batch_size, device) if clean is not None else None
+    adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule)
+    forgetting = None
+    if clean is not None:
+        forgetting = {
+            "source_error_before": before,
+            "source_error_after": _clean_error(method.predict, clean, cell.batch_size, device),
+        }
+    return result_row(cell, stream, dataset, method, adapted, device, wall_start, forgetting)
+
+
+def _source_seconds(cell: Cell, method, dataset, stream, device) -> float | None:
+    """Seconds of one source-model forward on the stream's first batch (median of 3 after a warm-up): the
+    real-time protocol's unit of time under ``cost: measured``; None otherwise."""
+    import torch
+
+    if cell.protocol != "realtime" or cell.cost != "measured":
+        return None
+    x = _device_batch(dataset, stream.indices[: cell.batch_size], device)
+    times = []
+    with torch.no_grad(), _precision(cell.precision, device):
+        for _ in range(4):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            method.source_model(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times[1:]))
+
+
+def _clean_error(predict, clean, batch_size: int, device) -> float:
+    """Error (%) of ``predict`` (the source model, or a method's non-adapting ``predict``) on clean images."""
+    import torch
+
+    from unitta.methods.source_batches import take_source
+
+    wrong = 0
+    with torch.no_grad():
+        for start in range(0, len(clean), batch_size):
+            x, y = take_source(clean, torch.arange(start, min(start + batch_size, len(clean))))
+            wrong += int((predict(x.to(device)).argmax(dim=1).cpu() != y).sum())
+    return 100.0 * wrong / len(clean)
 
 
 # ---------------------------------------------------------------------- run_cell: for drivers

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["ArraySource", "load_source", "SOURCE_DATASETS"]
+__all__ = ["ArraySource", "load_clean_test", "load_source", "SOURCE_DATASETS"]
 
 # dataset -> what its source split is (for messages and docs)
 SOURCE_DATASETS = {
@@ -114,3 +114,49 @@ def load_source(dataset: str, data_dir: str | Path | None = None) -> Dataset:
             )
         return _ImageFolderSource(folder)
     return _cifar_train(dataset, root)
+
+
+def _cifar_test(dataset: str, root: Path) -> ArraySource:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    cls, folder = (CIFAR10, "cifar-10-batches-py") if dataset == "cifar10-c" else (CIFAR100, "cifar-100-python")
+    if not (root / folder).is_dir():
+        raise FileNotFoundError(
+            f"clean test images for {dataset} not found: expected {root / folder} (torchvision's layout; "
+            f"`torchvision.datasets.{cls.__name__}('{root}', train=False, download=True)` elsewhere, then copy it)"
+        )
+    test = cls(str(root), train=False, download=False)
+    return ArraySource(np.ascontiguousarray(test.data), np.asarray(test.targets))
+
+
+def load_clean_test(dataset: str, data_dir: str | Path | None = None, n: int | None = None) -> Dataset:
+    """Held-out clean images of the source distribution (the test split the model was not trained on), for the
+    forgetting check (docs/results.md, "Forgetting"): Fashion-MNIST test (padded like the corrupted set),
+    CIFAR-10/100 test (``<data_dir>/cifar-10-batches-py`` / ``cifar-100-python``), an ImageNet validation subset
+    (``<data_dir>/ImageNet/val/<wnid>/*.JPEG``). ``n``: a class-balanced subset of n images (the first n/K of
+    each class, as ``load_dataset``'s ``n_per_domain``)."""
+    from unitta.data import default_data_dir
+    from unitta.data.arrays import balanced_subset
+
+    if dataset not in SOURCE_DATASETS:
+        raise ValueError(f"dataset={dataset!r} has no clean test split; known: {', '.join(SOURCE_DATASETS)}")
+    root = default_data_dir() if data_dir is None else Path(data_dir)
+    if dataset == "imagenet-c":
+        folder = root / "ImageNet" / "val"
+        if not folder.is_dir():
+            raise FileNotFoundError(f"clean ImageNet validation images not found: expected {folder}/<wnid>/*.JPEG")
+        clean: Dataset = _ImageFolderSource(folder)
+        if n is not None:
+            clean = torch.utils.data.Subset(clean, range(min(n, len(clean))))
+        return clean
+    if dataset == "fmnist-c":
+        from unitta.data.fmnist_c import padded_test_set
+
+        images, labels = padded_test_set()
+        test = ArraySource(images, labels)
+    else:
+        test = _cifar_test(dataset, root)
+    if n is None:
+        return test
+    keep = balanced_subset(test.labels, n, int(test.labels.max()) + 1)
+    return ArraySource(test.images[keep], test.labels[keep])

@@ -189,7 +189,47 @@ class TTAMethod:
         """One batch in stream order -> (B, K) scores; adapts as it goes. Override."""
         raise NotImplementedError
 
+    def predict_scores(self, x: Tensor) -> Tensor:
+        """Scores for ``x`` without adapting (of the kind ``scores`` names). Override when the method's
+        non-adapting prediction is not its current model in evaluation mode (docs/results.md, "Real time").
+
+        Called under ``torch.no_grad()`` by ``predict``, which restores every buffer of ``self.model`` and the
+        cost counters afterwards; an override must not change any other state of the method.
+        """
+        scores = self.model(x)
+        return scores.softmax(dim=1) if self.scores == "probabilities" else scores
+
     # ------------------------------------------------------------------ calling
+    def predict(self, x: Tensor) -> Tensor:
+        """Score one batch without adapting and without changing the method's state (parameters, buffers,
+        memories, random streams, cost): the real-time protocol's busy batches and the forgetting check."""
+        if x.ndim != 4:
+            raise ValueError(f"{self.name}: expected a batch of images (B, C, H, W), got shape {tuple(x.shape)}")
+        buffers = [(b, b.detach().clone()) for b in self._held_buffers()]
+        cost = dataclasses.replace(self.cost)
+        generator_state = self.generator.get_state()
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                return self.predict_scores(x)
+        finally:
+            with torch.no_grad():
+                for buffer, saved in buffers:
+                    buffer.copy_(saved)
+            self.model.train(was_training)
+            self.cost = cost
+            self.generator.set_state(generator_state)
+
+    def _held_buffers(self) -> list[Tensor]:
+        """Every buffer of every module the method holds as an attribute (its model, teachers, anchors...)."""
+        seen: dict[int, Tensor] = {}
+        for value in vars(self).values():
+            if isinstance(value, nn.Module) and value is not self.source_model:
+                for buffer in value.buffers():
+                    seen.setdefault(id(buffer), buffer)
+        return list(seen.values())
+
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim != 4:
             raise ValueError(f"{self.name}: expected a batch of images (B, C, H, W), got shape {tuple(x.shape)}")

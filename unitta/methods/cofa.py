@@ -61,6 +61,13 @@ class COFA(TTAMethod):
         self.model = FeatureModel(self.model, self.info.classifier).eval()
         self.averager = FeatureAverager()
 
+    scores = "probabilities"
+
+    def predict_scores(self, x: Tensor) -> Tensor:
+        """Non-adapting prediction: the source classifier on the batch's own features (no averaging with the
+        previous sample, which is COFA's state)."""
+        return self.model.head(self.model(x)).softmax(dim=-1)
+
     @torch.no_grad()
     def forward(self, x: Tensor) -> Tensor:
         return self.averager(self.model(x), self.model.head, self.cfg.filter)

@@ -106,6 +106,10 @@ class CoTTA(TTAMethod):
         self.augment = cotta_augment(self.cfg.aug_size)
         self.device_generator = device_generator(self.generator, self.device)
 
+    def predict_scores(self, x: Tensor) -> Tensor:
+        """Non-adapting prediction: the teacher (CoTTA's prediction model), without augmentation averaging."""
+        return self.teacher(x)
+
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[0] < self.cfg.min_update_batch:
             with torch.no_grad():

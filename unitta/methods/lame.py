@@ -54,6 +54,12 @@ class LAME(TTAMethod):
 
     presets = {}  # UT uses the same values on every dataset
 
+    scores = "probabilities"
+
+    def predict_scores(self, x: Tensor) -> Tensor:
+        """LAME keeps no state between batches (the network never changes): its prediction is its forward."""
+        return self.forward(x)
+
     def setup(self) -> None:
         self.model.requires_grad_(False)
         self.model = FeatureModel(self.model, self.info.classifier)

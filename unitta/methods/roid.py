@@ -105,6 +105,14 @@ class ROID(TTAMethod):
             self.generator if self.device.type == "cpu" else device_generator(self.generator, self.device)
         )
 
+    @property
+    def scores(self) -> str:  # the prior correction on probabilities returns probabilities
+        return "probabilities" if self.cfg.use_prior_correction and self.cfg.prior_on == "probs" else "logits"
+
+    def predict_scores(self, x: Tensor) -> Tensor:
+        """Non-adapting prediction: the current model with the (stateless, per-batch) prior correction."""
+        return self.prior_correct(self.model(x))
+
     # ------------------------------------------------------------------ per batch
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[0] < self.cfg.min_update_batch:

@@ -78,6 +78,15 @@ class BDNFramework(TTAMethod):
         self.model.eval()
         self.last_domain_pred: Tensor | None = None
 
+    scores = "probabilities"
+
+    def predict_scores(self, x: Tensor) -> Tensor:
+        """Non-adapting prediction: ``forward``'s first pass (evaluation mode, the balanced BN's global
+        statistics, no update), without COFA's averaging, which carries state from batch to batch."""
+        self._instruct(None)
+        out = self.model(x)
+        return (self.head(out) if self.use_cofa else out).softmax(dim=-1)
+
     def _scores(self, x: Tensor, slot: int) -> Tensor:
         """One forward -> probabilities: COFA-filtered (UniTTA) or softmax of the logits (BDN)."""
         out = self.model(x)
