@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import PRECISIONS, PROFILES, Cell
-from unitta.data import DATASETS
-from unitta.protocol import COST_MODELS, PROTOCOLS
+from unitta.cell import Cell
+from unitta.cell_spec import CellFields, check_dataset
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams.settings import (
     FACTOR_KEYS,
@@ -56,8 +55,12 @@ class MethodSpec(Strict):
     overrides: dict[str, Any] = {}
 
 
-class SweepConfig(RunConfig):
-    """A validated sweep config. ``cells()`` expands it into the grid of ``Cell`` s."""
+class SweepConfig(RunConfig, CellFields):
+    """A validated sweep config. ``cells()`` expands it into the grid of ``Cell`` s.
+
+    The fields every cell shares (sampler, severity, precision, ...) are ``unitta.cell_spec.CellFields``',
+    the same model a tune config's ``cell`` has; the gridded ones are lists here.
+    """
 
     datasets: list[str]
     models: dict[str, str] = {}
@@ -65,25 +68,9 @@ class SweepConfig(RunConfig):
     settings: list[str] | None = None
     class_settings: list[str] | None = None
     domain_settings: list[str] | None = None
-    factors: dict[str, float] = {}
     factor_grid: dict[str, list[float]] = {}
-    sampler: Literal["official", "exact"] = "official"
-    S: int | None = None
-    length: int | None = None
-    n_per_domain: int | None = None
     seeds: list[int] = [425]
     batch_size: list[int] = [64]
-    severity: int = 5
-    data_dir: str | None = None
-    checkpoint_dir: str | None = None
-    device: str = "auto"
-    precision: Literal[PRECISIONS] = "fp32"  # type: ignore[valid-type]
-    profile: Literal[PROFILES] = "default"  # type: ignore[valid-type]
-    compile: bool = False
-    trust_checkpoints: bool = False
-    protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
-    cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
-    forgetting: bool = False
 
     # ------------------------------------------------------------------ field checks
     @model_validator(mode="before")
@@ -116,8 +103,7 @@ class SweepConfig(RunConfig):
         if not value:
             raise ValueError("needs at least one dataset")
         for name in value:
-            if name not in DATASETS:
-                raise ValueError(f"unknown dataset {name!r}{hint(name, DATASETS)}; known: {', '.join(DATASETS)}")
+            check_dataset(name)
         if len(set(value)) != len(value):
             raise ValueError(f"lists a dataset twice: {value}")
         return value
@@ -143,14 +129,6 @@ class SweepConfig(RunConfig):
             _check_half(code, "domain")
         return value
 
-    @field_validator("factors")
-    @classmethod
-    def _factors(cls, value: dict[str, float]) -> dict[str, float]:
-        for key in value:
-            if key not in FACTOR_KEYS:
-                raise ValueError(f"unknown factor {key!r}{hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
-        return value
-
     @field_validator("factor_grid")
     @classmethod
     def _factor_grid(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -161,13 +139,6 @@ class SweepConfig(RunConfig):
                 raise ValueError(f"{key}: needs at least one value")
             if len(set(values)) != len(values):
                 raise ValueError(f"{key}: lists a value twice: {values}")
-        return value
-
-    @field_validator("S", "length", "n_per_domain")
-    @classmethod
-    def _positive_or_none(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
         return value
 
     @field_validator("seeds")
@@ -188,13 +159,6 @@ class SweepConfig(RunConfig):
             raise ValueError(f"batch sizes must be >= 1, got {value}")
         if len(set(value)) != len(value):
             raise ValueError(f"lists a batch size twice: {value}")
-        return value
-
-    @field_validator("severity")
-    @classmethod
-    def _severity(cls, value: int) -> int:
-        if not 1 <= value <= 5:
-            raise ValueError(f"must be in 1..5 (CIFAR-10-C severities), got {value}")
         return value
 
     @model_validator(mode="after")
@@ -221,10 +185,6 @@ class SweepConfig(RunConfig):
                 raise ValueError(
                     f"models: key {dataset!r} is not one of the sweep's datasets ({', '.join(self.datasets)})"
                 )
-        if self.S is not None and self.sampler != "official":
-            raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact sampler")
-        if self.length is not None and self.sampler != "exact":
-            raise ValueError("length: only the exact sampler takes a stream length; use S with the official sampler")
         return self
 
     # ------------------------------------------------------------------ expansion
@@ -243,44 +203,17 @@ class SweepConfig(RunConfig):
         return points
 
     def cells(self) -> list[Cell]:
-        """Every cell of the grid (dataset, model, method, setting, factors, seed, batch size)."""
-        cells = []
-        for dataset in self.datasets:
-            model = self.models.get(dataset)
-            for method in self.methods:
-                for setting in self.setting_codes():
-                    for factors in self.factor_points():
-                        for seed in self.seeds:
-                            for batch_size in self.batch_size:
-                                cells.append(
-                                    Cell(
-                                        dataset=dataset,
-                                        method=method.name,
-                                        setting=setting,
-                                        model=model,
-                                        method_kwargs=dict(method.overrides),
-                                        sampler=self.sampler,
-                                        factors=dict(factors),
-                                        S=self.S,
-                                        length=self.length,
-                                        seed=seed,
-                                        batch_size=batch_size,
-                                        severity=self.severity,
-                                        n_per_domain=self.n_per_domain,
-                                        data_dir=self.data_dir,
-                                        checkpoint_dir=self.checkpoint_dir,
-                                        precision=self.precision,
-                                        profile=self.profile,
-                                        compile=self.compile,
-                                        device=self.device,
-                                        num_threads=self.resources.num_threads,
-                                        trust_checkpoints=self.trust_checkpoints,
-                                        protocol=self.protocol,
-                                        cost=self.cost,
-                                        forgetting=self.forgetting,
-                                    )
-                                )
-        return cells
+        """Every cell of the grid (dataset, model, method, setting, factors, seed, batch size), in that order."""
+        shared = {**self.cell_fields(), "num_threads": self.resources.num_threads}
+        grid = itertools.product(
+            self.datasets, self.methods, self.setting_codes(), self.factor_points(), self.seeds, self.batch_size
+        )
+        return [
+            Cell(**{**shared, "factors": dict(factors)}, dataset=dataset, method=method.name, setting=setting,
+                 model=self.models.get(dataset), method_kwargs=dict(method.overrides), seed=seed,
+                 batch_size=batch_size)
+            for dataset, method, setting, factors, seed, batch_size in grid
+        ]
 
 
 def expand_settings(value: Any) -> list[str]:
