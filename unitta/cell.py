@@ -7,7 +7,8 @@ ones (where data lives, which device, how many threads), the method's *resolved*
 (defaults + dataset preset + profile + overrides) and the method's version, so that a resumed sweep
 never reuses a row computed with other hyper-parameters or an older method (docs/results.md, Resume).
 
-Resolving the method config imports the method registry (and torch) on first use.
+Importing this module does not import torch; resolving the method config imports the method registry
+(and torch) on first use.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from unitta.methods.profiles import PROFILES
+from unitta.profile_names import PROFILES
 from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.streams.settings import FACTOR_KEYS
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pickle
 import re
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from unitta.data.robustbench_compat import import_robustbench
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms
 
@@ -48,32 +48,6 @@ class _Entry:
     bdn_layer: str
     num_classes: int
     input_size: int
-
-
-def import_robustbench():
-    """Import robustbench with the fixes of docs/models.md (also needed inside Ray workers).
-
-    robustbench 1.1.1 imports ``autoattack``, which PyPI ships as ``pyautoattack``; alias it first.
-    Its ``pkg_resources`` import needs setuptools < 82 (pinned in pyproject.toml).
-    """
-    if "autoattack" not in sys.modules:
-        import pyautoattack
-        import pyautoattack.state
-
-        sys.modules["autoattack"] = pyautoattack
-        sys.modules["autoattack.state"] = pyautoattack.state
-    try:
-        with warnings.catch_warnings():
-            # robustbench 1.1.1 imports pkg_resources and old timm/torch.jit APIs: noise at every import
-            warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
-            import robustbench
-    except ModuleNotFoundError as err:
-        if err.name == "pkg_resources":
-            raise ImportError(
-                "robustbench needs pkg_resources, removed in setuptools 82: pip install 'setuptools>=77.0.3,<82'"
-            ) from err
-        raise
-    return robustbench
 
 
 def _wrn28_10() -> nn.Module:
