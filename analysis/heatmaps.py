@@ -42,6 +42,7 @@ import polars as pl  # noqa: E402
 from analysis.common import AnalysisError, load_dirs, split_rows, sweep_panels  # noqa: E402
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
+from unitta.run.outdir import OutputError, check_output_dir, is_writable  # noqa: E402
 
 __all__ = ["analyse", "main"]
 
@@ -115,6 +116,13 @@ def _tune_outputs(tune: pl.DataFrame, out: Path, plots) -> list[Path]:
     return written
 
 
+def _check_out(out: Path) -> None:
+    """``--out`` must be a folder (or not exist yet) that this process can write: else one line, exit 2."""
+    check_output_dir(out, flag="--out")
+    if not is_writable(out):
+        raise OutputError(f"output {out} is not writable; give another folder with --out")
+
+
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
@@ -131,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
     try:
+        _check_out(out)
         written = analyse(args.dirs, out)
-    except AnalysisError as exc:
+    except (AnalysisError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for path in written:

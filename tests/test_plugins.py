@@ -146,6 +146,7 @@ def test_dotted_module_and_package_directory_plugins(tmp_path, clean_registry, m
         ("import zz_no_such_module", "cannot import it: ModuleNotFoundError: No module named 'zz_no_such_module'"),
         ("def broken(:\n    pass", "cannot import it: SyntaxError"),
         (BN_PLUGIN.format(name="tent"), "method name 'tent' is already taken by unitta.methods.tent.Tent"),
+        (BN_PLUGIN.format(name="../../evil"), "method name '../../evil' is not allowed: use one word"),
         ("x = 1", "registers no method"),
         (
             "from dataclasses import dataclass\nfrom unitta.methods import TTAMethod, register_method\n"
@@ -162,7 +163,8 @@ def test_dotted_module_and_package_directory_plugins(tmp_path, clean_registry, m
             "method 'zz_badlr': bad Config: ValueError: method 'zz_badlr': lr must be > 0, got -1.0",
         ),
     ],
-    ids=["raises", "missing-import", "syntax", "clash-with-builtin", "no-method", "mutable-config", "bad-default"],
+    ids=["raises", "missing-import", "syntax", "clash-with-builtin", "traversal", "no-method", "mutable-config",
+         "bad-default"],
 )
 def test_broken_plugin_is_one_config_error(tmp_path, clean_registry, plugin, expected):
     _write(tmp_path / "zz_bad.py", plugin)
@@ -246,6 +248,23 @@ def test_check_usage_errors_exit_2(tmp_path, clean_registry, capsys):
     assert err.count("\n") == 1 and "registers no method 'zz_missing'; it registers: zz_other" in err
     assert main(["check", "zz_no_such_module:x"]) == 2
     assert "No module named 'zz_no_such_module'" in capsys.readouterr().err
+
+
+def test_check_refuses_a_method_name_that_escapes_the_output_folder(tmp_path, clean_registry, capsys):
+    from unitta.methods.__main__ import main
+
+    _write(tmp_path / "zz_evil.py", BN_PLUGIN.format(name="../../evil"))
+    assert main(["check", str(tmp_path / "zz_evil.py")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "method name '../../evil' is not allowed" in err
+
+
+def test_check_suggests_the_registered_name_meant(capsys):
+    from unitta.methods.__main__ import main
+
+    assert main(["check", "tnet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'tnet' is not a registered method (did you mean" in err and "'tent'" in err
 
 
 # ---------------------------------------------------------------------- as a user runs it

@@ -129,3 +129,30 @@ def test_cli_usage_errors_exit_2(tmp_path, capsys) -> None:
     assert exc.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
     assert main(["--classes", str(tmp_path / "c.txt"), "--paper", "mnist"]) == 2
     assert main(["--classes", str(tmp_path / "c.txt"), "--results", str(tmp_path / "missing")]) == 2
+
+
+@pytest.mark.parametrize(
+    "labels,extra,match",
+    [
+        ([0, 1, 2, 1, 0, 10**8], [], "the largest label, 100000000 at position 5, implies 100,000,001 states"),
+        ([0, 1, 2, 1, 0, 1e12], [], "implies 1,000,000,000,001 states; at most 1,000,000"),
+        ([0, 1, 2, 1, 0, 1e30], [], "label 1e+30 is not a class index"),
+        ([0, 1, 2, 1, 0, 10**8], ["--num-classes", "10"], "label 100000000 at position 5 is out of range"),
+        ([0, 1, 2, 1, 0, 1], ["--num-classes", str(10**12)], "asks for 1,000,000,000,000 states"),
+    ],
+)
+def test_a_stray_label_is_one_line_before_any_allocation(tmp_path, capsys, labels, extra, match) -> None:
+    import resource
+
+    np.save(tmp_path / "c.npy", np.array(labels))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["--classes", str(tmp_path / "c.npy"), "--paper", "cifar10-c", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and match in err, err
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: nothing near 100 MB
+
+
+def test_a_label_too_large_for_an_integer_in_a_text_file(tmp_path, capsys) -> None:
+    (tmp_path / "c.txt").write_text("0\n1\n" + "9" * 30 + "\n")
+    assert main(["--classes", str(tmp_path / "c.txt"), "--paper", "cifar10-c"]) == 2
+    assert "line 3: '999999999999999999999999999999' is not a class index" in capsys.readouterr().err

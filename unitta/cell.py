@@ -4,11 +4,15 @@ A cell is one (dataset, model, method, setting, factors, sampler, seed, batch si
 is computed (precision, compilation, profile). Its identity (``identity()``, ``config_hash()``,
 ``cell_id()``) covers everything that determines the result: the cell's fields without the placement
 ones (where data lives, which device, how many threads), the method's *resolved* hyper-parameters
-(defaults + dataset preset + profile + overrides) and the method's version, so that a resumed sweep
-never reuses a row computed with other hyper-parameters or an older method (docs/results.md, Resume).
+(defaults + dataset preset + profile + overrides), the method's version and the SHA-256 of the model's
+checkpoint file (left out for the file every earlier row was computed with, ``zoo.REFERENCE_WEIGHTS``, so
+those rows keep their ids), so that a resumed sweep never reuses a row computed with other
+hyper-parameters, an older method or other weights (docs/results.md, Resume).
 
-Importing this module does not import torch; resolving the method config imports the method registry
-(and torch) on first use.
+Importing this module does not import torch. Resolving the method config and the checkpoint imports the
+method registry / model zoo (and torch) on first use. Both are cached on the cell and travel with it
+(pickled) to the process that runs it, so a worker runs the cell the driver planned; ``evaluate`` checks
+that the weights it loads are those.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -24,7 +29,7 @@ from unitta.profile_names import PROFILES
 from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.streams.settings import FACTOR_KEYS
 
-__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS"]
+__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS", "check_device"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
@@ -38,6 +43,17 @@ DEFAULT_MODELS = {
 # fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
 # matmuls/convolutions on Ampere+ GPUs. bf16: autocast to bfloat16 + channels_last (docs/benchmarks.md).
 PRECISIONS = ("fp32", "tf32", "bf16")
+
+# Devices a cell runs on: auto (a CUDA GPU if any, else the CPU), cpu, cuda, cuda:N, mps (Apple GPUs).
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+
+
+def check_device(device: str) -> str:
+    """``device`` if a cell can run on it, else a one-line ValueError naming the choices."""
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise ValueError(f"device={device!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' (N: a GPU index) or 'mps'")
+    return device
+
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
 PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints")
@@ -93,6 +109,7 @@ class Cell:
     forgetting: bool = False
 
     def __post_init__(self) -> None:
+        check_device(self.device)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         if self.cost not in COST_MODELS:
@@ -124,6 +141,16 @@ class Cell:
 
         return int(method_class(self.method).version)
 
+    @cached_property
+    def weights(self) -> str | None:
+        """SHA-256 of the checkpoint file the cell's model loads (None: no such file yet; the cell then fails).
+
+        Computed once per file and cached by its path, size and modification time (``unitta.models.digest``).
+        """
+        from unitta.models.zoo import weights_digest
+
+        return weights_digest(self.dataset, self.model, self.checkpoint_dir)
+
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, Any]:
         """The fields that determine the result (placement fields excluded), JSON-ready."""
@@ -137,16 +164,31 @@ class Cell:
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version
+        if not self._reference_weights():
+            data["weights"] = self.weights
         return data
+
+    def _reference_weights(self) -> bool:
+        """The weights all rows had before the digest joined the identity (``zoo.REFERENCE_WEIGHTS``): their
+        cells keep their ids, like a field of LATER_FIELDS at its default."""
+        from unitta.models.zoo import is_reference_weights
+
+        return self.dataset in DEFAULT_MODELS and is_reference_weights(self.dataset, self.model_name, self.weights)
 
     def config_hash(self) -> str:
         """A stable 16-hex-digit hash of ``identity()``: equal cells give equal hashes."""
-        text = json.dumps(self.identity(), sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return _hash(self.identity())
 
     def cell_id(self) -> str:
         """A readable, file-name-safe id: dataset__method__setting__hash."""
         return f"{self.dataset}__{self.method}__{self.setting}__{self.config_hash()}"
+
+    def cell_id_before_weights(self) -> str:
+        """The id this cell had when the weights were not yet part of its identity (docs/results.md, Resume):
+        lets a resumed sweep say that such older rows are not reused, instead of recomputing them silently."""
+        data = self.identity()
+        data.pop("weights", None)
+        return f"{self.dataset}__{self.method}__{self.setting}__{_hash(data)}"
 
     def coordinates(self) -> dict[str, Any]:
         """The identity columns of this cell's result row (docs/results.md); metrics are added by ``evaluate``.
@@ -162,6 +204,7 @@ class Cell:
             "method_kwargs": json.dumps(self.method_kwargs, sort_keys=True),
             "method_config": json.dumps(self.method_config, sort_keys=True),
             "method_version": self.method_version,
+            "model_weights": self.weights,
             "profile": self.profile,
             "precision": self.precision,
             "setting": self.setting,
@@ -177,3 +220,8 @@ class Cell:
             "forgetting": self.forgetting,
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
+
+
+def _hash(identity: dict[str, Any]) -> str:
+    text = json.dumps(identity, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import PRECISIONS, PROFILES, Cell
+from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
 from unitta.data import DATASETS
 from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.schema import Strict, hint
@@ -72,6 +72,11 @@ class CellFields(Strict):
         if value is not None and value < 1:
             raise ValueError(f"must be >= 1, got {value}")
         return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return check_device(value)
 
     @field_validator("severity")
     @classmethod

@@ -34,11 +34,34 @@ from unitta.cell import DEFAULT_MODELS, Cell
 from unitta.metrics import NLL_FLOOR, stream_metrics
 from unitta.protocol import Schedule
 
-__all__ = ["Cell", "DEFAULT_MODELS", "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
+__all__ = ["Cell", "DEFAULT_MODELS", "DatasetUnavailable", "load_cell_dataset",
+           "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
            "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED"]
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
+
+
+# ---------------------------------------------------------------------- the data
+class DatasetUnavailable(RuntimeError):
+    """A driver cannot load a cell's dataset (missing, damaged, or a cache it cannot write): one line naming
+    the file and the fix, so the sweep stops with exit 2 instead of a traceback."""
+
+
+def load_cell_dataset(cell: Cell):
+    """The cell's dataset (``unitta.data.load_dataset``); its loaders' errors become ``DatasetUnavailable``.
+
+    The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
+    message names the file and what to do (docs/results.md, "Before the first cell").
+    """
+    from unitta.data import load_dataset
+
+    try:
+        return load_dataset(
+            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
+        )
+    except (OSError, ValueError) as exc:
+        raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
 
 
 # ---------------------------------------------------------------------- the stream
@@ -299,6 +322,18 @@ def result_row(
     }
 
 
+def _check_weights(cell: Cell, info) -> None:
+    """Refuse to run with other weights than those in the cell's identity (``Cell.weights``): the checkpoint
+    was replaced after the sweep planned the cell, or this node's file differs from the driver's."""
+    loaded = (info.extra or {}).get("weights_digest")
+    if loaded is not None and loaded != cell.weights:
+        raise RuntimeError(
+            f"the weights loaded from {info.extra.get('checkpoint')} (sha256 {loaded[:12]}) are not those the "
+            f"cell was planned with (sha256 {str(cell.weights)[:12]}): the checkpoint changed during the run or "
+            "differs on this node; give every node the same file and rerun"
+        )
+
+
 def evaluate(
     cell: Cell,
     dataset=None,
@@ -333,6 +368,7 @@ def evaluate(
             cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir, trust_checkpoints=cell.trust_checkpoints
         )
     model, info = model_and_info
+    _check_weights(cell, info)
     model = model.to(device).eval()
     if cell.precision == "bf16" and device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)

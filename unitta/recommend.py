@@ -74,6 +74,8 @@ def read_labels(path: str | Path, name: str = "labels") -> np.ndarray:
         if arr.dtype.kind in "iu":
             return arr.astype(np.int64)
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            if np.abs(arr).max() >= 2.0**63:
+                raise UsageError(f"{name} file {str(p)!r}: label {np.abs(arr).max():g} is not a class index")
             return arr.astype(np.int64)
         raise UsageError(f"{name} file {str(p)!r}: expected integer labels, got dtype {arr.dtype}")
     try:
@@ -89,7 +91,10 @@ def read_labels(path: str | Path, name: str = "labels") -> np.ndarray:
     for j, (line_no, text) in enumerate(rows):
         if not _is_int(text):
             raise UsageError(f"{name} file {str(p)!r} line {line_no}: {text[:40]!r} is not an integer label")
-        out[j] = int(text)
+        try:
+            out[j] = int(text)
+        except OverflowError:
+            raise UsageError(f"{name} file {str(p)!r} line {line_no}: {text[:40]!r} is not a class index") from None
     return out
 
 

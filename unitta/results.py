@@ -6,6 +6,7 @@ Layout of a sweep's output directory (docs/results.md)::
     <out>/logs/<cell_id>.log          what the cell printed, its timing, its traceback if it failed
     <out>/results.parquet             every cell file consolidated (written at the end of a sweep)
     <out>/sweep.yaml, manifest.json   the validated config and the run's provenance
+    <out>/sweeps/<name>.json          the cells of each sweep written here, computed or reused (membership)
 
 A row is ``unitta.evaluate.run_cell``'s row plus the sweep's bookkeeping columns (status, error text,
 timing, host, Ray node, CUDA_VISIBLE_DEVICES, git commit). ``per_domain`` / ``per_class`` are nested
@@ -35,12 +36,16 @@ __all__ = [
     "METRIC_COLUMNS",
     "cells_dir",
     "cell_path",
+    "check_cell_id",
     "write_cell_result",
     "read_cell_result",
     "load_results",
     "done_cells",
     "cell_statuses",
     "consolidate",
+    "write_membership",
+    "sweep_cell_ids",
+    "sweep_names",
 ]
 
 
@@ -61,6 +66,7 @@ SCHEMA = pa.schema(
         ("sweep_name", pa.string()),
         ("dataset", pa.string()),
         ("model", pa.string()),
+        ("model_weights", pa.string()),
         ("method", pa.string()),
         ("method_kwargs", pa.string()),
         ("method_config", pa.string()),
@@ -163,10 +169,15 @@ def cells_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / "cells"
 
 
-def cell_path(out_dir: str | Path, cell_id: str) -> Path:
-    if not cell_id or "/" in cell_id or cell_id.startswith("."):
+def check_cell_id(cell_id: str) -> str:
+    """``cell_id`` if it can name a file inside the output directory, else a ValueError."""
+    if not cell_id or "/" in cell_id or "\\" in cell_id or cell_id.startswith("."):
         raise ValueError(f"cell_id={cell_id!r} is not a file-name-safe id")
-    return cells_dir(out_dir) / f"{cell_id}.parquet"
+    return cell_id
+
+
+def cell_path(out_dir: str | Path, cell_id: str) -> Path:
+    return cells_dir(out_dir) / f"{check_cell_id(cell_id)}.parquet"
 
 
 def _to_table(row: dict[str, Any]) -> pa.Table:
@@ -276,9 +287,50 @@ def _consolidated_rows(out_dir: str | Path, warn) -> pa.Table | None:
         return None
 
 
-def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr):
+# ---------------------------------------------------------------------- sweep membership
+def _membership_path(out_dir: str | Path, name: str) -> Path:
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(f"sweep name {name!r} is not a file-name-safe name")
+    return Path(out_dir) / "sweeps" / f"{name}.json"
+
+
+def write_membership(out_dir: str | Path, name: str, cell_ids: list[str]) -> Path:
+    """Record that the cells ``cell_ids`` (computed here or reused) make up sweep ``name``'s grid.
+
+    ``<out>/sweeps/<name>.json``, written atomically; a later run of the same name replaces it (its grid
+    is that run's config's). ``load_results(out, sweep=name)`` reads it.
+    """
+    path = _membership_path(out_dir, name)
+    text = json.dumps({"name": name, "cell_ids": list(cell_ids)}, indent=1).encode()
+    write_atomically(path, lambda handle: handle.write(text))
+    return path
+
+
+def sweep_names(out_dir: str | Path) -> list[str]:
+    """The names of the sweeps recorded in ``out_dir`` (``write_membership``), sorted."""
+    directory = Path(out_dir) / "sweeps"
+    return sorted(p.stem for p in directory.glob("*.json") if not p.name.startswith(".")) if directory.is_dir() else []
+
+
+def sweep_cell_ids(out_dir: str | Path, name: str) -> list[str]:
+    """The cell ids of sweep ``name``'s grid in ``out_dir``; ValueError (one line) naming the known sweeps."""
+    path = _membership_path(out_dir, name)
+    try:
+        return list(json.loads(path.read_text())["cell_ids"])
+    except FileNotFoundError:
+        known = ", ".join(sweep_names(out_dir)) or "none"
+        raise ValueError(f"no sweep named {name!r} was run in {out_dir} (sweeps there: {known})") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: unreadable sweep membership ({exc}); rerun the sweep to write it again") from None
+
+
+def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sweep: str | None = None):
     """Every result row of a sweep directory as a ``polars.DataFrame``: the cell files, plus the rows of
     ``results.parquet`` whose cell has no file (a directory may hold only a ``results.parquet``).
+
+    sweep: only the rows of that sweep's grid (``<out>/sweeps/<name>.json``): the cells it computed and
+    those it reused from earlier sweeps, whatever their ``sweep_name`` column says (the sweep that
+    computed the row). An unknown name is a ValueError naming the sweeps recorded there.
 
     Columns follow SCHEMA (docs/results.md); extra columns written by a tool (e.g. Tune's trial_id)
     are kept, null where absent. Unreadable cell files are skipped with a warning (moved aside to
@@ -286,6 +338,7 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr):
     """
     import polars as pl
 
+    members = sweep_cell_ids(out_dir, sweep) if sweep is not None else None
     tables = [t for t in (_read_valid(p, None, quarantine, warn) for p in _cell_files(out_dir)) if t is not None]
     have = {t.column("cell_id")[0].as_py() for t in tables}
     consolidated = _consolidated_rows(out_dir, warn)
@@ -297,8 +350,10 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr):
             if any(keep):
                 tables.append(consolidated.filter(pa.array(keep)))
     if not tables:
-        return pl.from_arrow(SCHEMA.empty_table())
-    return pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+        df = pl.from_arrow(SCHEMA.empty_table())
+    else:
+        df = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+    return df if members is None else df.filter(pl.col("cell_id").is_in(members))
 
 
 def consolidate(out_dir: str | Path) -> Path:

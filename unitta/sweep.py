@@ -34,6 +34,7 @@ from unitta.run import GridPlanner, RunOptions, RunOutcome, execute_plan, exits
 from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
+from unitta.run.outdir import check_output_dir
 from unitta.run.summary import summary_table
 
 __all__ = ["run_sweep", "SweepOutcome", "TASK_NAME", "main"]
@@ -67,6 +68,7 @@ def run_sweep(
 
 def dry_run(cfg: SweepConfig, out: Path) -> int:
     """Print the cells the sweep would run (and which are already done in ``out``) without running any."""
+    check_output_dir(out)
     list_cells(cfg.name, cfg.cells(), out, cfg.resources)
     return exits.EXIT_OK
 
@@ -92,14 +94,13 @@ def _report(cfg: SweepConfig, outcome: RunOutcome) -> int:
     """Print the summary table and the failed cells; the exit code (1 if any cell of the grid failed)."""
     import polars as pl
 
-    df = load_results(outcome.out_dir)
-    wanted = [c.cell_id() for c in cfg.cells()]
-    mine = df.filter(pl.col("cell_id").is_in(wanted))
+    df = load_results(outcome.out_dir)  # not sweep=: a read-only folder from before membership has no record
+    mine = df.filter(pl.col("cell_id").is_in([c.cell_id() for c in cfg.cells()]))
     print(summary_table(mine))
     failed = mine.filter(pl.col("status") == STATUS_FAILED)
     print(
         f"\n{outcome.n_ok + outcome.n_failed} cells run ({outcome.n_failed} failed), {outcome.n_skipped} "
-        f"already done, in {outcome.seconds:.1f} s; results: {outcome.results_path}"
+        f"already done, in {outcome.seconds:.1f} s; results: {outcome.results_path or outcome.out_dir}"
     )
     for r in failed.iter_rows(named=True):
         print(f"failed: {r['cell_id']}: {r['error_text']} (log: {outcome.out_dir / 'logs' / (r['cell_id'] + '.log')})")
@@ -115,6 +116,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     def body() -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
+        check_output_dir(out)
         if not args.no_preflight:
             preflight(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=args.local)
         if args.dry_run:

@@ -35,6 +35,7 @@ from unitta.results import load_results
 from unitta.run import RunOptions, execute_plan, exits
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
+from unitta.run.outdir import check_output_dir
 from unitta.run.preflight import DATASET_SHAPES, infeasibility
 from unitta.schema import check_methods
 from unitta.tune_config import (
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         cfg = load_tune_config(args.config)
         out = (Path(args.output) if args.output else cfg.output_dir()).expanduser()
+        check_output_dir(out)
         layers = _layers(cfg, args.config)
         cells = first_cells(cfg, layers[0])
         if not args.no_preflight:  # a search's infeasible points are results, not mistakes

@@ -181,6 +181,8 @@ class _TrialPlanner:
         self.open: list[Trial] = []
         self.outbox: list[tuple[dict[str, Any], str]] = []
         self.exhausted = False
+        self.members: list[str] | None = None  # a search's cells are not known before it runs
+        self.notes: list[str] = []
 
     def _next_point(self) -> tuple[dict[str, Any], Any] | None:
         raise NotImplementedError

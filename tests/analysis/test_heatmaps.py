@@ -153,3 +153,13 @@ def test_empty_and_foreign_directories_exit_2(tmp_path: Path, capsys) -> None:
     assert main([str(tmp_path / "nope")]) == 2
     assert "no such directory" in capsys.readouterr().err
     assert not (empty / "analysis").exists()
+
+
+def test_an_out_that_is_a_file_is_one_line_and_exit_2(sweep_dir: Path, tmp_path: Path, capsys) -> None:
+    target = tmp_path / "figures.png"
+    target.write_bytes(b"an image")
+    assert main([str(sweep_dir), "--out", str(target)]) == 2
+    assert main([str(sweep_dir), "--out", str(target / "sub")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "is a file, not a directory" in err[0] and "lies under" in err[1], err
+    assert target.read_bytes() == b"an image"

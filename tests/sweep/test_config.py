@@ -92,6 +92,8 @@ def test_all24_and_method_overrides():
         ({"max_retries": -1}, "max_retries: must be >= 0"),
         ({"models": {"cifar10-c": "Standard"}}, "models: key 'cifar10-c' is not one of the sweep's datasets"),
         ({"datasets": None}, "datasets"),
+        ({"device": "tpu"}, "device: device='tpu': expected 'auto', 'cpu', 'cuda', 'cuda:N'"),
+        ({"device": "cuda:x"}, "device: device='cuda:x'"),
     ],
 )
 def test_bad_configs_give_one_line_naming_the_key(change, expected):

@@ -98,3 +98,11 @@ def test_consolidate_and_ignore_temp_files(tmp_path):
 def test_empty_directory(tmp_path):
     assert load_results(tmp_path).height == 0
     assert done_cells(tmp_path / "absent") == set()
+
+
+def test_a_cell_id_that_would_leave_the_folder_is_refused_for_the_log_too(tmp_path):
+    from unitta.run.outdir import record
+
+    with pytest.raises(ValueError, match="not a file-name-safe id"):
+        record(tmp_path, {"cell_id": "../../evil", "status": "ok"}, "log text")
+    assert not (tmp_path.parent / "evil.log").exists() and not any((tmp_path / "logs").iterdir())

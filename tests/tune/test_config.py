@@ -127,3 +127,23 @@ def test_feasible_only_maps_every_point_into_the_feasible_region() -> None:
         assert back["domain_alpha_u"] == pytest.approx(u["domain_alpha_u"]) and back["class_alpha_u"] == pytest.approx(u["class_alpha_u"])
     with pytest.raises(ConfigError, match="feasible_only is for optuna"):
         parse_tune_config({**raw, "search": {"algorithm": "grid", "feasible_only": True}})
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_cli_exits_2_on_an_output_that_is_a_file_or_under_one(tmp_path: Path, capsys, under: bool) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    target = tmp_path / "results.txt"
+    target.write_text("not a folder")
+    assert main([str(path), "--output", str(target / "out" if under else target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and ("lies under" if under else "is a file, not a directory") in err[0], err
+    assert target.read_text() == "not a folder"
+
+
+def test_cli_exits_2_on_an_unreachable_cluster_and_leaves_no_folder(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "cell": {"n_per_domain": 20}}))
+    assert main([str(path), "--output", str(tmp_path / "new" / "out"), "--address", "127.0.0.1:1"]) == 2
+    assert "cannot reach the Ray cluster" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()

@@ -142,6 +142,13 @@ def _atomic_save(path: Path, write) -> str:
 _VERIFIED: set[tuple[str, int, int, int, str]] = set()
 
 
+def _prepare_command(folder: Path) -> str:
+    """The command that rebuilds the cache ``folder`` (the full set or a subset)."""
+    subset = folder.name.removeprefix(f"{FOLDER}-n") if folder.name.startswith(f"{FOLDER}-n") else ""
+    return (f"python -m unitta.data prepare fmnist-c --data-dir {folder.parent}"
+            + (f" --n-per-domain {subset}" if subset else ""))
+
+
 def verify_files(folder: Path, meta: dict, names: Sequence[str]) -> list[str]:
     """Check ``names`` in ``folder`` against the sha256 sums in ``meta``; returns the names with no recorded sum.
 
@@ -166,7 +173,7 @@ def verify_files(folder: Path, meta: dict, names: Sequence[str]) -> list[str]:
             raise CacheError(
                 f"{path}: contents differ from the sha256 recorded when the cache was built (damaged or modified). "
                 f"The Fashion-MNIST-C cache {folder} looks damaged: delete it and it is rebuilt on next use "
-                f"(`python -m unitta.data prepare fmnist-c --data-dir {folder.parent}` does it ahead)"
+                f"(`{_prepare_command(folder)}` does it ahead)"
             )
         _VERIFIED.add(key)
     return unrecorded

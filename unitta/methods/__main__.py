@@ -19,6 +19,7 @@ passes, 1 when one fails, 2 for a usage error or a plugin that cannot be loaded.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -52,19 +53,32 @@ def _targets(target: str) -> list[str]:
     """The method names ``target`` (MODULE_OR_FILE[:NAME] or a registered NAME) stands for; loads the plugin."""
     from unitta import plugins
     from unitta.methods import list_methods
+    from unitta.schema import ConfigError
 
     spec, sep, name = target.rpartition(":")
     if not sep:
         spec, name = target, ""
         if target in list_methods():
             return [target]
-    loaded = plugins.load([spec], source=None)[0]
+    try:
+        loaded = plugins.load([spec], source=None)[0]
+    except ConfigError as exc:
+        raise ConfigError(_not_a_method(target, list_methods(), exc) if not sep else str(exc)) from None
     registered = plugins.methods_of(loaded.module)
     if not name:
         return registered
     if name not in registered:
         raise ValueError(f"{spec} registers no method {name!r}; it registers: {', '.join(registered)}")
     return [name]
+
+
+def _not_a_method(target: str, registered: list[str], exc: Exception) -> str:
+    """A target that is neither registered nor importable: say so, with the closest registered name if any."""
+    close = difflib.get_close_matches(target, registered, n=3, cutoff=0.6)
+    if not close:
+        return str(exc)
+    return (f"{target!r} is not a registered method (did you mean {' or '.join(map(repr, close))}?) nor a plugin "
+            f"that can be imported ({exc})")
 
 
 def _guarded(check: str, name: str, run: Callable[[], Any]):

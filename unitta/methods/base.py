@@ -41,6 +41,7 @@ import difflib
 import importlib
 import logging
 import numbers
+import re
 import sys
 import time
 import types
@@ -297,11 +298,27 @@ def _module_device(model: nn.Module) -> torch.device:
 
 
 # ---------------------------------------------------------------------- registry
+# A method name becomes part of file names (cells/<cell_id>.parquet, logs/<cell_id>.log): one plain word.
+_METHOD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+def check_method_name(name: Any) -> str:
+    """``name`` if it can name a method, else a one-line ValueError (no slashes, no leading dot, no spaces)."""
+    if not isinstance(name, str) or not _METHOD_NAME.match(name):
+        raise ValueError(
+            f"method name {name!r} is not allowed: use one word of letters, digits, '_', '-', '.' or '+', starting "
+            "with a letter or digit (it becomes part of result file names)"
+        )
+    return name
+
+
 def register_method(name: str):
     """Class decorator: register a TTAMethod subclass under ``name``.
 
-    A name already taken by another class is refused with a ValueError naming both modules.
+    A name that is not one plain word (``check_method_name``: it becomes part of file names, so
+    ``../../evil`` is refused) or is already taken by another class is a ValueError naming the problem.
     """
+    check_method_name(name)
 
     def wrap(cls: type[TTAMethod]) -> type[TTAMethod]:
         if name in _REGISTRY and _REGISTRY[name] is not cls:

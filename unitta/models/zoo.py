@@ -8,6 +8,7 @@ paper model is loaded, with the import fixes of docs/models.md.
 
 from __future__ import annotations
 
+import io
 import pickle
 import re
 import warnings
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from unitta.data.robustbench_compat import import_robustbench
+from unitta.models.digest import bytes_digest, file_digest
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms
 
@@ -29,6 +31,15 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # Standard_R50 uses (docs/models.md).
 TORCHVISION_R50_FILE = "resnet50-0676ba61.pth"
 EMBEDDED_CHECKPOINT = Path(__file__).parent / "checkpoints" / "resnet20_fmnist.pt"
+# The weights every result row was computed with before a checkpoint's digest joined a cell's identity
+# (docs/results.md, "Resume"): the embedded ResNet-20 as shipped then, and torchvision's ResNet-50 file
+# (its name carries the first 8 hex digits of its SHA-256, which torchvision checks on download). Cells
+# with exactly these weights keep their earlier ids; any other file puts its digest in the identity.
+# Frozen: retraining the embedded model must not add to or change this table.
+REFERENCE_WEIGHTS = {
+    ("fmnist-c", "resnet20"): "5813b7f52360e653543e59cac6ea72206da9c649a99fee7659c3aee9aa35a401",
+    ("imagenet-c", "Standard_R50"): "0676ba61",
+}
 # The reference's CKPT_DIR (docs/models.md), used when checkpoint_dir is None.
 DEFAULT_CHECKPOINT_DIR = "ckpt"
 
@@ -172,14 +183,25 @@ def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError
 
 
 def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, torch.Tensor]:
-    """A checkpoint's state_dict: unwraps 'state_dict'/'model_state_dict', strips 'module.' prefixes.
+    """A checkpoint's state_dict (see ``read_checkpoint``)."""
+    return read_checkpoint(path, trust_checkpoints)[0]
 
+
+def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[str, torch.Tensor], str]:
+    """A checkpoint's state_dict and the SHA-256 of the bytes it was read from (``unitta.models.digest``).
+
+    Unwraps 'state_dict'/'model_state_dict' and strips 'module.' prefixes. The file is read once and
+    both the digest and the weights come from those bytes, so the digest is that of the weights loaded.
     Loaded with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only.
     A file that needs more (arbitrary pickled objects, whose unpickling can run any code) is a
     CheckpointError unless ``trust_checkpoints`` (the explicit opt-in for files from a trusted source).
     """
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot be read ({err.strerror or err})") from err
+    try:
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         if not trust_checkpoints:
             found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
@@ -190,7 +212,7 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
                 "`trust_checkpoints: true`, or --trust-checkpoints), or re-save it as a plain state_dict"
             ) from err
         warnings.warn(f"{path}: not loadable with weights_only=True; unpickling it as trusted", stacklevel=3)
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError) as err:  # truncated / not a torch file
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({err}); delete it and fetch it again") from err
     for key in ("state_dict", "model_state_dict"):
@@ -199,7 +221,23 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
             break
     if not isinstance(checkpoint, dict):
         raise ValueError(f"{path}: expected a state_dict (a dict of tensors), got {type(checkpoint).__name__}")
-    return {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
+    state = {(k[len("module.") :] if k.startswith("module.") else k): v for k, v in checkpoint.items()}
+    return state, bytes_digest(data)
+
+
+def is_reference_weights(dataset: str, name: str | None, digest: str | None) -> bool:
+    """Whether ``digest`` is of the weights ``REFERENCE_WEIGHTS`` names for this model (a prefix for R50)."""
+    reference = REFERENCE_WEIGHTS.get((dataset, name or _entry(dataset, None)[0]))
+    return bool(reference and digest and digest.startswith(reference))
+
+
+def weights_digest(dataset: str, name: str | None = None, checkpoint_dir: str | Path | None = None) -> str | None:
+    """The SHA-256 of the checkpoint ``load_model`` would read now (cached per file), or None when it is
+    missing or the dataset/model is unknown (``load_model`` then fails with the reason)."""
+    try:
+        return file_digest(checkpoint_path(dataset, name, checkpoint_dir))
+    except ValueError:
+        return None
 
 
 def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str, path: Path) -> None:
@@ -237,9 +275,10 @@ def load_model(
     trust_checkpoints: also load checkpoints that need full unpickling (which can run code from the
         file); off by default, so such a file is a CheckpointError naming it.
 
-    Every model takes images in [0, 1] (input normalisation is inside the model). A missing checkpoint
-    is a FileNotFoundError naming the path and how to obtain it (``python -m unitta.models fetch``);
-    nothing is downloaded.
+    Every model takes images in [0, 1] (input normalisation is inside the model). ``info.extra`` names the
+    checkpoint file and the SHA-256 of the bytes loaded (``weights_digest``, part of a cell's identity).
+    A missing checkpoint is a FileNotFoundError naming the path and how to obtain it
+    (``python -m unitta.models fetch``); nothing is downloaded.
     """
     name, _ = _entry(dataset, name)
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
@@ -247,5 +286,6 @@ def load_model(
     if not path.is_file():
         raise _missing(dataset, name, checkpoint_dir)
     model, info = build_model(dataset, name)
-    _load_weights(model, read_state_dict(path, trust_checkpoints), dataset, path)
-    return model.eval(), replace(info, extra={"checkpoint": str(path)})
+    state, digest = read_checkpoint(path, trust_checkpoints)
+    _load_weights(model, state, dataset, path)
+    return model.eval(), replace(info, extra={"checkpoint": str(path), "weights_digest": digest})

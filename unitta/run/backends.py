@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.evaluate import failed_row, now, short_error
+from unitta.evaluate import failed_row, load_cell_dataset, now, short_error
 from unitta.run import ray_cluster
 from unitta.run.capture import TASK_NAME, cell_task, execute
 
@@ -31,12 +31,6 @@ Finished = tuple[Cell, dict[str, Any], str]
 
 def dataset_key(cell: Cell) -> tuple:
     return (cell.dataset, cell.data_dir, cell.severity, cell.n_per_domain)
-
-
-def load_cell_dataset(cell: Cell):
-    from unitta.data import load_dataset
-
-    return load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain)
 
 
 class LocalBackend:
@@ -65,7 +59,7 @@ class LocalBackend:
     def wait(self) -> list[Finished]:
         cell = self.queue.popleft()
         key = dataset_key(cell)
-        if key not in self.datasets:
+        if key not in self.datasets:  # missing or damaged: DatasetUnavailable, one line and exit 2
             self.datasets[key] = load_cell_dataset(cell)
         row, text = execute(cell, self.datasets[key], self.extra, echo=False)
         return [(cell, row, text)]

@@ -7,11 +7,9 @@ import sys
 from collections.abc import Callable
 
 from unitta.run import exits, ray_cluster
-from unitta.run.executor import RunOptions
-from unitta.run.outdir import OutputBusy
-from unitta.schema import ConfigError
+from unitta.run.executor import USAGE_ERRORS, RunOptions
 
-__all__ = ["add_run_arguments", "run_options", "run_command"]
+__all__ = ["USAGE_ERRORS", "add_run_arguments", "run_options", "run_command"]
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,6 +42,6 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 
 
 def run_command(body: Callable[[], int]) -> int:
-    """``body`` under the shared exit codes (``unitta.run.exits``); config, cluster and busy-output errors exit 2."""
+    """``body`` under the shared exit codes (``unitta.run.exits``); ``USAGE_ERRORS`` exit 2."""
     hint = "finished cells are saved; rerun the same command to resume"
-    return exits.run_cli(body, hint, (ConfigError, ray_cluster.ClusterError, OutputBusy))
+    return exits.run_cli(body, hint, USAGE_ERRORS)

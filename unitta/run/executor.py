@@ -19,13 +19,29 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from unitta.cell import Cell
-from unitta.evaluate import STATUS_OK, git_commit
-from unitta.results import cells_dir, consolidate, done_cells
+from unitta.evaluate import STATUS_OK, DatasetUnavailable, git_commit
+from unitta.results import cells_dir, consolidate, done_cells, write_membership
 from unitta.run.backends import LocalBackend, RayBackend
-from unitta.run.outdir import OutputLock, fresh_output_dir, record, remove_stale_temp_files, write_manifest
+from unitta.run.outdir import (
+    OutputBusy,
+    OutputError,
+    OutputLock,
+    check_output_dir,
+    fresh_output_dir,
+    is_writable,
+    record,
+    remove_stale_temp_files,
+    removed_if_unused,
+    write_manifest,
+)
 from unitta.run.progress import Progress
+from unitta.run.ray_cluster import ClusterError
+from unitta.schema import ConfigError
 
-__all__ = ["RunOptions", "RunOutcome", "Planner", "GridPlanner", "execute_plan"]
+__all__ = ["USAGE_ERRORS", "RunOptions", "RunOutcome", "Planner", "GridPlanner", "execute_plan"]
+
+# problems found before any cell ran: one line, exit 2 (docs/results.md, "Exit codes")
+USAGE_ERRORS = (ConfigError, ClusterError, OutputBusy, OutputError, DatasetUnavailable)
 
 
 @dataclass
@@ -74,6 +90,8 @@ class Planner(Protocol):
 
     n_cells: int  # cells it expects to run or reuse (grows as a search learns its size)
     n_skipped: int  # of those, already done in the output directory
+    members: list[str] | None  # the cell ids that make up the run (a sweep's grid), recorded before it runs
+    notes: list[str]  # lines for the user before the run (e.g. rows that cannot be reused)
 
     def take(self) -> list[Cell]:
         """Cells to submit now (maybe none while the planner waits for results)."""
@@ -94,7 +112,15 @@ class GridPlanner:
     def __init__(self, cells: list[Cell], finished: set[str]) -> None:
         self.todo = [c for c in cells if c.cell_id() not in finished]
         self.n_cells, self.n_skipped = len(cells), len(cells) - len(self.todo)
+        self.members = [c.cell_id() for c in cells]
         self.outbox: list[tuple[dict[str, Any], str]] = []
+        # rows from before the model weights were part of a cell's identity cannot say which weights they
+        # came from, so they are not reused (docs/results.md, Resume)
+        older = sum(1 for cell in self.todo if cell.cell_id_before_weights() in finished)
+        self.notes = [
+            f"resume: {older} cell(s) have rows written before the model weights were part of a cell's identity; "
+            "they run again (their old rows stay under their old ids; docs/results.md, Resume)"
+        ] if older else []
 
     def take(self) -> list[Cell]:
         todo, self.todo = self.todo, []
@@ -146,27 +172,53 @@ def execute_plan(
     """Run the cells ``make_planner(finished cell ids)`` offers into ``out``; see the module docstring.
 
     cfg: the validated run config (``unitta.schema.RunConfig``: name, resources, max_retries, plugins).
+    A run that stops with a usage problem (``USAGE_ERRORS``: exit 2) leaves no folder it created behind.
     """
     say = say or (lambda text: print(text, file=sys.stderr))
     start = time.perf_counter()
     out = Path(out)
+    check_output_dir(out)
     if opts.fresh:
         new = fresh_output_dir(out)
         if new != out:
             say(f"--fresh: writing into {new} (the results in {out} are kept)")
         out = new
-    with OutputLock(out):  # one writer per directory; then any temp file left there is a dead writer's
+    if not is_writable(out):
+        return _read_only_outcome(out, make_planner, say, start)
+    # one writer per directory; then any temp file left there is a dead writer's
+    with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):
         remove_stale_temp_files(cells_dir(out))
         planner = make_planner(done_cells(out, quarantine=True))
+        if planner.members is not None:
+            write_membership(out, cfg.name, planner.members)
         outcome = RunOutcome(out_dir=out, n_cells=planner.n_cells, n_skipped=planner.n_skipped)
         if planner.n_skipped:
             say(f"resume: {planner.n_skipped} of {planner.n_cells} cells already done in {out}")
+        for line in planner.notes:
+            say(line)
         if not planner.done():
             _run(cfg, out, planner, opts, outcome)
         outcome.n_cells, outcome.n_skipped = planner.n_cells, planner.n_skipped
         outcome.results_path = consolidate(out)
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def _read_only_outcome(out: Path, make_planner, say: Callable[[str], None], start: float) -> RunOutcome:
+    """A result directory this process cannot write: fine when every cell is done (nothing to write), else
+    an ``OutputError`` saying how many cells still have to run."""
+    planner = make_planner(done_cells(out) if out.is_dir() else set())
+    if not planner.done():
+        left = planner.n_cells - planner.n_skipped
+        raise OutputError(
+            f"output {out} is not writable and {left} of {planner.n_cells} cells still have to run; make it "
+            "writable or give another directory with --output"
+        )
+    say(f"{out} is not writable; every cell is already done there, so nothing is written")
+    consolidated = out / "results.parquet"
+    return RunOutcome(out_dir=out, n_cells=planner.n_cells, n_skipped=planner.n_skipped,
+                      seconds=time.perf_counter() - start,
+                      results_path=consolidated if consolidated.is_file() else None)
 
 
 def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome) -> None:

@@ -6,17 +6,90 @@ Layout (docs/results.md): ``cells/<cell_id>.parquet`` (one row per finished cell
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from unitta.evaluate import git_commit, now, ray_version
-from unitta.results import write_cell_result
+from unitta.results import check_cell_id, write_cell_result
 
-__all__ = ["fresh_output_dir", "write_manifest", "record", "OutputLock", "OutputBusy", "remove_stale_temp_files"]
+__all__ = ["fresh_output_dir", "write_manifest", "record", "OutputLock", "OutputBusy", "remove_stale_temp_files",
+           "OutputError", "check_output_dir", "is_writable", "removed_if_unused"]
+
+
+class OutputError(ValueError):
+    """An output path that cannot hold results (a file, under a file, not writable); the message is one line."""
+
+
+def _first_existing(path: Path) -> Path:
+    """``path`` or its closest ancestor that exists."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return candidate
+    return Path(".")
+
+
+def check_output_dir(out: Path, flag: str = "--output") -> None:
+    """Raise ``OutputError`` (one line) when ``out`` cannot be a result directory: it is a file, or one of its
+    parents is. Nothing is created; call it before anything is written. ``flag``: the option to name."""
+    out = Path(out)
+    existing = _first_existing(out)
+    if existing == out and not out.is_dir():
+        raise OutputError(f"output {out} is a file, not a directory; give a directory with {flag}")
+    if not existing.is_dir():
+        raise OutputError(f"output {out} lies under {existing}, which is a file; give a directory with {flag}")
+
+
+def is_writable(out: Path) -> bool:
+    """Whether files can be created in ``out`` (or, when it does not exist yet, in its closest existing parent).
+
+    Tried, not inferred from the mode bits: a read-only mount refuses root too, and root ignores the bits.
+    """
+    try:
+        with tempfile.TemporaryFile(dir=_first_existing(Path(out))):
+            return True
+    except OSError:
+        return False
+
+
+# what a run writes before its first result; a folder holding nothing else has no results to lose
+_BOOKKEEPING = {".lock", ".lock.owner", "sweep.yaml", "manifest.json", "tune_config.json"}
+
+
+@contextlib.contextmanager
+def removed_if_unused(out: Path, errors: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """Run the body; if it raises one of ``errors`` (a usage problem: exit 2) and ``out`` did not exist before,
+    remove what the run created there (its lock, manifest and membership files, empty folders), so that a run
+    that stops with exit 2 leaves nothing behind. A folder with any other file in it is left as it is."""
+    out = Path(out)
+    created = [p for p in (out, *out.parents) if not (p.exists() or p.is_symlink())]
+    try:
+        yield
+    except errors:
+        if created:
+            _remove_bookkeeping(out, created[-1])
+        raise
+
+
+def _remove_bookkeeping(out: Path, top: Path) -> None:
+    if not out.is_dir():
+        return
+    files = [p for p in out.rglob("*") if not p.is_dir()]
+    ours = [p for p in files if p.name in _BOOKKEEPING or p.parent == out / "sweeps"]
+    if len(ours) != len(files):
+        return
+    for path in ours:
+        path.unlink(missing_ok=True)
+    folders = sorted((p for p in out.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
+    for folder in [*folders, out, *[p for p in out.parents if top in (p, *p.parents)]]:
+        with contextlib.suppress(OSError):  # not empty: someone else's
+            folder.rmdir()
 
 
 class OutputBusy(RuntimeError):
@@ -115,5 +188,5 @@ def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] 
 def record(out_dir: Path, row: dict[str, Any], log: str) -> None:
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{row['cell_id']}.log").write_text(log)
+    (logs / f"{check_cell_id(row['cell_id'])}.log").write_text(log)  # the cell file's check, for the log too
     write_cell_result(out_dir, row)  # last: a cell counts as done only once its row is on disk

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from unitta import cli
+
 __all__ = [
     "ClusterError",
     "CONNECT_TIMEOUT_S",
@@ -154,6 +156,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
         os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
     try:
         ray.init(**kwargs)
+        cli.take_back_sigterm()
     except (ConnectionError, RuntimeError, TimeoutError, ValueError, RayError) as exc:  # runtime_env conflict/upload
         raise ClusterError(f"cannot start or join Ray: {exc}".replace("\n", " ")) from None
     finally:

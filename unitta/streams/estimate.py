@@ -65,6 +65,10 @@ __all__ = [
 LR_THRESHOLD = 1.92
 _U_MAX = math.log(1e6)  # log beta is searched in [0, log 1e6]: beyond that a tail state is never seen
 _EPS = 1e-9
+# The most states (classes or domains) an estimate takes: the estimator allocates O(n) arrays, so one stray
+# label (1e8, 1e12) must be an error before anything is allocated, not gigabytes. ImageNet-21k has ~21,800
+# classes; 10^6 leaves room and costs a few MB.
+MAX_STATES = 1_000_000
 _N_BLOCKS = 20  # blocks alternating between the two halves of the cross-fitted ranking
 
 
@@ -198,6 +202,19 @@ def _codes(alpha: float, beta: float, family: str, attribute: str, n: int) -> tu
     return corr, ("u" if imb_position(beta, attribute) >= 0.5 else "1")
 
 
+def _check_state_count(arr: np.ndarray, name: str, n: int, observed: int) -> None:
+    """Labels must be 0..n-1 for the declared n (or the observed largest label + 1), n at most MAX_STATES."""
+    if n < observed:
+        where = int(np.argmax(arr >= n))
+        raise ValueError(f"{name}: label {int(arr[where])} at position {where} is out of range for {n} states "
+                         f"(labels are 0..{n - 1})")
+    if n > MAX_STATES:
+        where = int(np.argmax(arr))
+        what = f"the largest label, {int(arr[where])} at position {where}, implies" if n == observed else "asks for"
+        raise ValueError(f"{name}: {what} {n:,} states; at most {MAX_STATES:,} are supported (labels are class or "
+                         "domain indices 0..n-1: map them to indices first)")
+
+
 def _check_sequence(seq: Any, name: str, n: int | None) -> tuple[np.ndarray, int]:
     arr = np.asarray(seq)
     if arr.ndim != 1:
@@ -214,8 +231,7 @@ def _check_sequence(seq: Any, name: str, n: int | None) -> tuple[np.ndarray, int
         raise ValueError(f"{name}: labels must be >= 0, got {int(arr.min())}")
     observed = int(arr.max()) + 1
     n = observed if n is None else int(n)
-    if n < observed:
-        raise ValueError(f"{name}: label {observed - 1} is out of range for {n} states")
+    _check_state_count(arr, name, n, observed)
     if n < 2:
         raise ValueError(f"{name}: at least 2 states are needed (all labels are 0); pass the number of states")
     return arr, n
