@@ -1,6 +1,6 @@
 """The import graph of unitta/ and analysis/ (read with ``ast``) against the layer order of docs: streams/data ->
 models -> methods -> cell/evaluate -> run -> sweep/tune/recommend -> analysis. Downward imports only (imports
-inside functions count too), no import circle, and command-line entry points (``__main__.py``, ``unitta/cli.py``)
+inside functions count too), no import circle, and command-line entry points (``__main__.py`` modules)
 import the library, never the reverse."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.config", "unitta.tune_config", "unitta.sweep", "unitta.tune", "unitta.tune_plan", "unitta.recommend"),
     ("analysis",),
 ]
-ENTRY_POINTS = ("unitta.cli",)
+ENTRY_POINTS = ("unitta.__main__",)
 
 
 def _module_name(path: Path) -> str:
