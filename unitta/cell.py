@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from unitta.data.records import RECORDS
 from unitta.profile_names import PROFILES
 from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.streams.settings import FACTOR_KEYS
@@ -33,12 +34,7 @@ __all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
-DEFAULT_MODELS = {
-    "fmnist-c": "resnet20",
-    "cifar10-c": "Standard",
-    "cifar100-c": "Hendrycks2020AugMix_ResNeXt",
-    "imagenet-c": "Standard_R50",
-}
+DEFAULT_MODELS = {name: record.default_model for name, record in RECORDS.items()}
 
 # fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
 # matmuls/convolutions on Ampere+ GPUs. bf16: autocast to bfloat16 + channels_last (docs/benchmarks.md).

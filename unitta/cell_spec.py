@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
-from unitta.data import DATASETS
+from unitta.data.records import DATASETS
 from unitta.protocol import COST_MODELS, PROTOCOLS
 from unitta.schema import Strict, hint
 from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code

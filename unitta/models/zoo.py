@@ -59,6 +59,9 @@ class _Entry:
     bdn_layer: str
     num_classes: int
     input_size: int
+    # where the weights come from: 'robustbench' (its layout under checkpoint_dir), 'embedded' (shipped in the
+    # package) or 'torchvision' (torchvision's file, or a robustbench-layout state_dict when present)
+    source: str = "robustbench"
 
 
 def _wrn28_10() -> nn.Module:
@@ -93,7 +96,7 @@ def _resnet20() -> nn.Module:
 _ZOO: dict[str, dict[str, _Entry]] = {
     "fmnist-c": {
         # BDN layer: first BN of the first block of the middle stage
-        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32),
+        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32, source="embedded"),
     },
     "cifar10-c": {
         "Standard": _Entry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
@@ -104,7 +107,9 @@ _ZOO: dict[str, dict[str, _Entry]] = {
         ),
     },
     "imagenet-c": {
-        "Standard_R50": _Entry("imagenet", "imagenet", _standard_r50, "model.fc", "model.layer3.0.bn1", 1000, 224),
+        "Standard_R50": _Entry(
+            "imagenet", "imagenet", _standard_r50, "model.fc", "model.layer3.0.bn1", 1000, 224, source="torchvision"
+        ),
     },
 }
 
@@ -149,11 +154,11 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
     ``{dir}/resnet50-0676ba61.pth``. The embedded ResNet-20 ignores ``checkpoint_dir``.
     """
     name, entry = _entry(dataset, name)
-    if dataset == "fmnist-c":
+    if entry.source == "embedded":
         return EMBEDDED_CHECKPOINT
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
-    if dataset == "imagenet-c" and not path.exists():
+    if entry.source == "torchvision" and not path.exists():
         return checkpoint_dir / TORCHVISION_R50_FILE
     return path
 
@@ -161,12 +166,12 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
 def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError:
     _, entry = _entry(dataset, name)
     rb_path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
-    if dataset == "fmnist-c":
+    if entry.source == "embedded":
         return FileNotFoundError(
             f"embedded checkpoint {EMBEDDED_CHECKPOINT} is missing; retrain it with "
             "`python -m unitta.models train fmnist` (a few minutes on a CPU)"
         )
-    if dataset == "imagenet-c":
+    if entry.source == "torchvision":
         tv_path = checkpoint_dir / TORCHVISION_R50_FILE
         return FileNotFoundError(
             f"no checkpoint for {name!r}: expected torchvision's ResNet-50 weights at {tv_path} "
@@ -240,8 +245,8 @@ def weights_digest(dataset: str, name: str | None = None, checkpoint_dir: str | 
         return None
 
 
-def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str, path: Path) -> None:
-    if dataset == "imagenet-c":
+def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], entry: _Entry, path: Path) -> None:
+    if entry.source == "torchvision":
         # torchvision's file has bare ResNet keys; a robustbench-layout file has 'model.'/'normalize.' keys.
         state = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")} or {
             k: v for k, v in state.items() if not k.startswith("normalize.")
@@ -280,12 +285,12 @@ def load_model(
     A missing checkpoint is a FileNotFoundError naming the path and how to obtain it
     (``python -m unitta.models fetch``); nothing is downloaded.
     """
-    name, _ = _entry(dataset, name)
+    name, entry = _entry(dataset, name)
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_path(dataset, name, checkpoint_dir)
     if not path.is_file():
         raise _missing(dataset, name, checkpoint_dir)
     model, info = build_model(dataset, name)
     state, digest = read_checkpoint(path, trust_checkpoints)
-    _load_weights(model, state, dataset, path)
+    _load_weights(model, state, entry, path)
     return model.eval(), replace(info, extra={"checkpoint": str(path), "weights_digest": digest})
