@@ -4,7 +4,7 @@ A result directory is what ``python -m unitta.sweep`` or ``python -m unitta.tune
 ``<dir>/cells/*.parquet`` (one row per cell) or a consolidated ``<dir>/results.parquet``
 (docs/results.md). Rows with a ``trial_id`` come from Tune; the others from a sweep.
 
-A *panel* is a group of sweep rows that belong in one table: same dataset, model, sampler,
+A *panel* is a group of sweep rows that belong in one table: same dataset, model, sampler (and delta),
 batch size, S / length, subset size, severity and factor overrides (seeds are averaged).
 """
 
@@ -33,7 +33,42 @@ __all__ = [
     "method_order",
     "setting_order",
     "half_notation",
+    "METRICS",
+    "metric_label",
+    "use_metric",
 ]
+
+# What a table, heatmap, ranking or report can show (docs/results.md, "Metrics"): result column -> label.
+# Lower is better for all of them.
+METRICS = {
+    "error": "Error (%)",
+    "balanced_error": "Balanced error (%)",
+    "worst_class_error": "Worst-class error (%)",
+    "ece": "ECE (%)",
+    "nll": "NLL (nats)",
+    "source_error_after": "Clean source error after the stream (%)",
+}
+
+
+def metric_label(metric: str) -> str:
+    """'Balanced error (%)' for 'balanced_error' (METRICS)."""
+    return METRICS[metric]
+
+
+def use_metric(df: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """The rows with ``metric`` in the ``error`` column, which every table and figure reads (the paper's error
+    is kept as ``error_rate``). An unknown metric, or one these results lack (folders written before the
+    metric columns existed hold nulls), is an AnalysisError."""
+    if metric not in METRICS:
+        raise AnalysisError(f"--metric {metric!r}: expected one of {', '.join(METRICS)}")
+    if metric == "error":
+        return df
+    ok = df.filter(pl.col("status") == "ok")
+    if metric not in df.columns or ok[metric].is_null().all():
+        hint = " (run the cells with forgetting: true)" if metric == "source_error_after" else (
+            " (result folders written before unitta's metric columns hold only error; rerun them)")
+        raise AnalysisError(f"--metric {metric}: no result row has it{hint}")
+    return df.with_columns(pl.col("error").alias("error_rate"), pl.col(metric).alias("error"))
 
 REQUIRED_COLUMNS = ("cell_id", "dataset", "method", "setting", "status", "error")
 
@@ -139,7 +174,7 @@ def half_notation(half: str) -> str:
 
 
 # Columns that make sweep rows comparable in one table (seeds are averaged over).
-_PANEL_KEYS = ("dataset", "model", "sampler", "batch_size", "S", "length", "n_per_domain", "severity",
+_PANEL_KEYS = ("dataset", "model", "sampler", "delta", "batch_size", "S", "length", "n_per_domain", "severity",
                "factor_overrides")
 
 

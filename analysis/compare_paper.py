@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import polars as pl  # noqa: E402
 
+from analysis import reference_tables  # noqa: E402
 from analysis.common import AnalysisError, Panel, load_dirs, method_order, setting_order, split_rows, sweep_panels  # noqa: E402
 from analysis.stats import binomial_halfwidth, complete_block  # noqa: E402
 from analysis.tables import cell_status  # noqa: E402
@@ -309,6 +310,10 @@ def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with the paper)")
     comparisons, skipped = [], []
     for panel in panels:
+        if reference_tables.not_ulmm(panel):  # sorted / dirichlet orders: no UniTTA-paper counterpart
+            skipped.append(f"note: {panel.name}: the {reference_tables.not_ulmm(panel)} sampler's streams are not the "
+                           "paper's; skipped (compare them with --reference mariodoebler)")
+            continue
         target = paper_dataset or panel.rows["dataset"][0]
         if target not in PAPER_DATASETS:
             skipped.append(f"note: {panel.name}: the paper publishes no {target} table; skipped "
@@ -348,8 +353,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                         help=f"points added to our 95 %% uncertainty before a difference is highlighted "
                              f"(default {DEFAULT_TOLERANCE:g})")
+    parser.add_argument("--reference", choices=("unitta", reference_tables.REFERENCE_NAME), default="unitta",
+                        help="unitta: the UniTTA paper's tables (default); mariodoebler: the other TTA benchmark's "
+                             "published errors, matched by protocol (analysis/reference_tables.py)")
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
+    if args.reference == reference_tables.REFERENCE_NAME:
+        try:
+            reference_tables.run(args.dirs, out, args.paper_dataset)
+        except AnalysisError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        return 0
     try:
         comparisons = compare(args.dirs, out, args.paper_dataset, args.tolerance,
                               log=lambda msg: print(msg, file=sys.stderr))

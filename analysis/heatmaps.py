@@ -39,7 +39,15 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import polars as pl  # noqa: E402
 
-from analysis.common import AnalysisError, load_dirs, split_rows, sweep_panels  # noqa: E402
+from analysis.common import (  # noqa: E402
+    METRICS,
+    AnalysisError,
+    load_dirs,
+    metric_label,
+    split_rows,
+    sweep_panels,
+    use_metric,
+)
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
 from unitta.run.outdir import OutputError, check_output_dir, is_writable  # noqa: E402
@@ -47,38 +55,44 @@ from unitta.run.outdir import OutputError, check_output_dir, is_writable  # noqa
 __all__ = ["analyse", "main"]
 
 _FACTORS = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
-_CSV_DROP = ("per_domain", "per_class")
+_CSV_DROP = ("per_domain", "per_class", "domain_errors", "error_curve")  # nested: not CSV
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def analyse(dirs: list[str | Path], out: Path) -> list[Path]:
-    """Write every table and figure for the result directories ``dirs`` into ``out``; return the paths."""
+def analyse(dirs: list[str | Path], out: Path, metric: str = "error") -> list[Path]:
+    """Write every table and figure for the result directories ``dirs`` into ``out``; return the paths.
+
+    metric: the result column shown (``analysis.common.METRICS``); files of a metric other than ``error``
+    carry it in their names (``heatmap_<panel>_balanced_error.png``), so both can sit in one folder.
+    """
     from analysis import plots
 
-    df = load_dirs(dirs)
+    df = use_metric(load_dirs(dirs), metric)
     out.mkdir(parents=True, exist_ok=True)
     sweep, tune = split_rows(df)
+    label, tag = metric_label(metric), "" if metric == "error" else f"_{metric}"
     written: list[Path] = []
     for panel in sweep_panels(sweep):
+        name = panel.name + tag
         cells = cell_status(panel.rows)
-        table = paper_table(cells, caption=panel.caption, rows=panel.rows)
-        written.append(_write(out / f"table_{panel.name}.md", to_markdown(table)))
-        written.append(_write(out / f"table_{panel.name}.tex", to_latex(table)))
+        table = paper_table(cells, caption=panel.caption, rows=panel.rows, label=label)
+        written.append(_write(out / f"table_{name}.md", to_markdown(table)))
+        written.append(_write(out / f"table_{name}.tex", to_latex(table)))
         rank = ranking(cells)
-        written.append(_write(out / f"ranking_{panel.name}.md", ranking_markdown(rank, caption=panel.caption)))
+        written.append(_write(out / f"ranking_{name}.md", ranking_markdown(rank, caption=panel.caption, label=label)))
         verdicts, overall = best_vs_runner_up(panel.rows)
-        written.append(_write(out / f"significance_{panel.name}.md",
+        written.append(_write(out / f"significance_{name}.md",
                               verdict_markdown(verdicts, overall, caption=f"Best vs runner-up — {panel.caption}")))
-        cells.write_csv(out / f"cells_{panel.name}.csv")
-        written.append(out / f"cells_{panel.name}.csv")
+        cells.write_csv(out / f"cells_{name}.csv")
+        written.append(out / f"cells_{name}.csv")
         written.append(plots.heatmap(
-            table, out / f"heatmap_{panel.name}.png", f"Error (%) per method and setting — {panel.caption}"
+            table, out / f"heatmap_{name}.png", f"{label} per method and setting — {panel.caption}", label
         ))
         written.append(plots.setting_grids(
-            table, out / f"grid_{panel.name}.png", f"Error (%) per method — {panel.caption}"
+            table, out / f"grid_{name}.png", f"{label} per method — {panel.caption}", label
         ))
     if tune.height:
         written += _tune_outputs(tune, out, plots)
@@ -136,11 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("dirs", nargs="+", metavar="RESULTS_DIR", help="result directories (sweep or tune)")
     parser.add_argument("--out", type=Path, help="output directory (default: <first RESULTS_DIR>/analysis)")
+    parser.add_argument("--metric", default="error", choices=sorted(METRICS),
+                        help="the result column to show (default: error; docs/results.md, Metrics)")
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
     try:
         _check_out(out)
-        written = analyse(args.dirs, out)
+        written = analyse(args.dirs, out, args.metric)
     except (AnalysisError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

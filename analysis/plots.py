@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -82,7 +83,7 @@ def _annotate(ax, x, y, v, norm, cmap, fontsize, suffix="", halfwidth: float | N
             linespacing=0.9)
 
 
-def heatmap(t: PaperTable, path: Path, title: str) -> Path:
+def heatmap(t: PaperTable, path: Path, title: str, label: str = "Error (%)") -> Path:
     """Methods (rows) x settings (columns) heatmap of error; missing and failed cells hatched and labelled."""
     settings, methods = t.settings, t.methods
     data = np.full((len(methods), len(settings)), np.nan)
@@ -111,7 +112,7 @@ def heatmap(t: PaperTable, path: Path, title: str) -> Path:
     ax.set_xlabel("setting (class corr, class imb, domain corr, domain imb)", fontsize=8)
     ax.set_title(title, fontsize=9)
     cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.02)
-    cbar.set_label("error (%)", fontsize=8)
+    cbar.set_label(label, fontsize=8)
     seeds_note = (" Under each value: ± half-width of the 95 % t-interval over seeds (? = one seed)."
                   if t.has_seeds else "")
     _legend_below(fig, ax, SETTING_CAPTION + " * = some seeds failed." + seeds_note)
@@ -120,7 +121,7 @@ def heatmap(t: PaperTable, path: Path, title: str) -> Path:
     return path
 
 
-def setting_grids(t: PaperTable, path: Path, title: str) -> Path:
+def setting_grids(t: PaperTable, path: Path, title: str, label: str = "Error (%)") -> Path:
     """Per method, a 6 x 4 grid: domain setting (rows) x class setting (columns), one colour scale."""
     n = len(t.methods)
     cols = min(4, n)
@@ -158,7 +159,7 @@ def setting_grids(t: PaperTable, path: Path, title: str) -> Path:
         axes[k // cols][k % cols].axis("off")
     fig.suptitle(title, fontsize=9.5)
     cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.02)
-    cbar.set_label("error (%)", fontsize=8)
+    cbar.set_label(label, fontsize=8)
     fig.text(0.01, -0.01, "(corr, imb): corr i = i.i.d., n = non-i.i.d., 1 = continual; imb 1 = balanced, "
              "u = imbalanced. Hatched grey: no result; hatched red: failed; † average over fewer settings.",
              fontsize=7, va="top")
@@ -296,5 +297,36 @@ def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:
     ax.set_title(title, fontsize=9.5)
     fig.tight_layout()
     fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return path
+
+
+def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
+    """Per method: mean error over the panel's settings (y) against time per image relative to TEST on the same
+    settings (x, log scale): what a method's accuracy costs. Without TEST rows, x is milliseconds per image."""
+    ok = rows.filter((pl.col("status") == "ok") & pl.col("error").is_not_null() & (pl.col("n_samples") > 0))
+    ok = ok.with_columns((pl.col("adapt_time_s") / pl.col("n_samples")).alias("_spi"))
+    test = ok.filter(pl.col("method") == "test").group_by("setting").agg(pl.col("_spi").mean().alias("_test"))
+    relative = test.height > 0
+    if relative:
+        ok = ok.join(test, on="setting", how="inner").with_columns((pl.col("_spi") / pl.col("_test")).alias("_x"))
+    else:
+        ok = ok.with_columns((1000 * pl.col("_spi")).alias("_x"))
+    points = ok.group_by("method").agg(pl.col("_x").mean(), pl.col("error").mean(), pl.len().alias("n"))
+    points = points.sort("_x")
+    fig, ax = plt.subplots(figsize=(5.2, 3.6))
+    ax.scatter(points["_x"].to_list(), points["error"].to_list(), s=22, color="#1f5f8b", zorder=3)
+    for r in points.iter_rows(named=True):
+        ax.annotate(r["method"], (r["_x"], r["error"]), textcoords="offset points", xytext=(4, 3), fontsize=7.5)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel("time per image relative to TEST (log)" if relative else "ms per image (log; no TEST rows)",
+                  fontsize=8.5)
+    ax.set_ylabel("mean error over settings (%)", fontsize=8.5)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import polars as pl  # noqa: E402
 
-from analysis import compare_paper, heatmaps  # noqa: E402
-from analysis.common import AnalysisError, load_dirs, split_rows  # noqa: E402
+from analysis import compare_paper, heatmaps, plots  # noqa: E402
+from analysis.common import AnalysisError, load_dirs, split_rows, sweep_panels  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
@@ -96,15 +96,26 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
     df = load_dirs(dirs)
     sweep, tune = split_rows(df)
     written = heatmaps.analyse(dirs, out)
+    has_balanced = "balanced_error" in sweep.columns and sweep["balanced_error"].is_not_null().any()
+    if has_balanced:
+        written += heatmaps.analyse(dirs, out, "balanced_error")
     by_name = {p.name: p for p in written}
+    panel_rows = {panel.name: panel.rows for panel in sweep_panels(sweep)}
     body = ["<h1>unitta reproduction report</h1>", _overview(df, dirs)]
     nav = []
-    panels = sorted({p.name[len("table_"):-3] for p in written if p.name.startswith("table_") and p.suffix == ".md"})
+    panels = sorted(panel_rows)
     for panel in panels:
         nav.append(f'<a href="#panel-{panel}">{html.escape(panel)}</a>')
         body.append(f'<h2 id="panel-{panel}">Results: {html.escape(panel)}</h2>')
         body.append(markdown_to_html(by_name[f"table_{panel}.md"].read_text()))
         body.append(_img(by_name[f"heatmap_{panel}.png"], f"heatmap {panel}"))
+        if has_balanced:
+            body.append("<h3>Error and balanced error (mean over classes present) side by side</h3>")
+            body.append(markdown_to_html(metric_comparison(panel_rows[panel])))
+            body.append(_img(by_name[f"heatmap_{panel}_balanced_error.png"], f"balanced error heatmap {panel}"))
+        body.append("<h3>Error vs cost</h3>")
+        cost = plots.error_vs_cost(panel_rows[panel], out / f"cost_{panel}.png", f"Error vs time per image — {panel}")
+        body.append(_img(cost, f"error vs cost {panel}"))
         body.append("<h3>Per method: 6 domain settings x 4 class settings</h3>")
         body.append(_img(by_name[f"grid_{panel}.png"], f"grids {panel}"))
         body.append("<h3>Best vs runner-up</h3>")
@@ -126,6 +137,25 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def metric_comparison(rows: pl.DataFrame) -> str:
+    """Markdown: per method the mean error and mean balanced error over the panel's settings, and the rank of
+    each (rank 1 = lowest), so that a method that trades its rare classes for its overall error stands out."""
+    ok = rows.filter((pl.col("status") == "ok") & pl.col("balanced_error").is_not_null())
+    means = ok.group_by("method").agg(pl.col("error").mean(), pl.col("balanced_error").mean(), pl.len().alias("n"))
+    means = means.with_columns(
+        pl.col("error").rank("min").cast(pl.Int64).alias("rank_error"),
+        pl.col("balanced_error").rank("min").cast(pl.Int64).alias("rank_balanced"),
+    ).sort("error", "method")
+    lines = ["| method | error (%) | rank | balanced error (%) | rank | cells |", "|---|---:|---:|---:|---:|---:|"]
+    for r in means.iter_rows(named=True):
+        moved = " **≠**" if r["rank_error"] != r["rank_balanced"] else ""
+        lines.append(f"| {r['method']} | {r['error']:.2f} | {r['rank_error']} | {r['balanced_error']:.2f} | "
+                     f"{r['rank_balanced']}{moved} | {r['n']} |")
+    lines += ["", "Means over the settings present; ≠ marks a method whose rank differs between the two metrics "
+              "(docs/results.md, Metrics)."]
+    return "\n".join(lines) + "\n"
 
 
 def _overview(df: pl.DataFrame, dirs) -> str:

@@ -95,6 +95,7 @@ class PaperTable:
     caption: str
     ci: dict[str, dict[str, float | None]] = field(default_factory=dict)
     avg_ci: dict[str, float | None] = field(default_factory=dict)
+    label: str = "Error (%)"  # what the values are (analysis.common.METRICS)
 
     @property
     def has_seeds(self) -> bool:
@@ -102,7 +103,9 @@ class PaperTable:
         return any(v is not None for row in self.ci.values() for v in row.values())
 
 
-def paper_table(cells: pl.DataFrame, caption: str = "", rows: pl.DataFrame | None = None) -> PaperTable:
+def paper_table(
+    cells: pl.DataFrame, caption: str = "", rows: pl.DataFrame | None = None, label: str = "Error (%)"
+) -> PaperTable:
     """Build the table from ``cell_status`` output; ``rows`` (the panel's result rows) gives the average
     column its interval over seeds."""
     methods = method_order(cells["method_label"].to_list())
@@ -122,7 +125,7 @@ def paper_table(cells: pl.DataFrame, caption: str = "", rows: pl.DataFrame | Non
     best = {s: _min([values[m].get(s) for m in methods]) for s in settings}
     complete = [avg[m] for m in methods if avg_n[m] == len(settings)]
     avg_ci = {m: _avg_ci(rows, m, [s for s in settings if values[m].get(s) is not None]) for m in methods}
-    return PaperTable(methods, settings, values, status, avg, avg_n, best, _min(complete), caption, ci, avg_ci)
+    return PaperTable(methods, settings, values, status, avg, avg_n, best, _min(complete), caption, ci, avg_ci, label)
 
 
 def _avg_ci(rows: pl.DataFrame | None, method: str, settings: list[str]) -> float | None:
@@ -173,7 +176,7 @@ def _avg_text(t: PaperTable, m: str, bold) -> str:
 
 
 def _notes(t: PaperTable) -> list[str]:
-    notes = ["Error (%, lower is better), best per column in bold. " + SETTING_CAPTION]
+    notes = [f"{t.label}, lower is better; best per column in bold. " + SETTING_CAPTION]
     flat = [st for m in t.methods for st in t.status[m].values()]
     if "partial" in flat:
         notes.append("(*) some seeds failed: mean over the seeds that ran.")
@@ -266,7 +269,7 @@ def ranking(cells: pl.DataFrame) -> pl.DataFrame:
     ).drop("_o")
 
 
-def ranking_markdown(rank: pl.DataFrame, caption: str = "", top: int = 5) -> str:
+def ranking_markdown(rank: pl.DataFrame, caption: str = "", top: int = 5, label: str = "Error (%)") -> str:
     """'Which method for a stream like yours': per setting the top methods, then the mean rank."""
     lines = [f"**{caption}**", ""] if caption else []
     top = max(1, min(top, rank["method_label"].n_unique()))
@@ -293,5 +296,5 @@ def ranking_markdown(rank: pl.DataFrame, caption: str = "", top: int = 5) -> str
     lines += ["", "| method | mean rank | settings ranked |", "|---|---:|---:|"]
     for r in mean_rank.iter_rows(named=True):
         lines.append(f"| {r['method_label']} | {r['mean_rank']:.2f} | {r['n_settings']}/{n_settings} |")
-    lines += ["", "Error (%) in brackets; rank 1 = lowest error. " + SETTING_CAPTION]
+    lines += ["", f"{label} in brackets; rank 1 = lowest. " + SETTING_CAPTION]
     return "\n".join(lines) + "\n"

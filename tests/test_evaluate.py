@@ -103,3 +103,14 @@ def test_same_cell_gives_identical_numbers_and_batches_of_one_are_fed(setup, met
     assert first["n_samples"] == n  # every image scored, the single last one included
     if method in ("bdn", "unitta"):
         assert first["domains_discovered"] >= 1 and first["forwards_per_batch"] == 3
+
+
+@pytest.mark.parametrize(("sampler", "setting", "delta"), [("sorted", "1111", None), ("dirichlet", "n1i1", 0.1)])
+def test_protocol_samplers_score_every_image_once(setup, sampler, setting, delta):
+    data, model_and_info = setup
+    c = cell(sampler=sampler, setting=setting, S=None, delta=delta, method="bn")
+    row = evaluate(c, dataset=data, model_and_info=model_and_info)
+    stream = make_stream(data.labels, data.domains, setting, sampler=sampler, seed=425, delta=delta)
+    assert row["n_samples"] == len(data.labels) == len(stream.indices) and row["images_reused"] == 0
+    assert row["sampler"] == sampler and row["delta"] == (0.01 if delta is None and sampler == "dirichlet" else delta)
+    assert row["setting"] == setting and row["domain_alpha"] is None

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.data",
         "unitta.nn",
         "unitta.paper",
-        "unitta.protocol",
+        "unitta.realtime",
         "unitta.metrics",
         "unitta.files",
         "unitta.profile_names",

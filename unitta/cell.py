@@ -1,6 +1,6 @@
 """``Cell``: the coordinates of one benchmark result and their identity.
 
-A cell is one (dataset, model, method, setting, factors, sampler, seed, batch size) tuple plus how it
+A cell is one (dataset, model, method, setting, factors, sampler (delta), seed, batch size) tuple plus how it
 is computed (precision, compilation, profile). Its identity (``identity()``, ``config_hash()``,
 ``cell_id()``) covers everything that determines the result: the cell's fields without the placement
 ones (where data lives, which device, how many threads), the method's *resolved* hyper-parameters
@@ -27,7 +27,9 @@ from typing import Any
 
 from unitta.data.records import RECORDS
 from unitta.profile_names import PROFILES
-from unitta.protocol import COST_MODELS, PROTOCOLS
+from unitta.realtime import COST_MODELS, PROTOCOLS
+from unitta.streams import SAMPLERS
+from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS
 
 __all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS", "check_device"]
@@ -57,7 +59,7 @@ PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "comp
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
 # (docs/results.md, "Resume"). A new field of Cell goes here.
-LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting")
+LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta")
 
 
 @dataclass(frozen=True)
@@ -69,12 +71,15 @@ class Cell:
     S: the official sampler's per-state cap (None: the dataset's default; with n_per_domain set, at
         most the subset's pool size per (domain, class)).
     length: the exact sampler's stream length N (None: the dataset's size).
+    sampler: 'official' | 'exact' (ULMM streams) | 'sorted' | 'dirichlet' (the other benchmark's correlated
+        orders, each with its own setting code: '1111' / 'n1i1'; docs/streams.md).
+    delta: the dirichlet sampler's concentration (None there: DEFAULT_DELTA; must be None for the others).
     method_kwargs: hyper-parameter overrides passed to ``get_method``.
     n_per_domain: use a class-balanced subset of this many images per domain (small tests/debugging).
     precision: 'fp32' | 'tf32' | 'bf16' (PRECISIONS). compile: torch.compile the adapted model.
     profile: 'default' | 'reference' (PROFILES): which variant of each method runs.
     trust_checkpoints: allow unpickling checkpoints that the safe loader refuses (opt-in).
-    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.protocol``);
+    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.realtime``);
     cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
     clean source images after the stream (docs/results.md, "Forgetting").
     """
@@ -103,8 +108,10 @@ class Cell:
     protocol: str = "online"
     cost: str = "passes"
     forgetting: bool = False
+    delta: float | None = None
 
     def __post_init__(self) -> None:
+        self._check_sampler()
         check_device(self.device)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
@@ -117,6 +124,21 @@ class Cell:
         unknown = sorted(set(self.factors) - set(FACTOR_KEYS))
         if unknown:
             raise ValueError(f"factors: unknown key(s) {unknown}; allowed: {', '.join(FACTOR_KEYS)}")
+
+    def _check_sampler(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(SAMPLERS)}")
+        if self.sampler == "dirichlet":
+            object.__setattr__(self, "delta", check_delta(DEFAULT_DELTA if self.delta is None else self.delta))
+        elif self.delta is not None:
+            raise ValueError(f"delta={self.delta!r}: only the dirichlet sampler takes a delta")
+        fixed = PROTOCOL_SETTINGS.get(self.sampler)
+        if fixed is not None:
+            if self.setting != fixed:
+                raise ValueError(f"setting={self.setting!r}: the {self.sampler} sampler's setting is {fixed!r}")
+            extra = [k for k, v in (("factors", self.factors), ("S", self.S), ("length", self.length)) if v]
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: the {self.sampler} sampler takes none (each image once)")
 
     @property
     def model_name(self) -> str:
@@ -205,6 +227,7 @@ class Cell:
             "precision": self.precision,
             "setting": self.setting,
             "sampler": self.sampler,
+            "delta": self.delta,
             "seed": self.seed,
             "batch_size": self.batch_size,
             "severity": self.severity,

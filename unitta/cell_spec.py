@@ -14,8 +14,10 @@ from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
 from unitta.data.records import DATASETS
-from unitta.protocol import COST_MODELS, PROTOCOLS
+from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.schema import Strict, hint
+from unitta.streams import SAMPLERS
+from unitta.streams.protocols import check_delta
 from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
 
 __all__ = ["CellFields", "CellSpec", "check_dataset", "check_setting"]
@@ -42,7 +44,7 @@ class CellFields(Strict):
     """The fields every cell of a config shares (see ``unitta.cell.Cell`` for what each one means)."""
 
     factors: dict[str, float] = {}
-    sampler: Literal["official", "exact"] = "official"
+    sampler: str = "official"  # a sweep lists several (SweepConfig.sampler)
     S: int | None = None
     length: int | None = None
     n_per_domain: int | None = None
@@ -57,6 +59,14 @@ class CellFields(Strict):
     protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
     cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
     forgetting: bool = False
+
+    @field_validator("sampler")
+    @classmethod
+    def _sampler(cls, value: str | list[str]) -> str | list[str]:
+        for name in [value] if isinstance(value, str) else value:
+            if name not in SAMPLERS:
+                raise ValueError(f"unknown sampler {name!r}{hint(name, SAMPLERS)}; known: {', '.join(SAMPLERS)}")
+        return value
 
     @field_validator("factors")
     @classmethod
@@ -87,9 +97,10 @@ class CellFields(Strict):
 
     @model_validator(mode="after")
     def _sampler_sizes(self) -> CellFields:
-        if self.S is not None and self.sampler != "official":
+        samplers = [self.sampler] if isinstance(self.sampler, str) else list(self.sampler)
+        if self.S is not None and "official" not in samplers:
             raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact sampler")
-        if self.length is not None and self.sampler != "exact":
+        if self.length is not None and "exact" not in samplers:
             raise ValueError("length: only the exact sampler takes a stream length; use S with the official sampler")
         return self
 
@@ -110,6 +121,7 @@ class CellSpec(CellFields):
     seed: int = 425
     batch_size: int = 64
     num_threads: int | None = None
+    delta: float | None = None  # the dirichlet sampler's concentration (unitta.streams.protocols)
 
     @model_validator(mode="before")
     @classmethod
@@ -127,6 +139,11 @@ class CellSpec(CellFields):
     @classmethod
     def _setting(cls, value: str) -> str:
         return check_setting(value)
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, value: float | None) -> float | None:
+        return None if value is None else check_delta(value)
 
     @field_validator("seed")
     @classmethod

@@ -1,7 +1,7 @@
 """The sweep YAML schema: validated with pydantic, expanded into a list of ``Cell`` s.
 
 A sweep config names datasets, models, methods (with hyper-parameter overrides), settings, factors
-(fixed overrides and grids), the sampler, S / stream length, seeds, batch sizes, the resources of one
+(fixed overrides and grids), the sampler(s), S / stream length, seeds, batch sizes, the resources of one
 cell and where results go (docs/results.md). Every mistake is reported before any task runs
 as a ``ConfigError`` whose message is one line naming the key and the problem; unknown keys get a
 "did you mean" hint::
@@ -13,8 +13,16 @@ as a ``ConfigError`` whose message is one line naming the key and the problem; u
     seeds: [425]
     resources: {num_cpus: 1, num_gpus: 0}
 
-Cells are expanded in a fixed order (dataset, model, method, setting, factor grid point, seed, batch
-size), so the same YAML always gives the same cells with the same ids.
+Cells are expanded in a fixed order (dataset, model, method, sampler, setting, factor grid point, seed,
+batch size), so the same YAML always gives the same cells with the same ids.
+
+``sampler`` may list several samplers. The ULMM samplers (official, exact) run every listed setting and
+factor point; the other benchmark's correlated orders (sorted, dirichlet; docs/streams.md) run once per
+grid point with their own setting code (1111 / n1i1), dirichlet once per ``delta``::
+
+    sampler: [official, sorted, dirichlet]
+    delta: [0.01, 0.1]
+    settings: [i111, i1i1]
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from pydantic import field_validator, model_validator
 from unitta.cell import Cell
 from unitta.cell_spec import CellFields, check_dataset
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
+from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
+from unitta.streams.protocols import check_delta
 from unitta.streams.settings import (
     FACTOR_KEYS,
     SETTING_CODES_24,
@@ -69,6 +79,8 @@ class SweepConfig(RunConfig, CellFields):
     class_settings: list[str] | None = None
     domain_settings: list[str] | None = None
     factor_grid: dict[str, list[float]] = {}
+    sampler: list[str] = ["official"]  # gridded here; one per cell (CellFields.sampler)
+    delta: list[float] | None = None
     seeds: list[int] = [425]
     batch_size: list[int] = [64]
 
@@ -80,8 +92,8 @@ class SweepConfig(RunConfig, CellFields):
         if not isinstance(data, dict):
             raise ValueError(f"a sweep config is a mapping of keys, got {type(data).__name__}")
         data = dict(data)
-        for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings"):
-            if key in data and not isinstance(data[key], list):
+        for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta"):
+            if key in data and not isinstance(data[key], list) and not (key == "delta" and data[key] is None):
                 data[key] = [data[key]]
         try:
             if isinstance(data.get("settings"), str):
@@ -106,6 +118,29 @@ class SweepConfig(RunConfig, CellFields):
             check_dataset(name)
         if len(set(value)) != len(value):
             raise ValueError(f"lists a dataset twice: {value}")
+        return value
+
+    @field_validator("sampler")
+    @classmethod
+    def _samplers(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"needs at least one sampler ({', '.join(SAMPLERS)})")
+        for name in value:
+            if name not in SAMPLERS:
+                raise ValueError(f"unknown sampler {name!r}{hint(name, SAMPLERS)}; known: {', '.join(SAMPLERS)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a sampler twice: {value}")
+        return value
+
+    @field_validator("delta")
+    @classmethod
+    def _deltas(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("needs at least one value")
+            value = [check_delta(v) for v in value]
+            if len(set(value)) != len(value):
+                raise ValueError(f"lists a value twice: {value}")
         return value
 
     @field_validator("methods")
@@ -164,19 +199,9 @@ class SweepConfig(RunConfig, CellFields):
     @model_validator(mode="after")
     def _cross_checks(self) -> SweepConfig:
         given = [self.settings is not None, self.class_settings is not None or self.domain_settings is not None]
-        if given == [False, False]:
-            raise ValueError("settings: missing; give settings (codes, 'all24' or 'all36') "
-                             "or class_settings and domain_settings")
-        if all(given):
-            raise ValueError("settings: give either settings or class_settings/domain_settings, not both")
-        if given[1] and (self.class_settings is None or self.domain_settings is None):
-            raise ValueError("class_settings and domain_settings: give both (their cross product is the grid)")
-        if not self.setting_codes():
-            raise ValueError("settings: needs at least one setting")
-        codes = self.setting_codes()
-        if len(set(codes)) != len(codes):
-            dup = sorted({c for c in codes if codes.count(c) > 1})
-            raise ValueError(f"settings: lists a setting twice: {', '.join(dup)}")
+        self._check_samplers(any(given))
+        if self.ulmm_samplers():
+            self._check_settings(given)
         both = set(self.factors) & set(self.factor_grid)
         if both:
             raise ValueError(f"factors and factor_grid both set {sorted(both)}; keep each factor in one of them")
@@ -187,9 +212,42 @@ class SweepConfig(RunConfig, CellFields):
                 )
         return self
 
+    def _check_settings(self, given: list[bool]) -> None:
+        if given == [False, False]:
+            raise ValueError("settings: missing; give settings (codes, 'all24' or 'all36') "
+                             "or class_settings and domain_settings")
+        if all(given):
+            raise ValueError("settings: give either settings or class_settings/domain_settings, not both")
+        if given[1] and (self.class_settings is None or self.domain_settings is None):
+            raise ValueError("class_settings and domain_settings: give both (their cross product is the grid)")
+        codes = self.setting_codes()
+        if not codes:
+            raise ValueError("settings: needs at least one setting")
+        if len(set(codes)) != len(codes):
+            dup = sorted({c for c in codes if codes.count(c) > 1})
+            raise ValueError(f"settings: lists a setting twice: {', '.join(dup)}")
+
+    def _check_samplers(self, has_settings: bool) -> None:
+        """The keys that only some samplers take (the sorted / dirichlet orders take no settings or factors)."""
+        if self.delta is not None and "dirichlet" not in self.sampler:
+            raise ValueError("delta: only the dirichlet sampler takes a delta; add dirichlet to sampler or drop delta")
+        if self.ulmm_samplers():
+            return
+        fixed = ", ".join(f"{s} = {PROTOCOL_SETTINGS[s]}" for s in self.sampler)
+        for key, present in (("settings", has_settings), ("factors", bool(self.factors)),
+                             ("factor_grid", bool(self.factor_grid)), ("S", self.S is not None),
+                             ("length", self.length is not None)):
+            if present:
+                raise ValueError(f"{key}: sampler {', '.join(self.sampler)} fixes its own stream ({fixed}) and takes "
+                                 f"no {key}; drop {key} or add official/exact to sampler")
+
+    def ulmm_samplers(self) -> list[str]:
+        """The listed samplers that draw ULMM streams (official, exact): they run the listed settings."""
+        return [s for s in self.sampler if s in ULMM_SAMPLERS]
+
     # ------------------------------------------------------------------ expansion
     def setting_codes(self) -> list[str]:
-        """The settings of the grid, in order."""
+        """The settings of the grid, in order (of the ULMM samplers; the others fix their own)."""
         if self.settings is not None:
             return list(self.settings)
         return [c + d for c in self.class_settings or [] for d in self.domain_settings or []]
@@ -202,18 +260,35 @@ class SweepConfig(RunConfig, CellFields):
             points.append({**self.factors, **dict(zip(keys, (float(v) for v in values)))})
         return points
 
+    def stream_points(self) -> list[dict[str, Any]]:
+        """The stream coordinates of the grid, in order: Cell keywords sampler, setting, factors, delta, S, length."""
+        points = []
+        for sampler in self.sampler:
+            if sampler in PROTOCOL_SAMPLERS:
+                for delta in (self.delta or [None]) if sampler == "dirichlet" else [None]:
+                    points.append(dict(sampler=sampler, setting=PROTOCOL_SETTINGS[sampler], factors={}, delta=delta))
+                continue
+            size = {"S": self.S} if sampler == "official" else {"length": self.length}
+            for setting in self.setting_codes():
+                for factors in self.factor_points():
+                    points.append(dict(sampler=sampler, setting=setting, factors=dict(factors), **size))
+        return points
+
     def cells(self) -> list[Cell]:
-        """Every cell of the grid (dataset, model, method, setting, factors, seed, batch size), in that order."""
-        shared = {**self.cell_fields(), "num_threads": self.resources.num_threads}
-        grid = itertools.product(
-            self.datasets, self.methods, self.setting_codes(), self.factor_points(), self.seeds, self.batch_size
-        )
-        return [
-            Cell(**{**shared, "factors": dict(factors)}, dataset=dataset, method=method.name, setting=setting,
-                 model=self.models.get(dataset), method_kwargs=dict(method.overrides), seed=seed,
-                 batch_size=batch_size)
-            for dataset, method, setting, factors, seed, batch_size in grid
-        ]
+        """Every cell of the grid (dataset, model, method, sampler, setting, factors, seed, batch size)."""
+        stream_keys = ("sampler", "factors", "S", "length")  # set per stream point
+        common = {k: v for k, v in self.cell_fields().items() if k not in stream_keys}
+        common["num_threads"] = self.resources.num_threads
+        cells = []
+        for dataset in self.datasets:
+            model = self.models.get(dataset)
+            grid = itertools.product(self.methods, self.stream_points(), self.seeds, self.batch_size)
+            for method, point, seed, batch_size in grid:
+                stream = {**point, "factors": dict(point["factors"])}
+                cells.append(Cell(dataset=dataset, method=method.name, model=model,
+                                  method_kwargs=dict(method.overrides), **stream, seed=seed, batch_size=batch_size,
+                                  **common))
+        return cells
 
 
 def expand_settings(value: Any) -> list[str]:

@@ -32,7 +32,7 @@ import numpy as np
 
 from unitta.cell import DEFAULT_MODELS, Cell
 from unitta.metrics import NLL_FLOOR, stream_metrics
-from unitta.protocol import Schedule
+from unitta.realtime import Schedule
 
 __all__ = ["Cell", "DEFAULT_MODELS", "DatasetUnavailable", "load_cell_dataset",
            "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
@@ -80,6 +80,8 @@ def build_stream(cell: Cell, dataset):
         overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
     if cell.length is not None:
         overrides["length"] = cell.length
+    if cell.delta is not None:
+        overrides["delta"] = cell.delta
     return make_stream(
         dataset.labels, dataset.domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
         **overrides,
@@ -185,7 +187,7 @@ def adapt_stream(
     Predictions and a finiteness flag stay on the device and come back to the host every
     ``_CHECK_EVERY`` batches (and at the end): the host never waits for a batch to finish before
     queueing the next one. A non-finite output raises ``FloatingPointError`` naming the stream range.
-    ``schedule`` (default: online) says which batches the method adapts on (``unitta.protocol``).
+    ``schedule`` (default: online) says which batches the method adapts on (``unitta.realtime``).
     """
     import torch
 

@@ -114,17 +114,28 @@ def _binomial_se(error_pct: float, n: float | None) -> float:
     return 100.0 * math.sqrt(p * (1.0 - p) / n)
 
 
+# The result columns a recommendation can rank by (docs/results.md, "Metrics"; lower is better). The binomial
+# standard error of one run applies to the error rates; ECE and NLL get an interval only from seeds.
+RANK_METRICS = ("error", "balanced_error", "worst_class_error", "ece", "nll")
+_RATE_METRICS = ("error", "balanced_error", "worst_class_error")
+
+
 def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str | None = None,
-                    dataset: str | None = None) -> tuple[Any, str]:
+                    dataset: str | None = None, metric: str = "error") -> tuple[Any, str]:
     """Benchmark points as a polars DataFrame (method, setting, the 4 factors, error, se, n_runs) and a label.
 
     results: sweep or Tune result directories (``unitta.results.load_results``), ok rows only; several seeds
     of one point give mean and standard error over seeds, one run the binomial standard error
     sqrt(p (1 - p) / n_samples). paper: a dataset of the paper's published table (``unitta.paper``), whose
-    cells get the benchmark's default factors of their setting.
+    cells get the benchmark's default factors of their setting. metric: the result column ranked (RANK_METRICS;
+    the paper publishes only ``error``).
     """
     import polars as pl
 
+    if metric not in RANK_METRICS:
+        raise UsageError(f"--metric {metric!r}: expected one of {', '.join(RANK_METRICS)}")
+    if paper is not None and metric != "error":
+        raise UsageError(f"--metric {metric}: the paper publishes only error; use --results for other metrics")
     if paper is not None:
         from unitta.paper import PAPER_DATASETS, load_paper_table
 
@@ -151,6 +162,10 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
     need = ("method", "setting", "error", "status", "dataset", *FACTOR_KEYS)
     if df.height == 0 or any(c not in df.columns for c in need):
         raise UsageError(f"--results {' '.join(map(str, results or []))}: no result rows found")
+    if metric != "error":
+        if metric not in df.columns or df[metric].is_null().all():
+            raise UsageError(f"--metric {metric}: no result row has it (folders from before the metric columns)")
+        df = df.with_columns(pl.col(metric).alias("error"))
     df = df.filter((pl.col("status") == STATUS_OK) & pl.col("error").is_not_null())
     datasets = sorted(df["dataset"].unique().drop_nulls().to_list())
     if dataset is not None:
@@ -173,10 +188,14 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
     for r in agg.iter_rows(named=True):
         if r["n_runs"] >= 2:
             se = r["sd"] / math.sqrt(r["n_runs"])
-        else:
+        elif metric in _RATE_METRICS:
             se = _binomial_se(r["mean"], r["n_samples"])
+        else:
+            se = float("nan")
         rows.append({**{k: r[k] for k in keys}, "error": r["mean"], "se": se, "n_runs": r["n_runs"]})
     source = ", ".join(map(str, results or [])) + (f" ({datasets[0] if dataset is None else dataset})")
+    if metric != "error":
+        source += f", ranked by {metric}"
     return pl.DataFrame(rows), source
 
 
@@ -298,7 +317,8 @@ def format_report(rec: Recommendation) -> str:
     pts = ", ".join(p["setting"] if not _overridden(p) else f"{p['setting']}{_factor_text(p)}" for p in rec.points)
     lines.append(f"nearest benchmark point(s) in {rec.source}: {pts} (distance {rec.distance:.3f})")
     lines.append("")
-    lines.append(f"{'rank':>4}  {'method':<16} {'error %':>8}  {'95% interval':>17}  points")
+    metric = rec.source.rsplit("ranked by ", 1)[1] if "ranked by " in rec.source else "error"
+    lines.append(f"{'rank':>4}  {'method':<16} {metric[:8]:>8}  {'95% interval':>17}  points")
     for i, m in enumerate(rec.methods, 1):
         iv = f"[{m['interval95'][0]:6.2f}, {m['interval95'][1]:6.2f}]" if m["interval95"] else f"{'-':>17}"
         lines.append(f"{i:>4}  {m['method']:<16} {m['error']:8.2f}  {iv:>17}  {m['n_points']}")
@@ -306,6 +326,8 @@ def format_report(rec: Recommendation) -> str:
     if ru is not None:
         z = f"z = {ru['z']:.1f}" if ru["z"] is not None else "no interval"
         verdict = "within noise" if ru["within_noise"] else "a clear gap"
+        if ru["z"] is None:  # e.g. ECE / NLL from one run per point: nothing to test the gap against
+            verdict = "not tested: one run per point and no binomial interval for this metric"
         lines.append(f"runner-up {ru['method']} is {ru['gap']:+.2f} points behind ({z}: {verdict})")
     return "\n".join(lines)
 
@@ -343,6 +365,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--num-domains", type=int, help="number of domains (default: largest id + 1)")
     p.add_argument("--label-error", type=float, default=0.0,
                    help="error rate of predicted class labels, to undo their flattening (default 0: true labels)")
+    p.add_argument("--metric", default="error", choices=RANK_METRICS,
+                   help="the result column to rank by (default error; docs/results.md, Metrics)")
     p.add_argument("--top", type=int, default=5, help="methods to show (default 5; --json lists all)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     return p
@@ -360,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        label_error=args.label_error)
         except ValueError as err:
             raise UsageError(str(err)) from None
-        table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset)
+        table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset,
+                                        metric=args.metric)
         rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1))
     except UsageError as err:
         print(f"unitta.recommend: error: {err}", file=sys.stderr)

@@ -77,6 +77,7 @@ SCHEMA = pa.schema(
         ("class_setting", pa.string()),
         ("domain_setting", pa.string()),
         ("sampler", pa.string()),
+        ("delta", pa.float64()),
         ("seed", pa.int64()),
         ("batch_size", pa.int64()),
         ("severity", pa.int64()),

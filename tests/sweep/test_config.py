@@ -84,7 +84,14 @@ def test_all24_and_method_overrides():
         ({"factors": {"domain_alfa": 0.5}}, "factors: unknown factor 'domain_alfa' (did you mean 'domain_alpha'?)"),
         ({"factors": {"domain_beta": 2}, "factor_grid": {"domain_beta": [1, 2]}}, "factors and factor_grid both set"),
         ({"S": 0}, "S: must be >= 1"),
-        ({"sampler": "exakt"}, "sampler: Input should be 'official' or 'exact'"),
+        ({"sampler": "exakt"}, "sampler: unknown sampler 'exakt' (did you mean 'exact'?); known: official"),
+        ({"sampler": ["official", "official"]}, "sampler: lists a sampler twice"),
+        ({"delta": 0.1}, "delta: only the dirichlet sampler takes a delta"),
+        ({"sampler": "dirichlet", "settings": None, "delta": [0.0]}, "delta: delta=0.0: the Dirichlet"),
+        ({"sampler": "dirichlet", "settings": None, "delta": [0.1, 0.1]}, "delta: lists a value twice"),
+        ({"sampler": "sorted"}, "settings: sampler sorted fixes its own stream (sorted = 1111) and takes no settings"),
+        ({"sampler": "sorted", "settings": None, "factors": {"class_beta": 2}}, "factors: sampler sorted fixes"),
+        ({"sampler": ["sorted", "dirichlet"], "settings": None, "S": 5}, "S: sampler sorted, dirichlet fixes"),
         ({"sampler": "exact", "S": 5}, "S: only the official sampler"),
         ({"length": 100}, "length: only the exact sampler"),
         ({"batch_size": [0]}, "batch_size: batch sizes must be >= 1"),
@@ -104,6 +111,33 @@ def test_bad_configs_give_one_line_naming_the_key(change, expected):
     assert "\n" not in message
     assert message.startswith("bad.yaml: ")
     assert expected in message, message
+
+
+def test_several_samplers_expand_per_sampler():
+    cfg = parse_config({**BASE, "methods": ["test", "bn"], "settings": ["i111", "i1i1"], "S": 5,
+                        "sampler": ["official", "sorted", "dirichlet"], "delta": [0.01, 0.1], "seeds": [1, 2]})
+    cells = cfg.cells()
+    # per method: official x 2 settings, sorted once, dirichlet x 2 deltas; x 2 seeds
+    assert len(cells) == 2 * (2 + 1 + 2) * 2
+    first = [(c.sampler, c.setting, c.delta, c.S) for c in cells[:10:2]]
+    assert first == [("official", "i111", None, 5), ("official", "i1i1", None, 5), ("sorted", "1111", None, None),
+                     ("dirichlet", "n1i1", 0.01, None), ("dirichlet", "n1i1", 0.1, None)]
+    assert len({c.cell_id() for c in cells}) == len(cells)
+    only = parse_config({**{k: v for k, v in BASE.items() if k != "settings"}, "sampler": "dirichlet"})
+    assert [(c.setting, c.delta) for c in only.cells()] == [("n1i1", 0.01)]  # the default delta
+
+
+def test_cell_ids_of_the_ulmm_samplers_do_not_carry_delta():
+    from unitta.cell import Cell
+
+    cell = Cell(method="test", setting="nui1", seed=3)
+    assert "delta" not in cell.identity() and cell.coordinates()["delta"] is None
+    a, b = Cell(sampler="dirichlet", setting="n1i1", delta=0.1), Cell(sampler="dirichlet", setting="n1i1")
+    assert a.identity()["delta"] == 0.1 and b.delta == 0.01 and a.cell_id() != b.cell_id()
+    with pytest.raises(ValueError, match="the sorted sampler's setting is '1111'"):
+        Cell(sampler="sorted", setting="i111")
+    with pytest.raises(ValueError, match="only the dirichlet sampler takes a delta"):
+        Cell(delta=0.1)
 
 
 def test_missing_settings_and_half_settings():
@@ -164,22 +198,30 @@ PAPER_METHODS = [
 ]  # spec 5.2: the 17 adapters of sh/run.sh, under this project's registry names
 
 
+NEW_METHODS = [
+    "bn_alpha", "eta", "eata", "sar", "deyo", "rpl", "rdumb", "cmf", "rmt", "adacontrast", "memo", "santa", "gtta",
+]  # issue 20: the other TTA benchmark's methods
+MODERN_METHODS = ["test", "bn", "tent", "cotta", "rotta", "roid", "tribe", "bdn", "unitta", *NEW_METHODS]
+REFERENCE_TABLE_METHODS = ["test", "bn", "tent", "eata", "sar", "cotta", "rotta", "adacontrast", "rmt", "lame", "roid"]
+
+
 @pytest.mark.parametrize(
-    "name, n_cells",
-    [("quick", None), ("fmnist_grid", 17 * 24), ("full_grid", 3 * 17 * 24), ("full_grid_reference", 3 * 17 * 24),
-     ("cifar10", 17 * 24), ("cifar100", 17 * 24), ("imagenet", 17 * 24)],
+    "name, methods, n_cells",
+    [("quick", None, None), ("fmnist_grid", PAPER_METHODS + NEW_METHODS, 30 * 24),
+     ("full_grid", PAPER_METHODS, 3 * 17 * 24), ("full_grid_reference", PAPER_METHODS, 3 * 17 * 24),
+     ("cifar10", PAPER_METHODS, 17 * 24), ("cifar100", PAPER_METHODS, 17 * 24), ("imagenet", PAPER_METHODS, 17 * 24),
+     ("modern_grid", MODERN_METHODS, 3 * 22 * 24)],
 )
-def test_shipped_sweeps_validate(name, n_cells):
+def test_shipped_sweeps_validate(name, methods, n_cells):
     from unitta.methods import list_methods
 
     path = ROOT / "sweeps" / f"{name}.yaml"
     raw = yaml.safe_load(path.read_text())
     names = [m if isinstance(m, str) else next(iter(m)) for m in raw["methods"]]
-    if n_cells is not None:
-        assert names == PAPER_METHODS
+    if methods is not None:
+        assert names == methods
     missing = sorted(set(names) - set(list_methods()))
-    if missing:
-        pytest.skip(f"methods not registered yet: {missing}")
+    assert not missing, f"{path.name} names methods that are not registered: {missing}"
     cfg = load_config(path)
     cells = cfg.cells()
     if n_cells is not None:
@@ -187,3 +229,19 @@ def test_shipped_sweeps_validate(name, n_cells):
         assert cfg.setting_codes() == list(SETTINGS_24)
     else:
         assert 4 <= len(cells) <= 40 and cfg.datasets == ["fmnist-c"]
+
+
+def test_reference_protocols_sweep_covers_the_four_protocols():
+    from unitta.paper.reference import protocol_of
+
+    path = ROOT / "sweeps" / "fmnist_reference_protocols.yaml"
+    raw = yaml.safe_load(path.read_text())
+    assert [m if isinstance(m, str) else next(iter(m)) for m in raw["methods"]] == REFERENCE_TABLE_METHODS
+    from unitta.methods import list_methods
+
+    missing = sorted(set(REFERENCE_TABLE_METHODS) - set(list_methods()))
+    assert not missing, f"{path.name} names methods that are not registered: {missing}"
+    cells = load_config(path).cells()
+    assert len(cells) == len(REFERENCE_TABLE_METHODS) * 5
+    protocols = {protocol_of(c.sampler, c.setting, c.delta) for c in cells}
+    assert protocols == {"Continual", "Mixed domains", "Correlated", "Mixed domains, correlated"}

@@ -38,3 +38,19 @@ def test_fresh_output_dir_never_reuses_a_directory_with_content(tmp_path):
     (first / "x").write_text("x")
     second = fresh_output_dir(out)
     assert second not in (out, first) and not second.exists()
+
+
+def test_summary_table_gives_each_sampler_its_own_column():
+    base = {"dataset": "fmnist-c", "model": "resnet20", "method": "bn", "status": "ok"}
+    rows = [
+        {**base, "setting": "n1i1", "sampler": "official", "delta": None, "error": 10.0},
+        {**base, "setting": "n1i1", "sampler": "dirichlet", "delta": 0.1, "error": 20.0},
+        {**base, "setting": "n1i1", "sampler": "dirichlet", "delta": 0.01, "error": 40.0},
+        {**base, "setting": "1111", "sampler": "sorted", "delta": None, "error": 30.0},
+    ]
+    lines = summary_table(pl.DataFrame(rows)).splitlines()
+    assert lines[2].split() == ["method", "n1i1:official", "n1i1:dirichlet@0.1", "n1i1:dirichlet@0.01",
+                                "1111:sorted", "avg"]
+    assert lines[3].split() == ["bn", "10.00", "20.00", "40.00", "30.00", "25.00"]  # nothing averaged across samplers
+    exact_only = summary_table(pl.DataFrame([{**rows[0], "sampler": "exact"}])).splitlines()
+    assert exact_only[2].split() == ["method", "n1i1", "avg"]  # one ULMM sampler: plain setting codes

@@ -33,15 +33,33 @@ def _open(path_without_gz: Path):
     return None
 
 
-def read_fashion_mnist(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
-    """Fashion-MNIST ``split`` ('train' | 'test') as (images uint8 (N, 28, 28), labels int64 (N,))."""
+def find_split(split: str = "test") -> Path | None:
+    """The first folder that holds both IDX files of ``split`` (plain or .gz), or None; opens nothing."""
     if split not in _FILES:
         raise ValueError(f"split={split!r}: expected 'train' or 'test'")
-    image_name, label_name = _FILES[split]
     for directory in _candidate_dirs():
+        names = [directory / name for name in _FILES[split]]
+        if all(p.exists() or p.with_name(p.name + ".gz").exists() for p in names):
+            return directory
+    return None
+
+
+def not_found_message() -> str:
+    """Where Fashion-MNIST was looked for and how to install it (one line)."""
+    return (
+        "Fashion-MNIST not found. Install it offline with `apt-get install dataset-fashion-mnist` "
+        f"(files under {DEBIAN_DIR}), or set FASHION_MNIST_DIR to a folder with the IDX files "
+        "(e.g. from torchvision.datasets.FashionMNIST(root, download=True) on a machine with internet). "
+        f"Looked in: {', '.join(str(d) for d in _candidate_dirs())}"
+    )
+
+
+def read_fashion_mnist(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST ``split`` ('train' | 'test') as (images uint8 (N, 28, 28), labels int64 (N,))."""
+    directory = find_split(split)
+    if directory is not None:
+        image_name, label_name = _FILES[split]
         images_f, labels_f = _open(directory / image_name), _open(directory / label_name)
-        if images_f is None or labels_f is None:
-            continue
         with images_f, labels_f:
             raw_images, raw_labels = images_f.read(), labels_f.read()
         magic, n, rows, cols = np.frombuffer(raw_images[:16], dtype=">u4")
@@ -52,9 +70,4 @@ def read_fashion_mnist(split: str = "test") -> tuple[np.ndarray, np.ndarray]:
         if len(labels) != n:
             raise ValueError(f"{directory}: {n} images but {len(labels)} labels")
         return images, labels
-    raise FileNotFoundError(
-        "Fashion-MNIST not found. Install it offline with `apt-get install dataset-fashion-mnist` "
-        f"(files under {DEBIAN_DIR}), or set FASHION_MNIST_DIR to a folder with the IDX files "
-        "(e.g. from torchvision.datasets.FashionMNIST(root, download=True) on a machine with internet). "
-        f"Looked in: {', '.join(str(d) for d in _candidate_dirs())}"
-    )
+    raise FileNotFoundError(not_found_message())

@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from unitta.data.records import RECORDS
 
-__all__ = ["ArraySource", "load_clean_test", "load_source", "SOURCE_DATASETS"]
+__all__ = ["ArraySource", "load_clean_test", "load_source", "source_problem", "SOURCE_DATASETS"]
 
 # dataset -> what its source split is (for messages and docs)
 SOURCE_DATASETS = {name: record.source_split for name, record in RECORDS.items()}
@@ -92,6 +92,33 @@ class _ImageFolderSource(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.inner[index]
+
+
+def source_problem(dataset: str, data_dir: str | Path | None = None) -> str | None:
+    """Why ``load_source(dataset, data_dir)`` would fail for want of files, in one line, or None; reads nothing.
+
+    For preflight and ``--dry-run`` (docs/results.md, "Before the first cell"): only checks that the files
+    or folders are there.
+    """
+    from unitta.data import default_data_dir
+    from unitta.data.fashion_mnist import find_split, not_found_message
+
+    if dataset not in SOURCE_DATASETS:
+        return f"{dataset}: no source split is known; methods that need source data run on {', '.join(SOURCE_DATASETS)}"
+    if dataset == "fmnist-c":
+        if find_split("train") is None:
+            return f"source data for fmnist-c (the Fashion-MNIST train files): {not_found_message()}"
+        return None
+    root = default_data_dir() if data_dir is None else Path(data_dir)
+    folder = root / _SOURCE_FOLDERS[dataset]
+    if not folder.is_dir():
+        return (f"source data for {dataset} not found: expected {folder} ({SOURCE_DATASETS[dataset]}); "
+                "put it there or set data_dir")
+    return None
+
+
+# dataset -> the folder under data_dir that holds its source split (torchvision's layouts)
+_SOURCE_FOLDERS = {"cifar10-c": "cifar-10-batches-py", "cifar100-c": "cifar-100-python", "imagenet-c": "ImageNet/train"}
 
 
 def load_source(dataset: str, data_dir: str | Path | None = None) -> Dataset:

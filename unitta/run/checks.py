@@ -36,7 +36,9 @@ def list_cells(title: str, cells: list[Cell], out: Path, resources, note: str = 
         state = "done" if cell.cell_id() in finished else "todo"
         factors = ",".join(f"{k}={v:g}" for k, v in sorted(cell.factors.items())) or "-"
         layer = f" layer={cell.method_kwargs['layer']}" if "layer" in cell.method_kwargs else ""
+        sampler = "" if cell.sampler == "official" else f" sampler={cell.sampler}"
+        sampler += "" if cell.delta is None else f" delta={cell.delta:g}"
         print(
-            f"  {state}  {cell.dataset:<11} {cell.method:<14} {cell.setting}  seed={cell.seed} "
+            f"  {state}  {cell.dataset:<11} {cell.method:<14} {cell.setting}{sampler}  seed={cell.seed} "
             f"batch={cell.batch_size} factors={factors}{layer}  {cell.cell_id()}"
         )

@@ -1,9 +1,10 @@
 """Everything about a sweep that can be known before its first cell runs, checked before it runs.
 
 ``problems(cells)`` returns one line per problem: factor ranges and feasibility (paper Cor. 1, asked of
-the stream sampler itself), ``n_per_domain`` feasibility, model names, checkpoint and data presence,
-and the device. The sweep CLI prints them all and exits with code 2 before anything is written
-(docs/results.md, "Before the first cell"). Cheap: no dataset or model is loaded.
+the stream sampler itself), ``n_per_domain`` feasibility, model names, checkpoint and data presence (the
+source split too, for methods with ``needs_source``), and the device. The sweep CLI prints them all and
+exits with code 2 before anything is written (docs/results.md, "Before the first cell").
+Cheap: no dataset or model is loaded.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from collections.abc import Iterable
 
 from unitta.cell import Cell
 from unitta.data.records import RECORDS, dataset_record
+from unitta.data.source import source_problem
+from unitta.methods import method_class
 
 __all__ = ["DATASET_SHAPES", "infeasibility", "problems"]
 
@@ -34,6 +37,8 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
 
     labels = np.tile(np.arange(num_classes, dtype=np.int64), num_domains)
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
+    if cell.sampler not in ("official", "exact"):
+        return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
     size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
     try:
         make_stream(
@@ -91,9 +96,10 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
             found[text] = None
 
     checked: set[tuple] = set()
+    needs_source: dict[tuple, list[str]] = {}
     for cell in cells:
         domains, classes, per_domain = DATASET_SHAPES[cell.dataset]
-        key = (cell.dataset, cell.setting, cell.sampler, tuple(sorted(cell.factors.items())), cell.seed)
+        key = (cell.dataset, cell.setting, cell.sampler, cell.delta, tuple(sorted(cell.factors.items())), cell.seed)
         if feasibility and key not in checked:
             checked.add(key)
             why = infeasibility(cell, domains, classes)
@@ -108,5 +114,17 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
             add(_model_problem(cell))
             add(_device_problem(cell, num_gpus, local))
+        _note_source_need(cell, needs_source)
+    for (dataset, data_dir), methods in needs_source.items():
+        why = source_problem(dataset, data_dir) if methods else None
+        if why:
+            add(f"{why} (needed by {', '.join(methods)})")
     return list(found)
+
+
+def _note_source_need(cell: Cell, needs: dict[tuple, list[str]]) -> None:
+    """Record that ``cell``'s method needs its dataset's source split (TTAMethod.needs_source)."""
+    methods = needs.setdefault((cell.dataset, cell.data_dir), [])
+    if cell.method not in methods and method_class(cell.method).needs_source:
+        methods.append(cell.method)
 

@@ -8,23 +8,28 @@ __all__ = ["summary_table"]
 
 
 def summary_table(df, value: str = "error") -> str:
-    """Method x setting table of mean ``value`` (over seeds, batch sizes, factors), one block per dataset."""
+    """Method x setting table of mean ``value`` (over seeds, batch sizes, factors), one block per dataset.
+
+    The sorted / dirichlet orders get their own columns (e.g. ``n1i1:dirichlet@0.1``), as do the samplers of a
+    sweep that lists several.
+    """
     import polars as pl
 
     if df.height == 0:
         return "(no results)"
+    df = df.with_columns(_column_label(df))
     blocks = []
     for (dataset, model), part in df.sort("dataset").group_by(["dataset", "model"], maintain_order=True):
-        settings = list(dict.fromkeys(part["setting"].to_list()))
+        settings = list(dict.fromkeys(part["column"].to_list()))
         methods = list(dict.fromkeys(part["method"].to_list()))
         ok = part.filter(pl.col("status") == STATUS_OK)
         means = {
-            (r["method"], r["setting"]): r[value]
-            for r in ok.group_by(["method", "setting"]).agg(pl.col(value).mean()).iter_rows(named=True)
+            (r["method"], r["column"]): r[value]
+            for r in ok.group_by(["method", "column"]).agg(pl.col(value).mean()).iter_rows(named=True)
         }
         failed = {
-            (r["method"], r["setting"])
-            for r in part.filter(pl.col("status") == STATUS_FAILED).select("method", "setting").iter_rows(named=True)
+            (r["method"], r["column"])
+            for r in part.filter(pl.col("status") == STATUS_FAILED).select("method", "column").iter_rows(named=True)
         }
         width = max(6, *(len(s) for s in settings))
         mwidth = max(6, *(len(m) for m in methods))
@@ -45,3 +50,18 @@ def summary_table(df, value: str = "error") -> str:
             lines.append(" ".join([f"{m:<{mwidth}}", *cells, avg]))
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def _column_label(df):
+    """The table column of each row: its setting, plus ``:sampler`` (``@delta``) for the sorted / dirichlet orders,
+    and for official / exact streams too when the sweep mixes samplers."""
+    import polars as pl
+
+    label = pl.col("setting")
+    if "sampler" in df.columns:
+        sampler = pl.col("sampler").fill_null("official")
+        delta = pl.col("delta").cast(pl.String) if "delta" in df.columns else pl.lit(None, pl.String)
+        plain = sampler.is_in(["official", "exact"]) if df["sampler"].n_unique() == 1 else pl.lit(False)
+        with_delta = sampler + pl.when(delta.is_null()).then(pl.lit("")).otherwise(pl.lit("@") + delta)
+        label = label + pl.when(plain).then(pl.lit("")).otherwise(pl.lit(":") + with_delta)
+    return label.alias("column")

@@ -15,7 +15,9 @@ import numpy as np
 
 from unitta.streams import exact as _exact
 from unitta.streams import official as _official
+from unitta.streams import protocols as _protocols
 from unitta.streams.estimate import Factors, estimate_factors
+from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS
 from unitta.streams.settings import (
     FACTOR_KEYS,
     SETTING_CODES_24,
@@ -38,6 +40,10 @@ __all__ = [
     "Factors",
     "estimate_factors",
     "SAMPLERS",
+    "ULMM_SAMPLERS",
+    "PROTOCOL_SAMPLERS",
+    "PROTOCOL_SETTINGS",
+    "DEFAULT_DELTA",
     "Setting",
     "Stream",
     "default_factors",
@@ -46,7 +52,8 @@ __all__ = [
     "synthetic_labels",
 ]
 
-SAMPLERS = ("official", "exact")
+ULMM_SAMPLERS = ("official", "exact")
+SAMPLERS = ULMM_SAMPLERS + PROTOCOL_SAMPLERS
 DEFAULT_SEED = 425  # the reference's cfg.SEED
 
 
@@ -66,6 +73,7 @@ def make_stream(
     length: int | None = None,
     domain_matrix: np.ndarray | None = None,
     class_matrix: np.ndarray | None = None,
+    delta: float | None = None,
 ) -> Stream:
     """Sample a benchmark stream over a dataset's images.
 
@@ -75,13 +83,16 @@ def make_stream(
         setting: a 4-character code such as 'nui1' or a Setting.
         dataset: picks the default factors and S (docs/streams.md): cifar10[-c], cifar100[-c], imagenet[-c],
             fmnist-c (CIFAR-10's values).
-        sampler: 'official' (bit-identical to the reference) or 'exact' (fixed length, no drift).
+        sampler: 'official' (bit-identical to the reference), 'exact' (fixed length, no drift), or one of
+            the other benchmark's correlated orders (docs/streams.md): 'sorted' (setting '1111') and
+            'dirichlet' (setting 'n1i1'), which use every image once and take no factors, S or length.
         seed: 425 is the reference's seed.
         domain_alpha, domain_beta, class_alpha, class_beta: override the default factors.
         S: official only, the per-state cap / quota scale (default per dataset and setting).
         length: exact only, the stream length (default: the number of images).
         domain_matrix, class_matrix: exact only, custom row-stochastic transition matrices replacing the
             ULMMs (class_matrix may be (D, K, K): class transitions depending on the current domain).
+        delta: dirichlet only, the Dirichlet concentration (default DEFAULT_DELTA = 0.01).
     """
     s = Setting.parse(setting)
     if sampler not in SAMPLERS:
@@ -89,7 +100,16 @@ def make_stream(
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed={seed!r}: expected an integer >= 0")
     seed = int(seed)
+    if delta is not None and sampler != "dirichlet":
+        raise ValueError(f"delta={delta!r}: only the 'dirichlet' sampler takes a Dirichlet concentration")
     labels, domains, num_domains, num_classes = check_labels_domains(labels, domains)
+    if sampler in PROTOCOL_SAMPLERS:
+        given = dict(zip(FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)), S=S, length=length,
+                     domain_matrix=domain_matrix, class_matrix=class_matrix)
+        for key, value in given.items():
+            if value is not None:
+                raise ValueError(f"{key}: the {sampler!r} sampler orders every image once and takes no {key}")
+        return _protocol_stream(labels, domains, s, sampler, seed, str(dataset), delta, num_domains, num_classes)
     overrides = dict(zip(FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)))
     factors = default_factors(s, dataset)
     num_states = num_domains * num_classes
@@ -134,6 +154,27 @@ def make_stream(
         meta=meta,
     )
 
+
+def _protocol_stream(labels, domains, s, sampler, seed, dataset, delta, num_domains, num_classes) -> Stream:
+    """A stream in one of the other benchmark's correlated orders (unitta.streams.protocols)."""
+    expected = PROTOCOL_SETTINGS[sampler]
+    if s.code != expected:
+        raise ValueError(
+            f"setting={s.code!r}: the {sampler!r} sampler is setting {expected!r} "
+            f"({Setting.parse(expected).name}); pass setting={expected!r}"
+        )
+    rng = np.random.default_rng(seed)
+    meta: dict[str, Any] = {}
+    if sampler == "sorted":
+        indices = _protocols.sorted_order(labels, domains, rng)
+    else:
+        delta = DEFAULT_DELTA if delta is None else _protocols.check_delta(delta)
+        indices, chunk_sizes = _protocols.dirichlet_order(labels, delta, rng)
+        meta.update(delta=delta, chunk_sizes=chunk_sizes.tolist())
+    return Stream(
+        indices=indices, domains=domains[indices], classes=labels[indices], num_domains=num_domains,
+        num_classes=num_classes, setting=s, factors={}, sampler=sampler, seed=seed, dataset=dataset, meta=meta,
+    )
 
 
 def _official_states(s, dataset, factors, S, num_domains, num_classes, pool_sizes, sort_keys, starts, seed, meta):

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from unitta.streams import SAMPLERS, make_stream, synthetic_labels
+from unitta.streams import PROTOCOL_SETTINGS, SAMPLERS, make_stream, synthetic_labels
 from unitta.streams.settings import DATASET_ALIASES, SETTINGS_36
 
 
@@ -34,8 +34,10 @@ def format_summary(summary: dict, elapsed: float | None = None) -> str:
         f"sampler   {summary['sampler']} (seed {summary['seed']}, dataset {summary['dataset']}"
         + (f", S={summary['S']}" if summary["S"] is not None else "")
         + ")",
-        f"factors   domain alpha={f['domain_alpha']:.4g} beta={f['domain_beta']:g} | "
-        f"class alpha={f['class_alpha']:.4g} beta={f['class_beta']:g}",
+        (f"factors   domain alpha={f['domain_alpha']:.4g} beta={f['domain_beta']:g} | "
+         f"class alpha={f['class_alpha']:.4g} beta={f['class_beta']:g}") if f else
+        "factors   none (an order of every image once"
+        + (f", delta={summary['delta']:g})" if summary.get("delta") else ")"),
         f"length    {summary['length']:,}" + (f"  (sampled in {elapsed:.3f} s)" if elapsed is not None else ""),
         f"reused    {summary['images_reused']:,} positions re-used an image already drawn",
     ]
@@ -57,7 +59,8 @@ def format_summary(summary: dict, elapsed: float | None = None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unitta.streams", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="cifar10", choices=sorted(DATASET_ALIASES))
-    parser.add_argument("--setting", default="nunu", help="4-character code, e.g. nui1 (36 codes exist)")
+    parser.add_argument("--setting", help="4-character code, e.g. nui1 (36 codes exist); default nunu, or the "
+                        "sorted / dirichlet sampler's own code (1111 / n1i1)")
     parser.add_argument("--sampler", default="official", choices=SAMPLERS)
     parser.add_argument("--seed", type=int, default=425)
     parser.add_argument("--domain-alpha", type=float)
@@ -66,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--class-beta", type=float)
     parser.add_argument("--S", type=int, help="official: per-state cap (default per dataset)")
     parser.add_argument("--length", type=int, help="exact: stream length (default: number of images)")
+    parser.add_argument("--delta", type=float, help="dirichlet: the Dirichlet concentration (default 0.01)")
     parser.add_argument("--plot", help="write a PNG of the stream here")
     args = parser.parse_args(argv)
+    if args.setting is None:
+        args.setting = PROTOCOL_SETTINGS.get(args.sampler, "nunu")
     if args.setting not in {s.code for s in SETTINGS_36}:
         parser.error(f"--setting {args.setting!r}: expected one of {[s.code for s in SETTINGS_36]}")
     labels, domains = synthetic_labels(args.dataset)
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         stream = make_stream(
             labels, domains, args.setting, dataset=args.dataset, sampler=args.sampler, seed=args.seed,
             domain_alpha=args.domain_alpha, domain_beta=args.domain_beta, class_alpha=args.class_alpha,
-            class_beta=args.class_beta, S=args.S, length=args.length,
+            class_beta=args.class_beta, S=args.S, length=args.length, delta=args.delta,
         )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -18,7 +18,8 @@ class Stream:
     num_domains, num_classes: the state space (D, K), from the dataset's arrays.
     setting, factors: the scenario and the four factors actually used
         (domain_alpha, domain_beta, class_alpha, class_beta).
-    sampler: 'official' or 'exact'; seed: its seed; S: the official per-state cap (None for exact).
+    sampler: 'official', 'exact', 'sorted' or 'dirichlet'; seed: its seed; S: the official per-state cap
+        (None for the others); factors is empty for sorted / dirichlet, meta['delta'] holds dirichlet's delta.
     n_reused: positions that re-used an image already drawn earlier (a pool cycled).
     """
 
@@ -50,6 +51,7 @@ class Stream:
             "dataset": self.dataset,
             "seed": self.seed,
             "factors": dict(self.factors),
+            "delta": self.meta.get("delta"),
             "S": self.S,
             "length": len(self),
             "images_reused": self.n_reused,

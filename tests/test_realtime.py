@@ -1,4 +1,4 @@
-"""The real-time protocol (``unitta.protocol``), ``TTAMethod.predict`` and the forgetting check, on real cells."""
+"""The real-time protocol (``unitta.realtime``), ``TTAMethod.predict`` and the forgetting check, on real cells."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from unitta.cell import Cell
 from unitta.evaluate import evaluate
 from unitta.methods import get_method, list_methods, method_class
 from unitta.methods.contract import check_source
-from unitta.protocol import Schedule
+from unitta.realtime import Schedule
 
 SMALL = dict(dataset="fmnist-c", setting="nu11", n_per_domain=40, batch_size=32)
 

@@ -1,0 +1,120 @@
+"""Preflight and --dry-run report a missing source split for methods that need source data (needs_source)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from unitta.data import fashion_mnist
+from unitta.data.source import source_problem
+from unitta.sweep import main
+
+# A real method plugin: it needs labelled source images and uses them (the mean source image is
+# subtracted from every test batch), so it cannot start without them.
+PLUGIN = '''
+from dataclasses import dataclass
+
+import torch
+
+from unitta.methods import TTAMethod, register_method
+
+
+@register_method("source_centering_probe")
+class SourceCentering(TTAMethod):
+    """Shift test images by the source images' mean (a probe method for the preflight tests)."""
+
+    needs_source = True
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def setup(self) -> None:
+        images = torch.stack([self.source[i][0] for i in range(min(len(self.source), 64))])
+        self.shift = images.mean(dim=0) - 0.5
+
+    def forward(self, x):
+        with torch.no_grad():
+            return self.model(x - self.shift)
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("plugin") / "source_centering_probe.py"
+    path.write_text(PLUGIN)
+    return path
+
+
+def _config(tmp_path: Path, plugin: Path, **change) -> Path:
+    data = {
+        "name": "t",
+        "datasets": ["fmnist-c"],
+        "methods": ["test", "source_centering_probe"],
+        "settings": ["i111"],
+        "n_per_domain": 20,
+        "plugins": [str(plugin)],
+        "resources": {"num_cpus": 1, "num_gpus": 0},
+        **change,
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def no_fashion_mnist(monkeypatch, tmp_path) -> None:
+    """Hide every Fashion-MNIST copy: the Debian folder, FASHION_MNIST_DIR and the cache are empty folders."""
+    monkeypatch.setattr(fashion_mnist, "DEBIAN_DIR", tmp_path / "no_debian")
+    monkeypatch.delenv("FASHION_MNIST_DIR", raising=False)
+    monkeypatch.setenv("UNITTA_DATA", str(tmp_path / "no_cache"))
+
+
+def test_missing_fashion_mnist_train_is_reported_by_dry_run(tmp_path, plugin, no_fashion_mnist, capsys) -> None:
+    out = tmp_path / "out"
+    assert main([str(_config(tmp_path, plugin)), "--output", str(out), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == "error: 1 problem(s) found before running:"
+    line = err[1]
+    assert "source data for fmnist-c (the Fashion-MNIST train files)" in line
+    assert "apt-get install dataset-fashion-mnist" in line and line.endswith("(needed by source_centering_probe)")
+    assert not out.exists()
+
+
+def test_methods_without_needs_source_do_not_ask_for_it(tmp_path, plugin, no_fashion_mnist, capsys) -> None:
+    path = _config(tmp_path, plugin, methods=["test", "bn"])
+    assert main([str(path), "--output", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert "source data" not in capsys.readouterr().err
+
+
+def test_cifar_source_folder_is_checked_in_data_dir(tmp_path, plugin, capsys) -> None:
+    data_dir = tmp_path / "data"
+    path = _config(tmp_path, plugin, datasets=["cifar10-c"], n_per_domain=None, data_dir=str(data_dir))
+    assert main([str(path), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    expected = f"source data for cifar10-c not found: expected {data_dir / 'cifar-10-batches-py'}"
+    assert expected in err and "(needed by source_centering_probe)" in err
+    (data_dir / "cifar-10-batches-py").mkdir(parents=True)
+    assert main([str(path), "--output", str(tmp_path / "out")]) == 2  # CIFAR-10-C itself is still missing
+    err = capsys.readouterr().err
+    assert "source data" not in err and "CIFAR-10-C lacks" in err
+
+
+def test_source_problem_agrees_with_load_source(tmp_path, no_fashion_mnist) -> None:
+    from unitta.data.source import load_source
+
+    assert "Fashion-MNIST not found" in source_problem("fmnist-c")
+    with pytest.raises(FileNotFoundError):
+        load_source("fmnist-c")
+    assert source_problem("imagenet-c", tmp_path).startswith("source data for imagenet-c not found: expected ")
+    assert source_problem("mnist").startswith("mnist: no source split is known")
+
+
+def test_present_fashion_mnist_passes(tmp_path, plugin, capsys) -> None:
+    if fashion_mnist.find_split("train") is None:
+        pytest.skip("Fashion-MNIST train files are not installed on this machine")
+    assert source_problem("fmnist-c") is None
+    assert main([str(_config(tmp_path, plugin)), "--output", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert "source_centering_probe" in capsys.readouterr().out
