@@ -16,7 +16,7 @@ from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
 from unitta.data.records import DATASETS
 from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.schema import Strict, hint
-from unitta.streams import SAMPLERS
+from unitta.streams import SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
 from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
 
@@ -98,6 +98,8 @@ class CellFields(Strict):
     @model_validator(mode="after")
     def _sampler_sizes(self) -> CellFields:
         samplers = [self.sampler] if isinstance(self.sampler, str) else list(self.sampler)
+        if not set(samplers) & set(ULMM_SAMPLERS):
+            return self  # sorted / dirichlet take no S or length: their own checks say so
         if self.S is not None and "official" not in samplers:
             raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact sampler")
         if self.length is not None and "exact" not in samplers:
@@ -158,6 +160,14 @@ class CellSpec(CellFields):
         if value is not None and value < 1:
             raise ValueError(f"must be >= 1, got {value}")
         return value
+
+    @model_validator(mode="after")
+    def _as_cell(self) -> CellSpec:
+        try:
+            self.cell()  # the Cell's own checks (a sampler's fixed setting, delta, ...)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     def cell(self, **changes: Any) -> Cell:
         """The ``Cell`` of this spec with ``changes`` applied (e.g. method=...)."""
