@@ -130,26 +130,41 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
     cells get the benchmark's default factors of their setting. metric: the result column ranked (RANK_METRICS;
     the paper publishes only ``error``).
     """
-    import polars as pl
-
     if metric not in RANK_METRICS:
         raise UsageError(f"--metric {metric!r}: expected one of {', '.join(RANK_METRICS)}")
     if paper is not None and metric != "error":
         raise UsageError(f"--metric {metric}: the paper publishes only error; use --results for other metrics")
     if paper is not None:
-        from unitta.paper import PAPER_DATASETS, load_paper_table
+        return _paper_points(paper)
+    df, chosen = _result_rows(results, dataset, metric)
+    source = ", ".join(map(str, results or [])) + f" ({chosen})"
+    if metric != "error":
+        source += f", ranked by {metric}"
+    return _aggregate(df, metric), source
 
-        name = paper if paper in PAPER_DATASETS else f"{paper}-c"
-        if name not in PAPER_DATASETS:
-            raise UsageError(f"--paper {paper!r}: the paper has tables for {', '.join(sorted(PAPER_DATASETS))}")
-        df = load_paper_table(name)
-        rows = []
-        for r in df.iter_rows(named=True):
-            f = default_factors(r["setting"], name)
-            n = PAPER_STREAM_LENGTHS[name].get(r["setting"])
-            rows.append({"method": r["method"], "setting": r["setting"], **f, "error": r["error"],
-                         "se": _binomial_se(r["error"], n), "n_runs": 1})
-        return pl.DataFrame(rows), f"the paper's table for {name}"
+
+def _paper_points(paper: str) -> tuple[Any, str]:
+    """The paper's published cells at their setting's default factors, binomial standard errors."""
+    import polars as pl
+
+    from unitta.paper import PAPER_DATASETS, load_paper_table
+
+    name = paper if paper in PAPER_DATASETS else f"{paper}-c"
+    if name not in PAPER_DATASETS:
+        raise UsageError(f"--paper {paper!r}: the paper has tables for {', '.join(sorted(PAPER_DATASETS))}")
+    df = load_paper_table(name)
+    rows = []
+    for r in df.iter_rows(named=True):
+        f = default_factors(r["setting"], name)
+        n = PAPER_STREAM_LENGTHS[name].get(r["setting"])
+        rows.append({"method": r["method"], "setting": r["setting"], **f, "error": r["error"],
+                     "se": _binomial_se(r["error"], n), "n_runs": 1})
+    return pl.DataFrame(rows), f"the paper's table for {name}"
+
+
+def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metric: str) -> tuple[Any, str]:
+    """The ok rows of ``results`` for one dataset, ``metric`` as the ``error`` column; (rows, the dataset)."""
+    import polars as pl
 
     from unitta.results import STATUS_OK, load_results
 
@@ -176,6 +191,13 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
         raise UsageError(f"the results hold several datasets ({', '.join(datasets)}); choose one with --dataset")
     if df.height == 0:
         raise UsageError("the results hold no successful rows")
+    return df, datasets[0] if dataset is None else dataset
+
+
+def _aggregate(df, metric: str):
+    """Mean and standard error per (method, setting, factors): over seeds, or binomial for one run of a rate."""
+    import polars as pl
+
     if "n_samples" not in df.columns:
         df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_samples"))
     keys = ["method", "setting", *FACTOR_KEYS]
@@ -193,10 +215,7 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
         else:
             se = float("nan")
         rows.append({**{k: r[k] for k in keys}, "error": r["mean"], "se": se, "n_runs": r["n_runs"]})
-    source = ", ".join(map(str, results or [])) + (f" ({datasets[0] if dataset is None else dataset})")
-    if metric != "error":
-        source += f", ranked by {metric}"
-    return pl.DataFrame(rows), source
+    return pl.DataFrame(rows)
 
 
 @dataclass(frozen=True)
