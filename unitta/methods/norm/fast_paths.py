@@ -25,7 +25,7 @@ def fast_paths() -> bool:
 
 
 def set_fast_paths(enable: bool) -> None:
-    """Turn the fast paths on or off for this process (a Ray worker reads ``UNITTA_FAST_PATHS`` instead)."""
+    """Turn the fast paths on or off for this process (a Ray worker reads its ``UNITTA_FAST_PATHS`` instead)."""
     global _enabled
     _enabled = bool(enable)
 
