@@ -36,7 +36,7 @@ VARIANTS = {
     "roid-logits-prior": ("roid", {"prior_on": "logits"}),
 }
 # Methods whose model state never changes (they adapt outputs only, or not at all).
-STATELESS = {"test", "bn", "lame", "cofa", "cofa_nofilter"}
+STATELESS = {"test", "bn", "bn_alpha", "lame", "cofa", "cofa_nofilter"}
 
 
 def _assert_contract(name, model, info, images, **overrides):

@@ -88,6 +88,11 @@ BUILTIN_MODULES = (
     "unitta.methods.cofa",
     "unitta.methods.bdn",
     "unitta.methods.unitta",
+    "unitta.methods.bn_alpha",
+    "unitta.methods.eta",
+    "unitta.methods.eata",
+    "unitta.methods.rdumb",
+    "unitta.methods.sar",
 )
 _builtins_loaded = False
 
