@@ -143,6 +143,15 @@ def _rho(a: list[float], b: list[float]) -> float:
         return float(spearmanr(a, b).statistic)
 
 
+def _rho_text(rho: float, n_methods: int | None = None) -> str:
+    """rho with 3 decimals, or why it is undefined (never 'nan')."""
+    if not math.isnan(rho):
+        return f"{rho:.3f}"
+    if n_methods is not None and n_methods < 3:
+        return f"undefined ({n_methods} methods with both values; a rank correlation needs 3 or more)"
+    return "undefined (fewer than 3 methods with both values, or one side's errors all equal)"
+
+
 def spearman(table: pl.DataFrame) -> tuple[float, list[str], list[str]]:
     """Spearman's rho between our and the paper's mean error per method: (rho, methods, settings).
 
@@ -190,7 +199,8 @@ def _summary(c: Comparison) -> list[str]:
                      "(Spearman's rho and the rankings).")
     lines.append(f"{n_both} cells with both values; mean |ours - paper| = {_fmt(mad, 2)} points; {n_beyond} beyond "
                  f"our 95 % uncertainty + {c.tolerance:g} points (in bold).")
-    lines.append(f"spearman_rho={c.rho:.3f} over the mean errors of {len(c.rho_methods)} methods "
+    lines.append(f"spearman_rho={_rho_text(c.rho, len(c.rho_methods))} over the mean errors of "
+                 f"{len(c.rho_methods)} methods "
                  f"({', '.join(c.rho_methods) or 'none'}) on {len(c.rho_settings)} common settings "
                  f"({', '.join(c.rho_settings) or 'none'}).")
     left_out = method_order(set(c.cells.filter(pl.col("diff").is_not_null())["method"].to_list()) - set(c.rho_methods))
@@ -377,9 +387,9 @@ def main(argv: list[str] | None = None) -> int:
                   "project's defaults, not the reference implementation's hyper-parameters", file=sys.stderr)
         print(f"# {c.name} vs paper {c.paper_dataset}" + (" (proxy)" if c.proxy else "")
               + f": profile {', '.join(c.profiles)}; {len(c.rho_methods)} methods x {len(c.rho_settings)} settings")
-        print(f"spearman_rho={c.rho:.3f}")
+        print(f"spearman_rho={_rho_text(c.rho, len(c.rho_methods))}")
         for s, rho in c.rho_per_setting.items():
-            print(f"spearman_rho[{s}]={rho:.3f}")
+            print(f"spearman_rho[{s}]={_rho_text(rho)}")
         for path in c.paths:
             print(path)
     return 0

@@ -44,6 +44,7 @@ __all__ = [
     "cell_statuses",
     "consolidate",
     "write_membership",
+    "add_to_membership",
     "sweep_cell_ids",
     "sweep_names",
 ]
@@ -305,6 +306,15 @@ def write_membership(out_dir: str | Path, name: str, cell_ids: list[str]) -> Pat
     text = json.dumps({"name": name, "cell_ids": list(cell_ids)}, indent=1).encode()
     write_atomically(path, lambda handle: handle.write(text))
     return path
+
+
+def add_to_membership(out_dir: str | Path, name: str, cell_ids: list[str]) -> Path:
+    """Add ``cell_ids`` to sweep ``name``'s recorded cells (a search whose cells come trial by trial: tune)."""
+    try:
+        known = sweep_cell_ids(out_dir, name)
+    except ValueError:
+        known = []
+    return write_membership(out_dir, name, list(dict.fromkeys([*known, *cell_ids])))
 
 
 def sweep_names(out_dir: str | Path) -> list[str]:

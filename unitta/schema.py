@@ -12,6 +12,8 @@ import difflib
 import hashlib
 import json
 import re
+import types
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,6 +42,34 @@ def hint(word: Any, choices: Iterable[Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+_NUMBERS = (int, float)
+
+
+def _bool_for_number(annotation: Any, value: Any, where: str) -> str | None:
+    """Where (e.g. 'seeds[1]') a YAML boolean stands for a number in ``value``, or None.
+
+    pydantic's lax mode reads ``S: true`` as 1; a number key never means a boolean, so it is refused.
+    """
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if isinstance(value, bool):
+        admitted = set(args) if origin in (typing.Union, types.UnionType) else {annotation}
+        return where if admitted & set(_NUMBERS) and bool not in admitted and Any not in admitted else None
+    if origin in (typing.Union, types.UnionType):
+        return next((w for a in args if (w := _bool_for_number(a, value, where))), None)
+    if origin in (list, tuple) and isinstance(value, (list, tuple)) and args:
+        return next((w for i, v in enumerate(value) if (w := _bool_for_number(args[0], v, f"{where}[{i}]"))), None)
+    if origin is dict and isinstance(value, dict) and len(args) == 2:
+        return next((w for k, v in value.items() if (w := _bool_for_number(args[1], v, f"{where}.{k}"))), None)
+    return None
+
+
+def _value_at(value: Any, where: str, key: str) -> Any:
+    """The item of ``value`` that ``where`` (from ``_bool_for_number``) names."""
+    for part in re.findall(r"\[(\d+)\]|\.([^.\[]+)", where[len(key):]):
+        value = value[int(part[0])] if part[0] else value[part[1]]
+    return value
+
+
 class Strict(BaseModel):
     """Base of every config section: frozen, and unknown keys refused with a 'did you mean' hint."""
 
@@ -53,6 +83,11 @@ class Strict(BaseModel):
             for key in data:
                 if key not in allowed:
                     raise ValueError(f"unknown key {key!r}{hint(key, allowed)}; allowed keys: {', '.join(allowed)}")
+            for key, value in data.items():
+                where = _bool_for_number(cls.model_fields[key].annotation, value, key)
+                if where:
+                    got = _value_at(value, where, key)
+                    raise ValueError(f"{where}: expected a number, got {got!r} (a YAML boolean)")
         return data
 
 
@@ -209,7 +244,26 @@ def _yaml_loader():
         re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
         list("-+0123456789"),
     )
+    Loader.add_constructor("tag:yaml.org,2002:map", _mapping_without_duplicates)
     return Loader
+
+
+def _mapping_without_duplicates(loader, node) -> dict:
+    """A YAML mapping; a key given twice is an error naming both lines (PyYAML would keep the last silently)."""
+    import yaml
+
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *anchor' merges are not duplicates
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        if key in first:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (first at line {first[key] + 1}); keep one",
+                key_node.start_mark,
+            )
+        first[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=True)
 
 
 def read_yaml_file(path: str | Path) -> Any:

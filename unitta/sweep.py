@@ -117,10 +117,14 @@ def main(argv: Iterable[str] | None = None) -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
+        if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
+            code = dry_run(cfg, out)
+            if not args.no_preflight:
+                sys.stdout.flush()
+                preflight(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=args.local)
+            return code
         if not args.no_preflight:
             preflight(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=args.local)
-        if args.dry_run:
-            return dry_run(cfg, out)
         opts = run_options(args)
         outcome = run_sweep(
             cfg, out, local=opts.local, fresh=opts.fresh, address=opts.address, num_cpus=opts.num_cpus,

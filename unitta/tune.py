@@ -201,11 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         check_output_dir(out)
         layers = _layers(cfg, args.config)
         cells = first_cells(cfg, layers[0])
-        if not args.no_preflight:  # a search's infeasible points are results, not mistakes
-            preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local, feasibility=False)
-        if args.dry_run:
+        if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
             note = "" if cfg.search.algorithm == "grid" else f"; optuna picks {cfg.search.num_samples} trials' points"
             list_cells(f"{cfg.name} (first cell of each trial)", cells, out, cfg.resources, note)
+        if not args.no_preflight:  # a search's infeasible points are results, not mistakes
+            sys.stdout.flush()
+            preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local, feasibility=False)
+        if args.dry_run:
             return exits.EXIT_OK
         outcome = execute_plan(cfg, out, _planner(cfg, out, layers), run_options(args))
         rows = load_results(outcome.out_dir)

@@ -182,6 +182,7 @@ class _TrialPlanner:
         self.outbox: list[tuple[dict[str, Any], str]] = []
         self.exhausted = False
         self.members: list[str] | None = None  # a search's cells are not known before it runs
+        self.added_members: list[str] = []  # its trials' cells (reused ones too), recorded as they finish
         self.notes: list[str] = []
 
     def _next_point(self) -> tuple[dict[str, Any], Any] | None:
@@ -212,6 +213,8 @@ class _TrialPlanner:
             return
         self.open.remove(trial)
         value, rows = trial.finish()
+        if self.members is None:
+            self.added_members += [row["cell_id"] for row in rows]
         self.outbox += [(row, trial.texts[row["cell_id"]]) for row in rows if row["cell_id"] in trial.texts]
         self._tell(trial, value)
 
@@ -237,12 +240,18 @@ class GridSearch(_TrialPlanner):
         self.todo = [t for t in trials if not self._done(ctx, t)]
         super().__init__(ctx, len(self.todo), len(trials) - len(self.todo))
         n_done = len(trials) - len(self.todo)
+        # a grid's cells are known now: the run's record (load_results(out, sweep=name)) is all of them
+        self.members = list(dict.fromkeys(c.cell_id() for t in trials for c in self._cells(ctx, t)))
         log.info("%d grid trials, %d already done, %d to run", len(trials), n_done, len(self.todo))
 
     @staticmethod
-    def _done(ctx: TuneContext, trial: dict[str, Any]) -> bool:
+    def _cells(ctx: TuneContext, trial: dict[str, Any]) -> list[Cell]:
         params = {k: v for k, v in trial.items() if k != "method"}
-        return all(c.cell_id() in ctx.done_rows for c in trial_cells(with_method(ctx.cfg, trial.get("method")), params))
+        return trial_cells(with_method(ctx.cfg, trial.get("method")), params)
+
+    @classmethod
+    def _done(cls, ctx: TuneContext, trial: dict[str, Any]) -> bool:
+        return all(c.cell_id() in ctx.done_rows for c in cls._cells(ctx, trial))
 
     def _next_point(self) -> tuple[dict[str, Any], Any] | None:
         return (self.todo.pop(0), None) if self.todo else None
@@ -264,6 +273,8 @@ class OptunaSearch(_TrialPlanner):
         n_done = self._warm_start(ctx)
         self.remaining = max(0, cfg.search.num_samples - n_done)
         super().__init__(ctx, self.remaining, n_done)
+        # the rows this name wrote before are the run's so far; each trial's cells join as it finishes
+        self.added_members = [cid for cid, row in ctx.done_rows.items() if row.get("tune_name") == cfg.name]
         log.info(
             "optuna: %d trials in total, %d already done, %d to run", cfg.search.num_samples, n_done, self.remaining
         )

@@ -104,3 +104,16 @@ def test_dataset_without_a_paper_table_exits_2(seeded_dir: Path, tmp_path: Path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--paper-dataset cifar10-c" in err and "fmnist-c" in err
     assert main([str(seeded_dir), "--out", str(tmp_path), "--tolerance", "-1"]) == 2
+
+
+def test_two_methods_say_why_rho_is_undefined(seeded_dir: Path, tmp_path: Path, capsys) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(seeded_dir, copy)
+    (copy / "results.parquet").unlink(missing_ok=True)
+    for cell_id in load_results(copy).filter(pl.col("method") == "tent")["cell_id"]:
+        cell_path(copy, cell_id).unlink()
+    assert main([str(copy), "--paper-dataset", "cifar10-c", "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "nan" not in out
+    assert "spearman_rho=undefined (2 methods with both values; a rank correlation needs 3 or more)" in out
+    assert "spearman_rho=undefined" in (tmp_path / "a" / "compare_fmnist-c_vs_cifar10-c.md").read_text()

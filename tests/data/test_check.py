@@ -82,9 +82,22 @@ def test_fmnist_c_cache_and_its_sha256(tmp_path):
     data = bytearray(path.read_bytes())
     data[128:] = bytes(len(data) - 128)  # zero the pixels, keep the header
     path.write_bytes(bytes(data))
-    assert check_dataset("fmnist-c", tmp_path, n_per_domain=10) == []
-    problems = check_dataset("fmnist-c", tmp_path, md5=True, n_per_domain=10)
-    assert len(problems) == 1 and problems[0].startswith(f"{path}: sha256 differs")
+    for md5 in (False, True):  # the stored sums are checked by default: the loader would refuse this file
+        problems = check_dataset("fmnist-c", tmp_path, md5=md5, n_per_domain=10)
+        assert len(problems) == 1 and problems[0].startswith(f"{path}: sha256 differs"), problems
+
+
+def test_fmnist_c_check_cli_fails_a_damaged_cache_without_md5(tmp_path, capsys):
+    folder = prepare_fmnist_c(tmp_path, n_per_domain=10, progress=False)
+    assert main(["check", "fmnist-c", "--dir", str(tmp_path), "--n-per-domain", "10"]) == 0
+    assert "ok (sha256 checked)" in capsys.readouterr().out
+    path = folder / "fog.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # one byte: same size and header
+    path.write_bytes(bytes(data))
+    assert main(["check", "fmnist-c", "--dir", str(tmp_path), "--n-per-domain", "10"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{path}: sha256 differs"), err
 
 
 def test_imagenet_c_counts_class_folders(tmp_path):

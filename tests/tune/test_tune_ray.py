@@ -32,6 +32,7 @@ def test_grid_trials_are_cells_and_resume(ray_session, tmp_path: Path) -> None:
     rows = run_tune(cfg, tmp_path)
     files = sorted((tmp_path / "cells").glob("*.parquet"))
     assert rows.height == 2 and len(files) == 2
+    assert sorted(load_results(tmp_path, sweep="tiny_grid")["cell_id"]) == sorted(rows["cell_id"])  # membership
     assert rows["trial_id"].null_count() == 0 and set(rows["tune_name"]) == {"tiny_grid"}
 
     ok = rows.filter(pl.col("param_domain_alpha") == 0.9).row(0, named=True)
@@ -73,6 +74,7 @@ def test_optuna_gap_search_stays_feasible_and_resumes(ray_session, tmp_path: Pat
         assert 0.5 <= bn["domain_alpha"] <= 0.95 and 1.0 <= bn["domain_beta"] <= 10.0
         assert bn["tune_objective_value"] == pytest.approx(bn["error"] - test["error"])
     assert load_results(tmp_path).height == 6
+    assert load_results(tmp_path, sweep="tiny_stress").height == 6  # every trial's cells are recorded as members
     # resume: the 3 done trials count towards num_samples, so nothing runs and nothing is rewritten
     mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").glob("*.parquet")}
     again = run_tune(cfg, tmp_path)

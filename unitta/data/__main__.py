@@ -114,10 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--dir", "--data-dir", dest="data_dir", default=None, help="data root (default $UNITTA_DATA)")
     fetch.add_argument("--keep-archive", action="store_true", help="keep the verified .tar after extracting it")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
-    check = commands.add_parser("check", help="check a data directory: layout, shapes, labels, optionally md5")
+    check = commands.add_parser("check", help="check a data directory: layout, sizes, labels, stored checksums")
     check.add_argument("dataset", choices=DATASETS)
     check.add_argument("--dir", "--data-dir", dest="data_dir", default=None, help="data root (default $UNITTA_DATA)")
-    check.add_argument("--md5", action="store_true", help="also hash every file against the fetch/build manifest")
+    check.add_argument("--md5", action="store_true",
+                       help="also hash every downloaded file against its fetch manifest (MD5SUMS); stored "
+                       "checksums (Fashion-MNIST-C's sha256) and sizes are always checked")
     check.add_argument("--corruptions", default=None, help="a comma list to check (default: all 15)")
     check.add_argument("--n-per-domain", type=int, default=None, help="fmnist-c: check this subset cache")
     check.add_argument("--severity", type=_severities, default=[5], help="imagenet-c: severity folders (default 5)")
@@ -164,7 +166,8 @@ def _check(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     if problems:
         return 1
-    print(f"{args.dataset} in {data_dir}: ok" + (" (md5 checked)" if args.md5 else ""))
+    print(f"{args.dataset} in {data_dir}: ok" + (" (md5 checked)" if args.md5 else "")
+          + (" (sha256 checked)" if args.dataset == "fmnist-c" else ""))
     return 0
 
 

@@ -3,9 +3,11 @@
 Checks the layouts the loaders read (docs: ``unitta.data.cifar_c``, ``unitta.data.imagenet_c``,
 ``unitta.data.fmnist_c``) without loading the images: folder and files present, ``.npy`` headers
 (dtype, shape) and file sizes (a truncated copy is caught), labels per class in every severity block,
-and for ImageNet-C the wnid folders and image counts of every (corruption, severity). ``--md5`` also
-hashes every file against the manifest written when the data was fetched or built (``MD5SUMS`` from
-``python -m unitta.data fetch``; the sha256 sums in Fashion-MNIST-C's ``meta.json``). The result is
+the checksums stored with the data (the sha256 sums Fashion-MNIST-C's ``meta.json`` records when the cache
+is built, which its loader checks too), and for ImageNet-C the wnid folders and image counts of every
+(corruption, severity). ``--md5`` also hashes every downloaded file against the manifest written when it
+was fetched (``MD5SUMS`` from ``python -m unitta.data fetch``) and requires every Fashion-MNIST-C file to
+have a recorded sum. The result is
 a list of problems, one line each naming the file and the fix; empty means ready (e.g. for a RayJob
 to check before its sweep starts).
 """
@@ -121,7 +123,7 @@ def check_cifar_c(
 
 
 def check_fmnist_c(data_dir: Path, md5: bool = False, n_per_domain: int | None = None) -> list[str]:
-    """The Fashion-MNIST-C cache: meta.json, labels and every file it lists; --md5 checks the recorded sha256."""
+    """The Fashion-MNIST-C cache: meta.json, labels, every file it lists and its recorded sha256."""
     from unitta.data.fmnist_c import FORMAT, cache_folder
 
     folder = cache_folder(data_dir, n_per_domain)
@@ -146,16 +148,25 @@ def check_fmnist_c(data_dir: Path, md5: bool = False, n_per_domain: int | None =
         problem = _check_npy(folder / f"{corruption}.npy", np.dtype(np.uint8), (n * len(severities), *IMAGE_SHAPE), fix)
         if problem:
             problems.append(problem)
-    if md5:
-        from unitta.data.fmnist_c import _sha256
+    return problems + _check_fmnist_sums(folder, meta, ["labels.npy"] + [f"{c}.npy" for c in meta["severities"]],
+                                         fix, strict=md5)
 
-        sums = meta.get("sha256", {})
-        for name in ["labels.npy"] + [f"{c}.npy" for c in meta["severities"]]:
-            path = folder / name
-            if name not in sums:
+
+def _check_fmnist_sums(folder: Path, meta: dict, names: Sequence[str], fix: str, strict: bool) -> list[str]:
+    """The sha256 sums meta.json stored when the cache was built, checked always (the loader refuses a file
+    that differs, so ``check`` must not call it ok); files without a sum (an older unitta's cache, which the
+    loader sums on first use) are a problem only when ``strict`` (--md5)."""
+    from unitta.data.fmnist_c import _sha256
+
+    sums, meta_path = meta.get("sha256", {}), folder / "meta.json"
+    problems = []
+    for name in names:
+        path = folder / name
+        if name not in sums:
+            if strict:
                 problems.append(f"{path}: no sha256 recorded in {meta_path} (built by an older unitta); {fix}")
-            elif path.is_file() and _sha256(path) != sums[name]:
-                problems.append(f"{path}: sha256 differs from {meta_path} (damaged or modified); {fix}")
+        elif path.is_file() and _sha256(path) != sums[name]:
+            problems.append(f"{path}: sha256 differs from {meta_path} (damaged or modified); {fix}")
     return problems
 
 

@@ -25,6 +25,7 @@ from unitta.run.capture import TASK_NAME, cell_task, execute
 __all__ = ["Finished", "LocalBackend", "RayBackend", "LOST_NODE_GRACE_S"]
 
 LOST_NODE_GRACE_S = 20.0  # how long a run that saw Ray errors waits at its end for a node loss to be declared
+STALL_WARN_S = 60.0  # no cell finished this long: say so if other jobs hold the cluster
 
 Finished = tuple[Cell, dict[str, Any], str]
 
@@ -71,6 +72,27 @@ class LocalBackend:
         pass
 
 
+class _WaitWatch:
+    """Says once (one line) when no cell has finished for ``STALL_WARN_S`` because other jobs hold the cluster
+    (a joined cluster that is busy would otherwise look like a silent hang)."""
+
+    def __init__(self, ray, need, started: float) -> None:
+        self.ray, self.need, self.last, self.said = ray, need, started, False
+
+    def check(self, ready: list, ours_at_most: int, say: Callable[[str], None]) -> None:
+        now = time.monotonic()
+        if ready:
+            self.last = now
+            return
+        if self.said or now - self.last < STALL_WARN_S:
+            return
+        self.last = now  # at most one look per STALL_WARN_S
+        line = ray_cluster.busy_elsewhere(self.ray, self.need.num_cpus, self.need.num_gpus, ours_at_most)
+        if line:
+            say(line)
+            self.said = True
+
+
 class RayBackend:
     """Cells as Ray tasks on the cluster ``address`` names (``unitta.run.ray_cluster.connect``)."""
 
@@ -103,6 +125,9 @@ class RayBackend:
         # the plugins' files travel to every worker (Ray's py_modules); cfg.plugins are imported on this driver already
         runtime_env = plugins.runtime_env(plugins.load(self.cfg.plugins))
         self.ray, self.started_here = ray_cluster.connect(self.address, self.num_cpus, runtime_env=runtime_env)
+        joined = ray_cluster.joined_line(self.ray)
+        if joined:
+            write(joined)
         self.task = self.ray.remote(cell_task)
         need = self.cfg.resources
         # a dead node's raylet logs and Ray's retry notices: to a file, not dozens of lines on the driver's stdout
@@ -111,6 +136,7 @@ class RayBackend:
         ray_cluster.check_fits(self.ray, need.num_cpus, need.num_gpus, wait_s=self.wait_for_resources)
         self.capacity, self.checked = ray_cluster.capacity(self.ray, need.num_cpus, need.num_gpus), time.monotonic()
         self.nodes, self.watched = ray_cluster.NodeWatch(self.ray), time.monotonic()
+        self.waiting = _WaitWatch(self.ray, need, started=time.monotonic())
 
     def submit(self, cell: Cell) -> None:
         key = dataset_key(cell)
@@ -154,6 +180,7 @@ class RayBackend:
         from ray.exceptions import RayError
 
         ready, _ = self.ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
+        self.waiting.check(ready, self.running(), self.write)
         self._watch()
         done: list[Finished] = []
         for ref in ready:

@@ -23,7 +23,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     )
     ray_cluster.add_ray_arguments(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--dry-run", action="store_true", help="validate, check, and list the cells; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and list the cells, then run the checks (not with --no-preflight); run nothing")
     p.add_argument(
         "--no-preflight", action="store_true", help="skip the data/checkpoint/feasibility checks before the first cell"
     )

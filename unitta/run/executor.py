@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from unitta.cell import Cell
 from unitta.evaluate import STATUS_OK, DatasetUnavailable, git_commit
-from unitta.results import cells_dir, consolidate, done_cells, write_membership
+from unitta.results import add_to_membership, cells_dir, consolidate, done_cells, write_membership
 from unitta.run.backends import LocalBackend, RayBackend
 from unitta.run.outdir import (
     OutputBusy,
@@ -91,6 +91,7 @@ class Planner(Protocol):
     n_cells: int  # cells it expects to run or reuse (grows as a search learns its size)
     n_skipped: int  # of those, already done in the output directory
     members: list[str] | None  # the cell ids that make up the run (a sweep's grid), recorded before it runs
+    added_members: list[str]  # cell ids a search adds to the run's record as it goes (flushed by the executor)
     notes: list[str]  # lines for the user before the run (e.g. rows that cannot be reused)
 
     def take(self) -> list[Cell]:
@@ -113,14 +114,19 @@ class GridPlanner:
         self.todo = [c for c in cells if c.cell_id() not in finished]
         self.n_cells, self.n_skipped = len(cells), len(cells) - len(self.todo)
         self.members = [c.cell_id() for c in cells]
+        self.added_members: list[str] = []
         self.outbox: list[tuple[dict[str, Any], str]] = []
         # rows from before the model weights were part of a cell's identity cannot say which weights they
         # came from, so they are not reused (docs/results.md, Resume)
         older = sum(1 for cell in self.todo if cell.cell_id_before_weights() in finished)
-        self.notes = [
-            f"resume: {older} cell(s) have rows written before the model weights were part of a cell's identity; "
-            "they run again (their old rows stay under their old ids; docs/results.md, Resume)"
-        ] if older else []
+        self.notes = (
+            [
+                f"resume: {older} cell(s) have rows written before the model weights were part of a cell's identity; "
+                "they run again (their old rows stay under their old ids; docs/results.md, Resume)"
+            ]
+            if older
+            else []
+        )
 
     def take(self) -> list[Cell]:
         todo, self.todo = self.todo, []
@@ -137,7 +143,14 @@ class GridPlanner:
         return not self.todo and not self.outbox
 
 
-def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutcome) -> None:
+def _flush_members(out: Path, name: str, planner: Planner) -> None:
+    """Record the cells a search added to the run (``load_results(out, sweep=name)``)."""
+    if planner.added_members:
+        add_to_membership(out, name, planner.added_members)
+        planner.added_members = []
+
+
+def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutcome, name: str) -> None:
     """Submit what the planner offers, write what it releases, until it is done and nothing runs."""
     while True:
         submitted = planner.take()
@@ -148,6 +161,7 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
             record(out, row, text)
             outcome.count(row)
             bar.update(row["status"], backend.running())
+        _flush_members(out, name, planner)
         bar.grow(planner.n_cells - planner.n_skipped)
         if not backend.pending:
             if planner.done():
@@ -191,6 +205,7 @@ def execute_plan(
         planner = make_planner(done_cells(out, quarantine=True))
         if planner.members is not None:
             write_membership(out, cfg.name, planner.members)
+        _flush_members(out, cfg.name, planner)
         outcome = RunOutcome(out_dir=out, n_cells=planner.n_cells, n_skipped=planner.n_skipped)
         if planner.n_skipped:
             say(f"resume: {planner.n_skipped} of {planner.n_cells} cells already done in {out}")
@@ -216,9 +231,13 @@ def _read_only_outcome(out: Path, make_planner, say: Callable[[str], None], star
         )
     say(f"{out} is not writable; every cell is already done there, so nothing is written")
     consolidated = out / "results.parquet"
-    return RunOutcome(out_dir=out, n_cells=planner.n_cells, n_skipped=planner.n_skipped,
-                      seconds=time.perf_counter() - start,
-                      results_path=consolidated if consolidated.is_file() else None)
+    return RunOutcome(
+        out_dir=out,
+        n_cells=planner.n_cells,
+        n_skipped=planner.n_skipped,
+        seconds=time.perf_counter() - start,
+        results_path=consolidated if consolidated.is_file() else None,
+    )
 
 
 def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome) -> None:
@@ -232,7 +251,7 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
         backend.start(lambda line: bar.write(line) if bar else print(line, file=sys.stderr))
         write_manifest(out, cfg, planner.n_cells, backend.mode, opts.argv)
         bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
-        _loop(planner, backend, out, bar, outcome)
+        _loop(planner, backend, out, bar, outcome, cfg.name)
         backend.finish()
     finally:
         if bar is not None:

@@ -36,6 +36,8 @@ __all__ = [
     "capacity",
     "NodeWatch",
     "RayMessages",
+    "joined_line",
+    "busy_elsewhere",
 ]
 
 CONNECT_TIMEOUT_S = 20.0
@@ -101,6 +103,36 @@ def _reachable(bootstrap: str, timeout: float) -> bool:
         return False
 
 
+# HTTP/2's client preface and an empty SETTINGS frame: every gRPC server (Ray's GCS, its client server)
+# answers with a SETTINGS frame (frame type 4 in the 4th byte of its 9-byte header).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+SPEAKS_GRPC_TIMEOUT_S = 5.0
+
+
+def _speaks_grpc(bootstrap: str, timeout: float) -> bool:
+    """Whether ``bootstrap`` (host:port) answers like a gRPC server: a port that accepts TCP but is not Ray
+    (a web server, a database) would make ``ray.init`` retry for half a minute with pages of C++ warnings.
+
+    With TLS (``RAY_USE_TLS``) the plain-text probe cannot tell, so the address is taken as it is.
+    """
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return True
+    host, _, port = bootstrap.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout) as conn:
+            conn.settimeout(timeout)
+            conn.sendall(_H2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                chunk = conn.recv(9 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+    except (OSError, ValueError):
+        return False
+    return header[3] == 0x04
+
+
 def _job_py_modules() -> list[str]:
     """The ``py_modules`` of the job's own runtime_env under ``ray job submit`` (already uploaded URIs), or []."""
     import json
@@ -149,6 +181,12 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
             raise ClusterError(
                 f"cannot reach the Ray cluster at {bootstrap} within {CONNECT_TIMEOUT_S:.0f} s; start it "
                 "(`ray start --head`), fix --address / RAY_ADDRESS, or use --address local for a new local Ray"
+            )
+        if not _speaks_grpc(bootstrap, SPEAKS_GRPC_TIMEOUT_S):
+            raise ClusterError(
+                f"{bootstrap} accepts connections but does not answer like a Ray cluster (no gRPC reply within "
+                f"{SPEAKS_GRPC_TIMEOUT_S:.0f} s); give the head's GCS address (`ray status` on the head shows it, "
+                "port 6379 by default), or use --address local for a new local Ray"
             )
         kwargs["address"] = address if address is not None else bootstrap
     previous = os.environ.get("RAY_OVERRIDE_JOB_RUNTIME_ENV")
@@ -214,6 +252,38 @@ def capacity(ray, num_cpus: float, num_gpus: float) -> int:
             fits.append(res.get("GPU", 0) / num_gpus)
         total += max(0, int(min(fits) + 1e-9))
     return total
+
+
+def joined_line(ray) -> str | None:
+    """One line naming the running cluster this driver joined (None when it started its own local Ray):
+    joining someone else's cluster (``--address auto``, RAY_ADDRESS) is said, never silent."""
+    try:
+        node = ray._private.worker.global_worker.node
+        if node is None or node.is_head():  # this process started the head: a private local Ray
+            return None
+        address = ray.get_runtime_context().gcs_address
+    except Exception:  # another Ray layout: say nothing rather than guess
+        return None
+    total, free = ray.cluster_resources(), ray.available_resources()
+    return (f"joined the running Ray cluster at {address}: {total.get('CPU', 0):g} CPU / {total.get('GPU', 0):g} GPU, "
+            f"{free.get('CPU', 0):g} CPU / {free.get('GPU', 0):g} GPU free now (--address local starts a private one)")
+
+
+def busy_elsewhere(ray, num_cpus: float, num_gpus: float, ours_at_most: int) -> str | None:
+    """A line when no cell fits in the cluster's free resources and other jobs hold some: the cells wait for them.
+
+    ours_at_most: how many of this sweep's cells can be running (each holds ``num_cpus`` / ``num_gpus``).
+    """
+    total, free = ray.cluster_resources(), ray.available_resources()
+    if free.get("CPU", 0) >= num_cpus - 1e-9 and free.get("GPU", 0) >= num_gpus - 1e-9:
+        return None
+    others_cpu = total.get("CPU", 0) - free.get("CPU", 0) - ours_at_most * num_cpus
+    others_gpu = total.get("GPU", 0) - free.get("GPU", 0) - ours_at_most * num_gpus
+    if others_cpu <= 1e-9 and others_gpu <= 1e-9:
+        return None  # our own cells hold it all: they are running
+    return (f"cells are waiting: other jobs hold {max(others_cpu, 0):g} CPU / {max(others_gpu, 0):g} GPU of the "
+            f"cluster and {free.get('CPU', 0):g} CPU / {free.get('GPU', 0):g} GPU are free (each cell needs "
+            f"{num_cpus:g} CPU / {num_gpus:g} GPU); see `ray status`, or use --address local for a private Ray")
 
 
 class NodeWatch:

@@ -1,0 +1,56 @@
+"""Joining Ray (unitta/ray_cluster.py): an address that accepts TCP but is not Ray is one line within seconds."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from concurrent import futures
+
+import pytest
+
+from unitta.ray_cluster import ClusterError, _speaks_grpc, connect
+
+
+@pytest.fixture
+def web_server():
+    """A TCP server that answers like a web server (what a wrong port often is)."""
+    server = socket.socket()
+    server.bind(("", 0))  # every interface: Ray rewrites 127.0.0.1 to this node's address
+    server.listen()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+
+
+def test_a_port_that_is_not_ray_is_one_line_within_seconds(web_server):
+    started = time.monotonic()
+    with pytest.raises(ClusterError) as err:
+        connect(f"127.0.0.1:{web_server}")
+    assert time.monotonic() - started < 10
+    message = str(err.value)
+    assert "\n" not in message
+    assert f":{web_server} accepts connections but does not answer like a Ray cluster" in message
+
+
+def test_a_grpc_server_passes_the_probe():
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        assert _speaks_grpc(f"127.0.0.1:{port}", 5.0)
+    finally:
+        server.stop(None)
