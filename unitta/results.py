@@ -30,6 +30,7 @@ from unitta.files import write_atomically
 __all__ = [
     "CORRUPT_DIR",
     "SCHEMA",
+    "EXTRA_TYPES",
     "BREAKDOWN_TYPE",
     "STATUS_OK",
     "STATUS_FAILED",
@@ -142,6 +143,23 @@ SCHEMA = pa.schema(
     ]
 )
 
+# Columns other writers add to SCHEMA's, with their types: Tune's trial columns (unitta/tune.py TRIAL_COLUMNS).
+# A null there is written with this type, so that every cell file of a folder has the same schema and any
+# Parquet reader reads the folder (``polars.read_parquet("<out>/cells")``); an unknown extra column that is
+# null is written as a string column.
+EXTRA_TYPES = {
+    "trial_id": pa.string(),
+    "tune_name": pa.string(),
+    "tune_objective": pa.string(),
+    "tune_objective_value": pa.float64(),
+    "tune_feasible": pa.bool_(),
+    **{f"param_{k}": pa.float64() for k in ("domain_alpha", "domain_beta", "class_alpha", "class_beta")},
+    "param_layer": pa.string(),
+    "param_layer_index": pa.int64(),
+    "tune_default_layer": pa.string(),
+    "tune_algorithm": pa.string(),
+}
+
 # The columns whose values must not depend on where or when a cell ran (same config + seed on CPU).
 METRIC_COLUMNS = (
     "error",
@@ -196,10 +214,17 @@ def _to_table(row: dict[str, Any]) -> pa.Table:
         value = row[key]
         if isinstance(value, (dict, list)) and not (isinstance(value, list) and value and isinstance(value[0], dict)):
             value = json.dumps(value, sort_keys=True, default=str)
-        array = pa.array([value])
+        array = _extra_array(key, value)
         arrays.append(array)
         fields.append(pa.field(key, array.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _extra_array(key: str, value: Any) -> pa.Array:
+    """A one-value array for a column outside SCHEMA: EXTRA_TYPES' type, else inferred (a null: string)."""
+    if key in EXTRA_TYPES:
+        return pa.array([value], type=EXTRA_TYPES[key])
+    return pa.array([value], type=pa.string() if value is None else None)
 
 
 def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:

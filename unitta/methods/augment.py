@@ -49,6 +49,7 @@ __all__ = [
     "cotta_augment",
     "rotta_strong_augment",
     "device_generator",
+    "patch_shuffle",
 ]
 
 REFERENCE_AUG_SIZE = 32  # UT core/adapter/cotta.py hard-coded size; UT imagenet/rotta.yaml INPUT.SIZE
@@ -212,6 +213,36 @@ def device_generator(source: torch.Generator, device: torch.device | str) -> tor
     drawn where the tensors live while the whole run still follows the method's single seed)."""
     seed = int(torch.randint(0, 2**62, (1,), generator=source, device=source.device).item())
     return torch.Generator(device=device).manual_seed(seed)
+
+
+def patch_shuffle(x: Tensor, patch_len: int, generator: torch.Generator) -> Tensor:
+    """DeYO's shape-destroying augmentation (Lee et al., ICLR'24, sec. 4.1; reference TTA benchmark
+    ``methods/deyo.py``, ``AUG_TYPE: patch``): every image is cut into ``patch_len`` x ``patch_len`` patches that
+    are put back in a random order of its own (``argsort`` of uniforms drawn from ``generator``).
+
+    Square images whose side is not a multiple of ``patch_len`` are first resized to the nearest lower multiple
+    and back afterwards (bilinear, antialiased: torchvision's tensor ``Resize``), as the reference does.
+    """
+    if x.ndim != 4:
+        raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+    if patch_len < 1:
+        raise ValueError(f"patch_len={patch_len!r} must be >= 1")
+    b, c, h, w = x.shape
+    side = (w // patch_len) * patch_len  # the reference sizes both sides from the width
+    if side < patch_len:
+        raise ValueError(f"images of width {w} are smaller than patch_len={patch_len}")
+    resized = (h, w) != (side, side)
+    if resized:
+        x = F.interpolate(x, size=(side, side), mode="bilinear", align_corners=False, antialias=True)
+    p = side // patch_len
+    patches = x.reshape(b, c, patch_len, p, patch_len, p).permute(0, 2, 4, 1, 3, 5).reshape(b, patch_len**2, c, p, p)
+    keys = torch.rand(b, patch_len**2, generator=generator, device=generator.device)
+    order = keys.argsort(dim=1).to(x.device, non_blocking=True)
+    patches = patches.gather(1, order.view(b, -1, 1, 1, 1).expand_as(patches))
+    x = patches.reshape(b, patch_len, patch_len, c, p, p).permute(0, 3, 1, 4, 2, 5).reshape(b, c, side, side)
+    if resized:
+        x = F.interpolate(x, size=(w, w), mode="bilinear", align_corners=False, antialias=True)
+    return x
 
 
 # ---------------------------------------------------------------------- helpers

@@ -53,6 +53,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.heads import FeatureModel
 from unitta.models.info import ModelInfo
 from unitta.streams.settings import DATASET_ALIASES, canonical_dataset
 
@@ -93,6 +94,11 @@ BUILTIN_MODULES = (
     "unitta.methods.eata",
     "unitta.methods.rdumb",
     "unitta.methods.sar",
+    "unitta.methods.deyo",
+    "unitta.methods.rpl",
+    "unitta.methods.memo",
+    "unitta.methods.santa",
+    "unitta.methods.cmf",
 )
 _builtins_loaded = False
 
@@ -152,6 +158,9 @@ class TTAMethod:
     norm_kinds: ClassVar[tuple[str, ...]] = ("batch",)
     # What ``forward`` returns: 'logits' (softmax gives the class probabilities) or 'probabilities' (LAME).
     scores: ClassVar[str] = "logits"
+    # False only for a method that never changes the source model's outputs on purpose (``test``): the
+    # contract's ``adapts`` check warns when any other method's outputs equal the source model's.
+    adapts: ClassVar[bool] = True
 
     @dataclass(frozen=True)
     class Config:
@@ -203,6 +212,8 @@ class TTAMethod:
         cost counters afterwards; an override must not change any other state of the method.
         """
         scores = self.model(x)
+        if isinstance(self.model, FeatureModel):  # a method that split its model at the classifier
+            scores = self.model.logits(scores)
         return scores.softmax(dim=1) if self.scores == "probabilities" else scores
 
     # ------------------------------------------------------------------ calling

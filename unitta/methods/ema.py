@@ -16,7 +16,7 @@ from torch import nn
 
 from unitta.methods.norm.stats import constant
 
-__all__ = ["make_teacher", "ema_update_"]
+__all__ = ["make_teacher", "ema_update_", "ema_tensors_"]
 
 
 def make_teacher(model: nn.Module) -> nn.Module:
@@ -79,3 +79,14 @@ def _ema_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: fl
     else:
         torch._foreach_mul_(targets, momentum)
     torch._foreach_add_(targets, sources, alpha=1.0 - momentum)
+
+
+@torch.no_grad()
+def ema_tensors_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: float) -> None:
+    """In place: ``t <- momentum * t + (1 - momentum) * s`` for matching lists of tensors (CMF's filter steps,
+    which average selected parameters rather than whole networks)."""
+    if not 0.0 <= momentum <= 1.0:
+        raise ValueError(f"momentum={momentum!r} must lie in [0, 1]")
+    if len(targets) != len(sources):
+        raise ValueError(f"{len(targets)} targets but {len(sources)} sources")
+    _ema_(targets, sources, momentum)

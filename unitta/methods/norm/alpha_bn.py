@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["AlphaBatchNorm"]
+from unitta.nn.batchnorm import replace_batchnorms
+
+__all__ = ["AlphaBatchNorm", "convert_to_alpha_bn"]
 
 
 class AlphaBatchNorm(nn.Module):
@@ -57,3 +59,8 @@ class AlphaBatchNorm(nn.Module):
         F.batch_norm(x, batch_mean, batch_var, None, None, training=True, momentum=1.0, eps=self.eps)
         a = self.alpha
         return (1.0 - a) * self.source_mean + a * batch_mean, (1.0 - a) * self.source_var + a * batch_var
+
+
+def convert_to_alpha_bn(model: nn.Module, alpha: float) -> dict[str, AlphaBatchNorm]:
+    """Replace every BatchNorm of ``model`` in place by an ``AlphaBatchNorm`` (its own affine, shared)."""
+    return replace_batchnorms(model, lambda name, bn: AlphaBatchNorm(bn, alpha))

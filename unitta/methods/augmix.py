@@ -1,0 +1,234 @@
+"""AugMix views (Hendrycks et al., ICLR'20) as batched torch ops with an explicit ``torch.Generator``: MEMO's views.
+
+MEMO (Zhang et al., NeurIPS'22, sec. 3) adapts on the marginal prediction over AugMix views of one test
+image. The reference TTA benchmark (``augmentations/transforms_augmix.py`` + ``augmix_ops.py``, used for MEMO
+through ``AugMixAugmenter(..., use_augmix=True)``) builds every view from the image as a PIL image:
+
+    pre-augment   32-pixel (CIFAR) images: RandomCrop(32, padding=4) + RandomHorizontalFlip
+                  others: RandomResizedCrop(side) + RandomHorizontalFlip
+    3 chains      each of depth d ~ U{1, 2, 3}; each step one op drawn uniformly from
+                  autocontrast, equalize, posterize, rotate, solarize, shear_x, shear_y, translate_x, translate_y
+                  at severity 1 (level ~ U(0.1, severity); rotate int(3 level) degrees, shear 0.03 level,
+                  translate int(level side / 30) pixels, solarize threshold 256 - int(25.6 level),
+                  posterize to 4 - int(0.4 level) bits), random sign for the geometric ops, zero fill
+    mix           w ~ Dirichlet(1, 1, 1), m ~ Beta(1, 1): view = m x_pre + (1 - m) sum_i w_i chain_i
+
+Here the same ops run on a batch of images in uint8 value space (0..255 held in float, rounded after every op
+like PIL's 8-bit results), every view's random choices drawn as tensors, and each op evaluated for the whole
+batch and selected per image (``torch.where``), so that no value is read back to the host. The geometric
+ops sample bilinearly at PIL's pixel-centre coordinates (output pixel centre -> input position by the op's
+affine matrix), zero outside, as PIL's ``Image.transform(..., BILINEAR)``.
+
+Deviations from the reference (same distribution of views, other random numbers):
+- the random stream is the method's torch.Generator, not numpy's global RNG;
+- RandomResizedCrop resizes with a bilinear ``grid_sample`` without antialiasing (PIL's resize filters over
+  the whole footprint); it only applies to non-32-pixel images (ImageNet).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["AugMix", "N_OPS"]
+
+N_OPS = 9  # augmix_ops.augmentations: autocontrast, equalize, posterize, rotate, solarize, shear_x/y, translate_x/y
+_AUTOCONTRAST, _EQUALIZE, _POSTERIZE, _ROTATE, _SOLARIZE, _SHEAR_X, _SHEAR_Y, _TRANSLATE_X, _TRANSLATE_Y = range(N_OPS)
+_GEOMETRIC = (_ROTATE, _SHEAR_X, _SHEAR_Y, _TRANSLATE_X, _TRANSLATE_Y)
+
+
+@dataclass(frozen=True)
+class AugMix:
+    """AugMix views of a batch (module docstring); ``augmix(x, views, generator)`` -> (B, views, C, H, W).
+
+    width: chains per view (3); max_depth: ops per chain drawn from 1..max_depth (3); severity: the op level
+    bound (1, the reference's ``AugMixAugmenter`` default); preaugment: 'crop' (RandomCrop with ``crop_padding``,
+    the reference's choice for 32-pixel CIFAR images) or 'resized_crop' (RandomResizedCrop, other datasets).
+    """
+
+    width: int = 3  # augmix(): range(3) chains
+    max_depth: int = 3  # np.random.randint(1, 4)
+    severity: int = 1  # AugMixAugmenter severity=1
+    preaugment: Literal["crop", "resized_crop"] = "crop"
+    crop_padding: int = 4  # transforms.RandomCrop(32, padding=4)
+
+    def __post_init__(self) -> None:
+        if self.width < 1 or self.max_depth < 1 or not 1 <= self.severity <= 10:
+            raise ValueError(f"AugMix: width={self.width}, max_depth={self.max_depth} must be >= 1, severity in 1..10")
+        if self.preaugment not in ("crop", "resized_crop"):
+            raise ValueError(f"preaugment={self.preaugment!r} is not one of ['crop', 'resized_crop']")
+
+    def __call__(self, x: Tensor, views: int, generator: torch.Generator) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
+        b, c, h, w = x.shape
+        n = b * views
+        rand = _Draw(generator, x.device, x.dtype)
+        pixels = (x.clamp(0.0, 1.0) * 255.0).round()
+        pixels = pixels.unsqueeze(1).expand(b, views, c, h, w).reshape(n, c, h, w)
+        pre = self._preaugment(pixels, rand)
+        chains = pre.unsqueeze(1).expand(n, self.width, c, h, w).reshape(n * self.width, c, h, w)
+        depth = rand.integers(1, self.max_depth + 1, (n * self.width,))
+        for position in range(self.max_depth):
+            chains = torch.where((position < depth).view(-1, 1, 1, 1), self._random_op(chains, rand), chains)
+        weights = -torch.log(rand.uniform((n, self.width)).clamp_min(1e-12))  # Gamma(1) draws -> Dirichlet(1, 1, 1)
+        weights = weights / weights.sum(dim=1, keepdim=True)
+        mix = (chains.view(n, self.width, c, h, w) * weights.view(n, self.width, 1, 1, 1)).sum(dim=1) / 255.0
+        m = rand.uniform((n,)).view(n, 1, 1, 1)  # Beta(1, 1)
+        return (m * (pre / 255.0) + (1.0 - m) * mix).view(b, views, c, h, w)
+
+    # ------------------------------------------------------------------ pre-augmentation
+    def _preaugment(self, pixels: Tensor, rand: _Draw) -> Tensor:
+        n, _, h, w = pixels.shape
+        if self.preaugment == "crop":
+            p = self.crop_padding
+            padded = F.pad(pixels, (p, p, p, p))
+            top = rand.integers(0, 2 * p + 1, (n,))
+            left = rand.integers(0, 2 * p + 1, (n,))
+            rows = (top.view(n, 1) + torch.arange(h, device=pixels.device)).view(n, 1, h, 1)
+            cols = (left.view(n, 1) + torch.arange(w, device=pixels.device)).view(n, 1, 1, w)
+            images = torch.arange(n, device=pixels.device).view(n, 1, 1, 1)
+            channels = torch.arange(pixels.shape[1], device=pixels.device).view(1, -1, 1, 1)
+            out = padded[images, channels, rows, cols]
+        else:
+            out = _random_resized_crop(pixels, rand)
+        flip = (rand.uniform((n,)) < 0.5).view(n, 1, 1, 1)
+        return torch.where(flip, out.flip(-1), out)
+
+    # ------------------------------------------------------------------ one chain step
+    def _random_op(self, v: Tensor, rand: _Draw) -> Tensor:
+        """One op per image, drawn uniformly from the nine (``augmix_ops.augmentations``)."""
+        n, _, h, w = v.shape
+        op = rand.integers(0, N_OPS, (n,))
+        level = 0.1 + (self.severity - 0.1) * rand.uniform((n,))  # sample_level(severity)
+        sign = torch.where(rand.uniform((n,)) > 0.5, -1.0, 1.0).to(v.dtype)
+        out = self._geometric(v, op, level, sign)
+        candidates = {
+            _AUTOCONTRAST: _autocontrast(v),
+            _EQUALIZE: _equalize(v),
+            _POSTERIZE: _posterize(v, 4 - torch.floor(level * 4 / 10)),
+            _SOLARIZE: _solarize(v, 256 - torch.floor(level * 256 / 10)),
+        }
+        for index, result in candidates.items():
+            out = torch.where((op == index).view(n, 1, 1, 1), result, out)
+        return out
+
+    def _geometric(self, v: Tensor, op: Tensor, level: Tensor, sign: Tensor) -> Tensor:
+        """rotate / shear / translate as one batched affine resampling (identity for the other ops)."""
+        n, _, h, w = v.shape
+        one, zero = torch.ones_like(level), torch.zeros_like(level)
+        degrees = sign * torch.floor(level * 30 / 10)  # int_parameter(level, 30), random sign
+        theta = -torch.deg2rad(degrees)  # PIL rotate: angle counter-clockwise, matrix of -angle
+        cos, sin = torch.cos(theta), torch.sin(theta)
+        shear = sign * level * 0.3 / 10  # float_parameter(level, 0.3)
+        shift = sign * torch.floor(level * (w / 3) / 10)  # int_parameter(level, img_size / 3)
+        a = torch.stack([one, zero, zero, zero, one, zero], dim=1)  # identity (x_in = a0 x + a1 y + a2, ...)
+        cx, cy = w / 2.0, h / 2.0
+        rotate = torch.stack([cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy], dim=1)
+        matrices = {
+            _ROTATE: rotate,
+            _SHEAR_X: torch.stack([one, shear, zero, zero, one, zero], dim=1),
+            _SHEAR_Y: torch.stack([one, zero, zero, shear, one, zero], dim=1),
+            _TRANSLATE_X: torch.stack([one, zero, shift, zero, one, zero], dim=1),
+            _TRANSLATE_Y: torch.stack([one, zero, zero, zero, one, shift], dim=1),
+        }
+        for index in _GEOMETRIC:
+            a = torch.where((op == index).view(n, 1), matrices[index], a)
+        return _affine_pixels(v, a.view(n, 2, 3)).round()
+
+
+class _Draw:
+    """Uniform and integer draws from one generator, moved to the images' device (no host read)."""
+
+    def __init__(self, generator: torch.Generator, device: torch.device, dtype: torch.dtype):
+        self.generator, self.device, self.dtype = generator, device, dtype
+
+    def uniform(self, shape: tuple[int, ...]) -> Tensor:
+        u = torch.rand(shape, generator=self.generator, device=self.generator.device)
+        return u.to(self.device, self.dtype, non_blocking=True)
+
+    def integers(self, low: int, high: int, shape: tuple[int, ...]) -> Tensor:
+        r = torch.randint(low, high, shape, generator=self.generator, device=self.generator.device)
+        return r.to(self.device, non_blocking=True)
+
+
+def _affine_pixels(v: Tensor, a: Tensor) -> Tensor:
+    """Bilinear resampling, zero outside: output pixel centre P (pixel units, origin at the top-left corner)
+    reads the input at A P (PIL's ``Image.transform(AFFINE)`` convention); ``a`` (N, 2, 3)."""
+    n, _, h, w = v.shape
+    # P = D (u + 1) with D = diag(w/2, h/2) maps affine_grid's normalised u (align_corners=False) to pixels
+    d = torch.tensor([w / 2.0, h / 2.0], dtype=v.dtype, device=v.device)
+    m = a[:, :, :2]
+    t = a[:, :, 2]
+    m_u = m * d.view(1, 1, 2) / d.view(1, 2, 1)  # D^-1 M D
+    t_u = m_u.sum(dim=2) + t / d.view(1, 2) - 1.0  # D^-1 M D 1 + D^-1 t - 1
+    theta = torch.cat([m_u, t_u.unsqueeze(2)], dim=2)
+    grid = F.affine_grid(theta, [n, v.shape[1], h, w], align_corners=False)
+    return F.grid_sample(v, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def _autocontrast(v: Tensor) -> Tensor:
+    """PIL ImageOps.autocontrast (cutoff 0) per image and channel: [lo, hi] -> [0, 255], truncated."""
+    lo = v.amin(dim=(2, 3), keepdim=True).double()
+    hi = v.amax(dim=(2, 3), keepdim=True).double()
+    span = hi - lo
+    scale = 255.0 / torch.where(span > 0, span, torch.ones_like(span))
+    # PIL's lut int(ix * scale - lo * scale) in double precision (float32 turns 255 into 254.99998)
+    out = torch.floor(v.double() * scale - lo * scale).clamp(0, 255).to(v.dtype)
+    return torch.where(span > 0, out, v)
+
+
+def _equalize(v: Tensor) -> Tensor:
+    """PIL ImageOps.equalize per image and channel: lut[i] = (step // 2 + #pixels below i) // step with
+    step = (#pixels - #pixels at the largest value) // 255; identity when step is 0."""
+    n, c, h, w = v.shape
+    flat = v.reshape(n * c, h * w).long().clamp(0, 255)
+    hist = torch.zeros(n * c, 256, dtype=v.dtype, device=v.device).scatter_add_(
+        1, flat, torch.ones_like(v).view(n * c, -1)
+    )
+    top = flat.amax(dim=1, keepdim=True)
+    step = torch.floor((h * w - hist.gather(1, top)) / 255.0)
+    below = torch.cumsum(hist, dim=1) - hist
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    lut = torch.floor((torch.floor(safe / 2) + below) / safe).clamp(max=255)
+    out = lut.gather(1, flat).view(n, c, h, w)
+    return torch.where((step > 0).view(n, c, 1, 1), out, v)
+
+
+def _posterize(v: Tensor, bits: Tensor) -> Tensor:
+    """Keep the top ``bits`` bits (per image) of every 8-bit value."""
+    quantum = torch.pow(2.0, 8 - bits).view(-1, 1, 1, 1)
+    return torch.floor(v / quantum) * quantum
+
+
+def _solarize(v: Tensor, threshold: Tensor) -> Tensor:
+    """Values >= ``threshold`` (per image) become 255 - value."""
+    return torch.where(v >= threshold.view(-1, 1, 1, 1), 255.0 - v, v)
+
+
+def _random_resized_crop(pixels: Tensor, rand: _Draw, attempts: int = 10) -> Tensor:
+    """torchvision RandomResizedCrop(side) (scale (0.08, 1), ratio (3/4, 4/3), 10 attempts, then the whole
+    image) as one bilinear resampling per image; the crop box is drawn per image."""
+    n, _, h, w = pixels.shape
+    area = h * w * (0.08 + 0.92 * rand.uniform((n, attempts)))
+    log_ratio = math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * rand.uniform((n, attempts))
+    ratio = torch.exp(log_ratio)
+    cw = torch.round(torch.sqrt(area * ratio))
+    ch = torch.round(torch.sqrt(area / ratio))
+    ok = (cw > 0) & (ch > 0) & (cw <= w) & (ch <= h)
+    first = torch.where(ok.any(dim=1), ok.float().argmax(dim=1), torch.zeros(n, dtype=torch.long, device=ok.device))
+    pick = first.view(n, 1)
+    found = ok.any(dim=1)
+    cw = torch.where(found, cw.gather(1, pick).squeeze(1), torch.full_like(cw[:, 0], float(w)))
+    ch = torch.where(found, ch.gather(1, pick).squeeze(1), torch.full_like(ch[:, 0], float(h)))
+    top = torch.floor(rand.uniform((n,)) * (h - ch + 1))
+    left = torch.floor(rand.uniform((n,)) * (w - cw + 1))
+    zero = torch.zeros_like(cw)
+    # output pixel centre P (0..w) reads the input at left + P cw / w
+    a = torch.stack([cw / w, zero, left, zero, ch / h, top], dim=1).view(n, 2, 3)
+    return _affine_pixels(pixels, a).round()
