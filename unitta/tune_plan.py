@@ -4,8 +4,9 @@ A trial is one point of the search space and runs one cell per method (two for a
 methods on the same stream). The planner hands the executor the cells of at most ``search.max_concurrent``
 trials at a time; when a trial's cells are all back it computes the objective, adds the trial columns
 (docs/analysis.md) to the rows and releases them to the executor's writer, and (Optuna) tells the study.
-Grid searches walk ``unitta.tune_config.grid_trials``; Optuna searches use Optuna's ask/tell interface
-(TPE, seeded by ``search.seed``), warm-started from the trials already done in the output directory.
+Grid searches walk ``unitta.tune_config.grid_trials``; Optuna searches use Ray Tune's Optuna searcher through
+its suggest / on_trial_complete interface (TPE, seeded by ``search.seed``), warm-started from the trials already
+done in the output directory.
 
 Points the stream sampler refuses (paper Cor. 1, ``make_stream`` raises ValueError) are not run: their
 rows get status 'failed', an ``error_text`` starting with 'infeasible:' and ``tune_feasible = False``,
@@ -258,58 +259,67 @@ class GridSearch(_TrialPlanner):
 
 
 class OptunaSearch(_TrialPlanner):
-    """Optuna's TPE through ask/tell; the trials already done in the output count towards ``num_samples``."""
+    """Ray Tune's Optuna searcher (``ray.tune.search.optuna.OptunaSearch``: TPE seeded by ``search.seed``) driven
+    through its suggest / on_trial_complete interface: Ray Tune picks each trial's point, the executor runs the
+    trial's cells (lock, preflight, the per-cell writer: docs/analysis.md). The trials already done in the output
+    count towards ``num_samples`` and are handed to the searcher as evaluated points (a warm start)."""
 
     def __init__(self, ctx: TuneContext, layers: list[str]) -> None:
         import optuna
+        from ray.tune.search.optuna import OptunaSearch as TuneOptunaSearch
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         cfg = ctx.cfg
         self.distributions = _distributions(cfg, layers)
-        self.study = optuna.create_study(
-            direction="minimize" if cfg.objective.mode == "min" else "maximize",
+        previous = [(p, v) for p, v in previous_points(ctx) if _inside(p, self.distributions)]
+        self.searcher = TuneOptunaSearch(
+            space=self.distributions,
+            metric=_METRIC,
+            mode=cfg.objective.mode,
             sampler=optuna.samplers.TPESampler(seed=cfg.search.seed),
+            points_to_evaluate=[p for p, _ in previous] or None,
+            evaluated_rewards=[v for _, v in previous] or None,
         )
-        n_done = self._warm_start(ctx)
+        n_done = len(previous)
         self.remaining = max(0, cfg.search.num_samples - n_done)
+        self.asked = 0
         super().__init__(ctx, self.remaining, n_done)
         # the rows this name wrote before are the run's so far; each trial's cells join as it finishes
         self.added_members = [cid for cid, row in ctx.done_rows.items() if row.get("tune_name") == cfg.name]
         log.info(
-            "optuna: %d trials in total, %d already done, %d to run", cfg.search.num_samples, n_done, self.remaining
+            "optuna (Ray Tune searcher): %d trials in total, %d already done, %d to run",
+            cfg.search.num_samples, n_done, self.remaining,
         )
-
-    def _warm_start(self, ctx: TuneContext) -> int:
-        import optuna
-
-        n = 0
-        for point, value in previous_points(ctx):
-            try:
-                self.study.add_trial(
-                    optuna.trial.create_trial(params=point, distributions=self.distributions, value=value)
-                )
-            except ValueError:  # a point outside today's space (the config changed): not a warm start
-                continue
-            n += 1
-        return n
 
     def _next_point(self) -> tuple[dict[str, Any], Any] | None:
         if self.remaining == 0:
             return None
         self.remaining -= 1
-        handle = self.study.ask(self.distributions)
-        point = dict(handle.params)
+        self.asked += 1
+        handle = f"trial_{self.asked:05d}"
+        point = dict(self.searcher.suggest(handle))
         if self.ctx.cfg.search.feasible_only:
             point = map_feasible(self.ctx.cfg, point, self.ctx.sizes)
         return point, handle
 
     def _tell(self, trial: Trial, value: float) -> None:
-        import optuna
-
         if math.isfinite(value):
-            self.study.tell(trial.handle, value)
-        else:
-            self.study.tell(trial.handle, state=optuna.trial.TrialState.FAIL)
+            self.searcher.on_trial_complete(trial.handle, result={_METRIC: value})
+        else:  # an infeasible or failed trial: the searcher records it as failed
+            self.searcher.on_trial_complete(trial.handle, error=True)
+
+
+_METRIC = "tune_objective_value"
+
+
+def _inside(point: dict[str, Any], distributions: dict[str, Any]) -> bool:
+    """Whether a previous point lies in today's search space (a config that changed does not warm-start)."""
+    if set(point) != set(distributions):
+        return False
+    try:
+        return all(d._contains(d.to_internal_repr(point[name])) for name, d in distributions.items())
+    except (ValueError, TypeError):
+        return False
 
 
 def _distributions(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
