@@ -50,12 +50,12 @@ from analysis.common import (  # noqa: E402
 )
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
-from unitta.outdir import OutputError, check_output_dir, is_writable  # noqa: E402
+from unitta.run.outdir import OutputError, check_output_dir, is_writable  # noqa: E402
 
 __all__ = ["analyse", "main"]
 
 _FACTORS = ("domain_alpha", "domain_beta", "class_alpha", "class_beta")
-_CSV_DROP = ("per_domain", "per_class", "domain_errors", "error_curve")  # nested: not CSV
+_CSV_DROP = ("per_domain", "per_class")  # and every other nested column (CSV holds flat values only)
 
 
 def _safe(name: str) -> str:
@@ -109,7 +109,7 @@ def _tune_outputs(tune: pl.DataFrame, out: Path, plots) -> list[Path]:
             rows = rows.filter(pl.col(k) == v)
         run = _safe("_".join(str(v) for v in key.values()))
         csv = out / f"tune_{run}.csv"
-        rows.drop([c for c in _CSV_DROP if c in rows.columns]).write_csv(csv)
+        rows.drop([c for c, dtype in rows.schema.items() if c in _CSV_DROP or dtype.is_nested()]).write_csv(csv)
         written.append(csv)
         setting = ", ".join(sorted(rows["setting"].unique().to_list()))
         what = f"{key.get('tune_name', 'tune')} on {key['dataset']} (setting {setting})"

@@ -2,7 +2,7 @@
 
 * ``heatmap``: error for every method x setting, missing cells hatched grey, failed ones hatched red;
 * ``setting_grids``: per method, the paper's 6 domain settings x 4 class settings grid;
-* ``factor_lines``: tune results, error against each searched factor (paper figure 3);
+* ``factor_lines``: tune results, error against each searched factor (paper figure 3), with 95 % error bars;
 * ``layer_bars``: tune results, error per BDN domain-prediction layer (paper figure 5).
 """
 
@@ -22,6 +22,7 @@ import polars as pl  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from analysis.common import CLASS_HALVES, DOMAIN_HALVES, SETTING_CAPTION, half_notation  # noqa: E402
+from analysis.stats import uncertainty  # noqa: E402
 from analysis.tables import PaperTable  # noqa: E402
 
 __all__ = ["heatmap", "setting_grids", "factor_lines", "layer_bars", "FACTOR_LABELS"]
@@ -59,15 +60,24 @@ def _legend_handles() -> list[Patch]:
     return [Patch(label="missing (no result)", **_MISSING), Patch(label="failed", **_FAILED)]
 
 
-def _legend_below(fig, ax, caption: str) -> None:
-    """The missing/failed legend and the caption, just under the x-axis label."""
+def wrap_to_width(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` wrapped to lines that fit ``width_in`` inches at ``fontsize`` points (an average glyph is
+    about 0.55 em wide), so that a footnote follows the figure's width instead of setting it."""
+    chars = max(20, int(width_in * 72 / (0.55 * fontsize)))
+    return textwrap.fill(text, chars)
+
+
+def _legend_below(fig, ax, caption: str, width_in: float | None = None) -> None:
+    """The missing/failed legend and the caption, just under the x-axis label, wrapped to the axes' width
+    (or ``width_in``)."""
     fig.canvas.draw()
     box = ax.xaxis.label.get_window_extent()
     _, y = ax.transAxes.inverted().transform((box.x0, box.y0))
     legend = ax.legend(handles=_legend_handles(), loc="upper left", bbox_to_anchor=(0, y), ncol=2, fontsize=7,
                        frameon=False, borderaxespad=0.2)
-    ax.annotate(caption, xy=(0, 0), xycoords=legend, xytext=(2, -2), textcoords="offset points", va="top",
-                fontsize=6.5)
+    width = width_in or ax.get_window_extent().width / fig.dpi
+    ax.annotate(wrap_to_width(caption, width, 6.5), xy=(0, 0), xycoords=legend, xytext=(2, -2),
+                textcoords="offset points", va="top", fontsize=6.5)
 
 
 def _annotate(ax, x, y, v, norm, cmap, fontsize, suffix="", halfwidth: float | None = None,
@@ -78,92 +88,140 @@ def _annotate(ax, x, y, v, norm, cmap, fontsize, suffix="", halfwidth: float | N
     text = f"{v:.1f}{suffix}"
     if seeds:
         text += "\n±" + ("?" if halfwidth is None else f"{halfwidth:.1f}")
-        fontsize *= 0.85
     ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, color="black" if light else "white",
             linespacing=0.9)
 
 
+# Heatmap geometry: values at VALUE_PT points in cells CELL_IN inches wide, at most MAX_COLUMNS settings per
+# row of panels, so that a heatmap is at most about 9 inches wide: at DPI 150 about 1,350 pixels, shown at
+# ~1,250 in the HTML report (max-width 1,300 px), where a value's font is ~15 px and its digits >= 9 px tall.
+VALUE_PT, DPI, MAX_COLUMNS = 8.0, 150, 12
+CELL_IN = {False: 0.5, True: 0.55}  # without / with the "± h" line under each value
+CELL_H_IN = {False: 0.36, True: 0.5}
+
+
+def _chunks(settings: list[str]) -> list[list[str]]:
+    """The settings split into rows of at most MAX_COLUMNS (even sizes), in order."""
+    k = math.ceil(len(settings) / MAX_COLUMNS) or 1
+    size = math.ceil(len(settings) / k)
+    return [settings[i : i + size] for i in range(0, len(settings), size)] or [[]]
+
+
 def heatmap(t: PaperTable, path: Path, title: str, label: str = "Error (%)") -> Path:
-    """Methods (rows) x settings (columns) heatmap of error; missing and failed cells hatched and labelled."""
-    settings, methods = t.settings, t.methods
-    data = np.full((len(methods), len(settings)), np.nan)
-    for i, m in enumerate(methods):
-        for j, s in enumerate(settings):
-            v = t.values[m].get(s)
-            data[i, j] = np.nan if v is None else v
-    lo, hi = _scale(data.ravel().tolist())
+    """Methods (rows) x settings (columns) heatmap of error; missing and failed cells hatched and labelled.
+
+    Its size follows the cell count (``CELL_IN`` per setting, ``CELL_H_IN`` per method); more than
+    ``MAX_COLUMNS`` settings wrap into rows of panels; the footnote wraps to the figure's width."""
+    methods = t.methods
+    data = {m: {s: (np.nan if t.values[m].get(s) is None else t.values[m][s]) for s in t.settings} for m in methods}
+    lo, hi = _scale([v for row in data.values() for v in row.values()])
     cmap = plt.get_cmap(CMAP)
     norm = matplotlib.colors.Normalize(lo, hi)
-    width = max(6.0, 0.5 * len(settings) + 2.5)
-    height = max(2.5, (0.6 if t.has_seeds else 0.45) * len(methods) + 1.6)
-    fig, ax = plt.subplots(figsize=(width, height))
-    ax.imshow(np.ma.masked_invalid(data), cmap=cmap, norm=norm, aspect="auto")
-    fs = 7 if len(settings) > 12 else 8
-    for i, m in enumerate(methods):
-        for j, s in enumerate(settings):
-            st = t.status[m].get(s, "missing")
-            if st in ("missing", "failed"):
-                _mark(ax, j, i, st, fs - 1)
-            else:
-                _annotate(ax, j, i, data[i, j], norm, cmap, fs, "*" if st == "partial" else "",
-                          t.ci.get(m, {}).get(s), t.has_seeds)
-    ax.set_xticks(range(len(settings)), settings, rotation=90, fontsize=8, family="monospace")
-    ax.set_yticks(range(len(methods)), methods, fontsize=8)
-    ax.set_xlabel("setting (class corr, class imb, domain corr, domain imb)", fontsize=8)
-    ax.set_title(title, fontsize=9)
-    cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.02)
+    chunks = _chunks(t.settings)
+    cols = max(len(c) for c in chunks)
+    width = max(5.0, CELL_IN[t.has_seeds] * cols + 2.6)
+    panel_h = CELL_H_IN[t.has_seeds] * len(methods) + 1.0
+    fig, axes = plt.subplots(len(chunks), 1, figsize=(width, panel_h * len(chunks) + 0.9), squeeze=False)
+    for ax, settings in zip(axes[:, 0], chunks):
+        grid = np.array([[data[m][s] for s in settings] for m in methods], dtype=float).reshape(len(methods), -1)
+        ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+        for i, m in enumerate(methods):
+            for j, s in enumerate(settings):
+                st = t.status[m].get(s, "missing")
+                if st in ("missing", "failed"):
+                    _mark(ax, j, i, st, VALUE_PT - 1.5)
+                else:
+                    _annotate(ax, j, i, grid[i, j], norm, cmap, VALUE_PT, "*" if st == "partial" else "",
+                              t.ci.get(m, {}).get(s), t.has_seeds)
+        ax.set_xticks(range(len(settings)), settings, rotation=90, fontsize=8, family="monospace")
+        ax.set_yticks(range(len(methods)), methods, fontsize=8)
+        ax.set_xlim(-0.5, cols - 0.5)  # every row of panels on the same cell width
+    last = axes[-1, 0]
+    last.set_xlabel("setting (class corr, class imb, domain corr, domain imb)", fontsize=8)
+    axes[0, 0].set_title(textwrap.fill(title, int(width * 72 / (0.55 * 9))), fontsize=9)
+    fig.tight_layout()
+    cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[:, 0]), fraction=0.03,
+                        pad=0.02)
     cbar.set_label(label, fontsize=8)
     seeds_note = (" Under each value: ± half-width of the 95 % t-interval over seeds (? = one seed)."
                   if t.has_seeds else "")
-    _legend_below(fig, ax, SETTING_CAPTION + " * = some seeds failed." + seeds_note)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
+    _legend_below(fig, last, SETTING_CAPTION + " * = some seeds failed." + seeds_note, width_in=width - 0.6)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
+def grid_halves(settings: list[str]) -> tuple[list[str], list[str]]:
+    """(domain halves, class halves) of the grid: those of the settings present, in the paper's order; a run of
+    4 settings gets a grid of its own halves, not 20 'missing' cells of the 6 x 4 one."""
+    domains = [d for d in DOMAIN_HALVES if any(s[2:] == d for s in settings)]
+    classes = [c for c in CLASS_HALVES if any(s[:2] == c for s in settings)]
+    extra_d = sorted({s[2:] for s in settings} - set(DOMAIN_HALVES))
+    extra_c = sorted({s[:2] for s in settings} - set(CLASS_HALVES))
+    return domains + extra_d, classes + extra_c
+
+
+def _avg_title(t: PaperTable, m: str) -> str:
+    """'(avg 12.3 ± 0.8)' as in the table: with the seeds' interval where the table has one, † if partial."""
+    avg = t.avg[m]
+    if avg is None:
+        return "(avg —)"
+    text = f"{avg:.1f}"
+    if t.has_seeds:
+        ci = t.avg_ci.get(m)
+        text += " ± " + ("?" if ci is None else f"{ci:.1f}")
+    return f"(avg {text}{'' if t.avg_n[m] == len(t.settings) else '†'})"
+
+
 def setting_grids(t: PaperTable, path: Path, title: str, label: str = "Error (%)") -> Path:
-    """Per method, a 6 x 4 grid: domain setting (rows) x class setting (columns), one colour scale."""
+    """Per method, a grid: domain setting (rows) x class setting (columns) over the halves present (the
+    paper's 6 x 4 for the full grid), one colour scale; each panel's average as the table prints it."""
     n = len(t.methods)
-    cols = min(4, n)
+    domains, classes = grid_halves(t.settings)
+    cell_w, cell_h = (0.62, 0.42) if t.has_seeds else (0.52, 0.34)
+    panel_w, panel_h = cell_w * len(classes) + 0.9, cell_h * len(domains) + 1.1
+    cols = max(1, min(n, int(9.0 // panel_w)))  # at most ~9 inches wide: legible when shown 1,300 px wide
     rows = math.ceil(n / cols)
     lo, hi = _scale([v for m in t.methods for v in t.values[m].values()])
     cmap = plt.get_cmap(CMAP)
     norm = matplotlib.colors.Normalize(lo, hi)
-    fig, axes = plt.subplots(rows, cols, figsize=(2.7 * cols + 1.0, 2.9 * rows + 0.9), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel_w * cols + 0.9, panel_h * rows + 0.9), squeeze=False)
     for k, m in enumerate(t.methods):
         ax = axes[k // cols][k % cols]
-        grid = np.full((len(DOMAIN_HALVES), len(CLASS_HALVES)), np.nan)
-        for i, d in enumerate(DOMAIN_HALVES):
-            for j, c in enumerate(CLASS_HALVES):
+        grid = np.full((len(domains), len(classes)), np.nan)
+        for i, d in enumerate(domains):
+            for j, c in enumerate(classes):
                 v = t.values[m].get(c + d)
                 grid[i, j] = np.nan if v is None else v
         ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
-        for i, d in enumerate(DOMAIN_HALVES):
-            for j, c in enumerate(CLASS_HALVES):
+        for i, d in enumerate(domains):
+            for j, c in enumerate(classes):
                 st = t.status[m].get(c + d, "missing")
                 if st in ("missing", "failed"):
                     _mark(ax, j, i, st, 6.5)
                 else:
-                    _annotate(ax, j, i, grid[i, j], norm, cmap, 7.5, "*" if st == "partial" else "",
+                    _annotate(ax, j, i, grid[i, j], norm, cmap, VALUE_PT, "*" if st == "partial" else "",
                               t.ci.get(m, {}).get(c + d), t.has_seeds)
-        ax.set_xticks(range(len(CLASS_HALVES)), [half_notation(c) for c in CLASS_HALVES], fontsize=7.5)
-        ax.set_yticks(range(len(DOMAIN_HALVES)), [half_notation(d) for d in DOMAIN_HALVES], fontsize=7.5)
-        avg = t.avg[m]
-        avg_text = "—" if avg is None else f"{avg:.1f}" + ("" if t.avg_n[m] == len(t.settings) else "†")
-        ax.set_title(f"{m}  (avg {avg_text})", fontsize=8.5)
+        ax.set_xticks(range(len(classes)), [half_notation(c) for c in classes], fontsize=7.5)
+        ax.set_yticks(range(len(domains)), [half_notation(d) for d in domains], fontsize=7.5)
+        ax.set_title(textwrap.fill(f"{m}  {_avg_title(t, m)}", int(panel_w * 72 / (0.55 * 8.5))), fontsize=8.5)
         if k % cols == 0:
             ax.set_ylabel("domain setting", fontsize=8)
         if k // cols == rows - 1 or k + cols >= n:
             ax.set_xlabel("class setting", fontsize=8)
     for k in range(n, rows * cols):
         axes[k // cols][k % cols].axis("off")
-    fig.suptitle(title, fontsize=9.5)
+    fig.suptitle(wrap_to_width(title, panel_w * cols, 9.5), fontsize=9.5)
     cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.02)
     cbar.set_label(label, fontsize=8)
-    fig.text(0.01, -0.01, "(corr, imb): corr i = i.i.d., n = non-i.i.d., 1 = continual; imb 1 = balanced, "
-             "u = imbalanced. Hatched grey: no result; hatched red: failed; † average over fewer settings.",
-             fontsize=7, va="top")
-    fig.savefig(path, dpi=150, bbox_inches="tight")
+    shown = f"{len(domains)} domain x {len(classes)} class settings present" + (
+        "" if (len(domains), len(classes)) == (len(DOMAIN_HALVES), len(CLASS_HALVES)) else
+        f" (of the paper's {len(DOMAIN_HALVES)} x {len(CLASS_HALVES)})")
+    seeds = " Under each value and in the average: ± 95 % t-interval over seeds." if t.has_seeds else ""
+    note = (f"{shown}. (corr, imb): corr i = i.i.d., n = non-i.i.d., 1 = continual; imb 1 = balanced, "
+            f"u = imbalanced. Hatched grey: no result; hatched red: failed; † average over fewer settings.{seeds}")
+    fig.text(0.01, -0.01, wrap_to_width(note, panel_w * cols, 7), fontsize=7, va="top")
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -209,7 +267,11 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
             if pts.height:
                 label = "test (source model)" if m == "test" else m
                 style = dict(marker=markers[m], ms=5, mfc="none", mew=1.2, color=colours[m], label=label, alpha=0.9)
-                ax.plot(pts[f].to_list(), pts["error"].to_list(), linestyle="none" if optuna else "-", **style)
+                if optuna or gap:
+                    ax.plot(pts[f].to_list(), pts["error"].to_list(), linestyle="none" if optuna else "-", **style)
+                else:
+                    x, y, hw = factor_points(pts, f)
+                    ax.errorbar(x, y, yerr=hw, capsize=2.5, elinewidth=0.9, linestyle="-", **style)
         if gap:
             ok = sub.filter(pl.col("status") == "ok")
             if ok.height:
@@ -240,11 +302,30 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
             handles.setdefault(lab, h)
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(6, len(handles)), fontsize=7.5,
                frameon=False)
-    fig.suptitle(title, fontsize=9.5)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    width = 3.6 * ncols + 0.6
+    if not (optuna or gap):
+        fig.text(0.5, 0.005, wrap_to_width("Error bars: 95 % interval, over seeds where a point has several, else one "
+                                           "stream's binomial interval (a lower bound).", width, 7),
+                 ha="center", va="bottom", fontsize=7)
+    fig.suptitle(wrap_to_width(title, width, 9.5), fontsize=9.5)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path
+
+
+def factor_points(pts: pl.DataFrame, factor: str) -> tuple[list[float], list[float], list[float]]:
+    """Per value of ``factor``: (values, mean error, 95 % half-width), the half-width from the seeds (t-interval)
+    where a point has several, else one stream's binomial interval (analysis.stats.uncertainty); 0 if none."""
+    n_samples = pl.col("n_samples") if "n_samples" in pts.columns else pl.lit(None, dtype=pl.Int64)
+    grouped = pts.group_by(factor).agg(pl.col("error"), n_samples.alias("n")).sort(factor)
+    xs, ys, hws = [], [], []
+    for value, errors, ns in grouped.rows():
+        hw, _ = uncertainty(errors, ns)
+        xs.append(value)
+        ys.append(sum(errors) / len(errors))
+        hws.append(hw or 0.0)
+    return xs, ys, hws
 
 
 def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:

@@ -7,7 +7,7 @@ Example::
 
 Writes ``<out>/report.html`` (figures embedded as base64 PNG, no external file or network access) with, per
 panel: the paper-style table (mean ± 95 % interval where there are seeds), the heatmap, the per-method
-6 x 4 grids, best vs runner-up (analysis/stats.py) and the per-setting ranking; then the comparison with the
+domain x class grids, best vs runner-up (analysis/stats.py) and the per-setting ranking; then the comparison with the
 paper's table (the dataset's own, else ``--paper-dataset``, by default CIFAR-10-C as a proxy) with its scatter
 plot and Spearman's rho; then the tune figures if the directories hold tune rows. The figures and tables
 themselves are written beside it (analysis/heatmaps.py and analysis/compare_paper.py outputs).
@@ -42,7 +42,7 @@ th, td { border: 1px solid #ccc; padding: 3px 7px; } th { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 .note { color: #555; font-size: 0.9em; } .warn { background: #fff3cd; padding: 0.5em; border-left: 4px solid #e0a800; }
-nav a { margin-right: 1em; }
+nav a { margin-right: 1em; } .scroll { overflow-x: auto; }
 """
 
 
@@ -67,13 +67,13 @@ def markdown_to_html(md: str) -> str:
                 block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
                 i += 1
             head, rows = block[0], [r for r in block[1:] if not all(set(c) <= set("-:") for c in r)]
-            parts.append("<table><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>")
+            parts.append('<div class="scroll"><table><tr>' + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>")
             for r in rows:
                 cells = "".join(
                     f'<td class="num">{_inline(c)}</td>' if re.match(r"^[*+\-]*\d", c) else f"<td>{_inline(c)}</td>"
                     for c in r)
                 parts.append(f"<tr>{cells}</tr>")
-            parts.append("</table>")
+            parts.append("</table></div>")
             continue
         if line.startswith("#"):
             level = min(len(line) - len(line.lstrip("#")) + 2, 6)  # the page's own h1/h2 stay above
@@ -116,7 +116,7 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
         body.append("<h3>Error vs cost</h3>")
         cost = plots.error_vs_cost(panel_rows[panel], out / f"cost_{panel}.png", f"Error vs time per image — {panel}")
         body.append(_img(cost, f"error vs cost {panel}"))
-        body.append("<h3>Per method: 6 domain settings x 4 class settings</h3>")
+        body.append("<h3>Per method: domain settings x class settings</h3>")
         body.append(_img(by_name[f"grid_{panel}.png"], f"grids {panel}"))
         body.append("<h3>Best vs runner-up</h3>")
         body.append(markdown_to_html(by_name[f"significance_{panel}.md"].read_text()))
@@ -186,7 +186,8 @@ def _paper_section(dirs, out: Path, sweep: pl.DataFrame, paper_dataset: str | No
     for c in comparisons:
         md = next(p for p in c.paths if p.suffix == ".md").read_text()
         png = next(p for p in c.paths if p.suffix == ".png")
-        parts.append(f"<p><b>spearman_rho={c.rho:.3f}</b> ({len(c.rho_methods)} methods, "
+        parts += [f'<p class="warn">Warning: {html.escape(w)}.</p>' for w in compare_paper.warnings_of(c)]
+        parts.append(f"<p><b>{html.escape(compare_paper.rho_text(c))}</b> ({len(c.rho_methods)} methods, "
                      f"{len(c.rho_settings)} settings)</p>")
         parts.append(_img(png, f"ours vs paper {c.stem}"))
         parts.append(markdown_to_html(md))

@@ -95,7 +95,9 @@ class SettingVerdict:
 class OverallVerdict:
     """Best vs runner-up by mean error over the settings both have: a two-sided Wilcoxon signed-rank test
     over those settings' differences. p is None when there are fewer than 2 non-zero differences;
-    min_p is the smallest p-value the test can reach with that many settings."""
+    min_p is the smallest p-value the test can reach with that many settings; left_out: the methods with
+    results left out because a missing or failed cell would have cost more settings than they add
+    (``complete_block``). The two methods are chosen on the same settings they are tested on."""
 
     best: str
     runner_up: str
@@ -108,6 +110,7 @@ class OverallVerdict:
     min_p: float | None
     beats: bool
     alpha: float
+    left_out: tuple[str, ...] = ()
 
 
 def complete_block(cells: dict[str, set[str]]) -> tuple[list[str], list[str]]:
@@ -199,7 +202,8 @@ def _overall(ok: pl.DataFrame, alpha: float) -> OverallVerdict | None:
         res = stats.wilcoxon(d, zero_method="wilcox", alternative="two-sided")
         stat, p = float(res.statistic), float(res.pvalue)
     beats = p is not None and p < alpha and rm > bm
-    return OverallVerdict(b, r, bm, rm, wide.height, sum(x > 0 for x in d), stat, p, min_p, beats, alpha)
+    left_out = tuple(sorted(set(have) - set(methods)))
+    return OverallVerdict(b, r, bm, rm, wide.height, sum(x > 0 for x in d), stat, p, min_p, beats, alpha, left_out)
 
 
 def verdict_markdown(verdicts: list[SettingVerdict], overall: OverallVerdict | None, caption: str = "") -> str:
@@ -226,11 +230,15 @@ def overall_line(o: OverallVerdict | None) -> str:
         return "Overall: fewer than two methods with results in a common setting; no comparison."
     head = (f"Overall: {o.best} (mean {o.best_mean:.2f}) vs {o.runner_up} (mean {o.runner_up_mean:.2f}) over "
             f"{o.n_settings} settings, lower in {o.wins}/{o.n_settings}; ")
+    left = (f" Left out for missing or failed cells (keeping them would cost more settings than they add): "
+            f"{', '.join(o.left_out)}." if o.left_out else "")
     if o.p is None:
-        return head + "too few settings with a difference for a Wilcoxon signed-rank test."
+        return head + "too few settings with a difference for a Wilcoxon signed-rank test." + left
     verdict = "beats the runner-up" if o.beats else "does not beat the runner-up"
     text = (head + f"Wilcoxon signed-rank (two-sided) W = {o.statistic:g}, p = {o.p:.3g}: {o.best} {verdict} "
             f"at alpha = {o.alpha:g}.")
     if o.min_p is not None and o.min_p >= o.alpha:
         text += f" (With {o.n_settings} settings the smallest attainable p is {o.min_p:.3g}: run more settings.)"
-    return text
+    text += (" Best and runner-up are chosen on the same settings they are tested on, so p is optimistic "
+             "(a selection effect): confirm on other settings or seeds.")
+    return text + left

@@ -229,7 +229,7 @@ def test_check_passes_the_example_and_fails_a_reset_that_keeps_the_adapted_model
 
     assert main(["check", str(ROOT / "examples" / "my_method" / "my_method.py:pseudo_label")]) == 0
     out = capsys.readouterr().out
-    assert out.count("PASS") == 7 and "all checks passed" in out
+    assert out.count("PASS") == 10 and "WARN" not in out and "all checks passed" in out
 
     _write(tmp_path / "zz_leaky.py", LEAKY_PLUGIN)
     assert main(["check", f"{tmp_path / 'zz_leaky.py'}:leaky_bn"]) == 1
@@ -237,6 +237,101 @@ def test_check_passes_the_example_and_fails_a_reset_that_keeps_the_adapted_model
     reset = next(line for line in lines if line.split()[1:2] == ["reset"])
     assert reset.split()[0] == "FAIL" and "state after reset() differs from the fresh method's" in reset, lines
     assert lines[-1].endswith("check(s) failed")
+
+
+# setup() replaces a layer of the model it was given: before every check had its own copy, the first check's
+# build changed the model the later "source unchanged" comparisons started from, and the plugin passed.
+MUTATING_PLUGIN = '''
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from unitta.methods import TTAMethod, register_method
+
+
+@register_method("zz_mutating")
+class Mutating(TTAMethod):
+    @dataclass(frozen=True)
+    class Config:
+        lr: float = 1e-3
+
+    def setup(self):
+        self.source_model.bn1 = nn.Identity()  # the bug: the source itself loses its first BatchNorm
+        self.model.bn1 = nn.Identity()
+
+    @torch.no_grad()
+    def forward(self, x):
+        return self.model(x)
+'''
+
+# A host read in forward (.item()) and a method that never changes the source model's outputs.
+SYNCING_PLUGIN = '''
+from dataclasses import dataclass
+
+import torch
+
+from unitta.methods import TTAMethod, register_method
+
+
+@register_method("zz_syncing")
+class Syncing(TTAMethod):
+    @dataclass(frozen=True)
+    class Config:
+        lr: float = 1e-3
+
+    def setup(self):
+        self.model.train()  # batch statistics: adapts
+
+    @torch.no_grad()
+    def forward(self, x):
+        out = self.model(x)
+        if out.abs().max().item() > 1e9:  # the host waits for the device here
+            out = out.clamp(-1e9, 1e9)
+        return out
+
+
+@register_method("zz_frozen")
+class Frozen(TTAMethod):
+    @dataclass(frozen=True)
+    class Config:
+        lr: float = 1e-3
+
+    @torch.no_grad()
+    def forward(self, x):
+        return self.model(x)
+'''
+
+
+def _check_lines(capsys) -> dict[str, str]:
+    return {line.split()[1]: line.split()[0] + " " + " ".join(line.split()[2:])
+            for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["PASS"], ["FAIL"], ["WARN"])}
+
+
+def test_check_fails_a_plugin_that_modifies_the_source_model(tmp_path, clean_registry, capsys):
+    from unitta.methods.__main__ import main
+
+    _write(tmp_path / "zz_mutating.py", MUTATING_PLUGIN)
+    assert main(["check", f"{tmp_path / 'zz_mutating.py'}:zz_mutating"]) == 1
+    lines = _check_lines(capsys)
+    failed = {check: text for check, text in lines.items() if text.startswith("FAIL")}
+    assert list(failed) == ["source_unchanged"], lines
+    assert "the source model passed in was modified" in failed["source_unchanged"]
+
+
+def test_check_warns_on_a_host_sync_and_on_a_method_that_never_adapts(tmp_path, clean_registry, capsys):
+    from unitta.methods.__main__ import main
+
+    _write(tmp_path / "zz_syncing.py", SYNCING_PLUGIN)
+    assert main(["check", f"{tmp_path / 'zz_syncing.py'}:zz_syncing"]) == 0  # warnings do not fail the check
+    lines = _check_lines(capsys)
+    assert lines["host_sync"].startswith("WARN") and "Tensor.item at zz_syncing.py:21 (x3)" in lines["host_sync"]
+    assert lines["adapts"].startswith("PASS")
+    assert main(["check", f"{tmp_path / 'zz_syncing.py'}:zz_frozen"]) == 0
+    lines = _check_lines(capsys)
+    assert lines["adapts"].startswith("WARN never adapts") and lines["host_sync"].startswith("PASS"), lines
+    assert main(["check", "test"]) == 0  # the source model does not adapt by design: no warning
+    assert _check_lines(capsys)["adapts"].startswith("PASS")
 
 
 def test_check_usage_errors_exit_2(tmp_path, clean_registry, capsys):

@@ -97,6 +97,8 @@ def test_cli_json_and_report(tmp_path, capsys) -> None:
     assert set(out["factors"]) == {"domain_alpha", "domain_beta", "class_alpha", "class_beta"}
     errors = [m["error"] for m in out["methods"]]
     assert errors == sorted(errors) and {"method", "error"} <= set(out["methods"][0])
+    assert out["reason"].startswith(f"{out['methods'][0]['method']} has the lowest mean error")
+    assert out["warnings"] == [] and out["alternatives"] == []  # a benchmark stream, far from any cut-off
     assert main(["--classes", str(tmp_path / "c.npy"), "--paper", "cifar10-c", "--top", "3"]) == 0
     report = capsys.readouterr().out
     assert "nearest setting: nu**" in report and "runner-up" in report
@@ -129,6 +131,81 @@ def test_cli_usage_errors_exit_2(tmp_path, capsys) -> None:
     assert exc.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
     assert main(["--classes", str(tmp_path / "c.txt"), "--paper", "mnist"]) == 2
     assert main(["--classes", str(tmp_path / "c.txt"), "--results", str(tmp_path / "missing")]) == 2
+
+
+# ---------------------------------------------------------------------- what limits a recommendation
+def _report(tmp_path, capsys, classes, *extra) -> str:
+    np.save(tmp_path / "labels.npy", np.asarray(classes))
+    assert main(["--classes", str(tmp_path / "labels.npy"), "--paper", "cifar10-c", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def _runs_stream(seed: int = 1, length: int = 10_000) -> np.ndarray:
+    """Runs of 200-400 of one class; after a run of another class the next run is class 0 with probability 0.65:
+    leaves are far from uniform (a ULMM leaves every state uniformly)."""
+    rng = np.random.default_rng(seed)
+    runs, prev = [], 0
+    while sum(len(r) for r in runs) < length:
+        c = 0 if prev != 0 and rng.random() < 0.65 else int(rng.integers(1, 10))
+        runs.append(np.full(int(rng.integers(200, 401)), c))
+        prev = c
+    return np.concatenate(runs)[:length]
+
+
+def test_hand_made_runs_stream_gets_a_misfit_warning(tmp_path, capsys) -> None:
+    classes = _runs_stream()
+    assert 0.33 < np.mean(classes == 0) < 0.43  # about 38 % class 0, as in the issue
+    lines = _report(tmp_path, capsys, classes).splitlines()
+    assert lines[0].startswith("warning: misfit: the class sequence is not the ULMM")
+    assert "of the changes go to 0" in lines[0]
+    assert any(line.startswith("reason: ") for line in lines)
+
+
+def test_drifting_stream_gets_a_drift_warning(tmp_path, capsys) -> None:
+    rng = np.random.default_rng(1)
+    classes = np.concatenate([np.zeros(3000, dtype=np.int64), rng.integers(0, 10, 7000)])
+    out = _report(tmp_path, capsys, classes)
+    drift = [line for line in out.splitlines() if line.startswith("warning: drift:")]
+    assert len(drift) == 1 and "state 0: 64 % of the first half" in drift[0]
+
+
+@pytest.mark.parametrize("code", ["nui1", "i1i1", "n1nu", "nunu"])
+def test_streams_from_the_benchmark_get_no_fit_or_drift_warning(code: str) -> None:
+    from unitta.recommend import assess
+
+    s = _stream(code)
+    table, source = benchmark_table(paper="cifar10-c")
+    rec = assess(recommend(estimate_factors(s.classes, s.domains), table, source), table, s.classes, s.domains)
+    assert not [w for w in rec.warnings if w.startswith(("misfit", "drift", "far"))], rec.warnings
+
+
+def test_short_stream_near_a_threshold_names_both_settings_and_rankings(tmp_path, capsys) -> None:
+    s = _stream("nui1", seed=0, length=300, class_beta=3.5)  # just above the 3.16 cut-off between '1' and 'u'
+    out = _report(tmp_path, capsys, s.classes, "--top", "3")
+    lines = out.splitlines()
+    near = next(line for line in lines if line.startswith("warning: near a threshold"))
+    assert "class beta" in near and "straddles the cut-off 3.16" in near
+    assert "candidate settings nu** and n1**" in near or "candidate settings n1** and nu**" in near
+    assert any(line.startswith("alternative setting ") for line in lines)
+    assert sum(line.startswith("reason: ") for line in lines) == 2  # one per candidate setting
+    paper = load_paper_table("cifar10-c")
+    for half in ("nu", "n1"):  # both rankings: each candidate's best method is the paper's over its 6 settings
+        sub = paper.filter(pl.col("setting").str.starts_with(half)).group_by("method").agg(pl.col("error").mean(),
+                                                                                          pl.len())
+        best = sub.filter(pl.col("len") == 6).sort("error")["method"][0]
+        assert any(f"reason: {best} has the lowest mean error" in line and f"{half}11" in line for line in lines)
+
+
+def test_interval_basis_seeds_or_stream_sampling_only(tmp_path) -> None:
+    n1i1 = default_factors("n1i1")
+    rows = [{"method": m, "setting": "n1i1", **n1i1, "error": e, "seed": seed}
+            for m, errors in (("a", (20.0, 22.0)), ("b", (25.0, 27.0))) for seed, e in enumerate(errors)]
+    table, source = benchmark_table(results=[_results_dir(tmp_path, rows)])
+    rec = recommend(estimate_factors(*_pair(_stream("n1i1"))), table, source)
+    assert [m["basis"] for m in rec.methods] == ["seeds", "seeds"] and rec.runner_up()["basis"] == "seeds"
+    assert "z = 3.5 from seeds" in rec.reason()  # gap 5; se 1 each (sd sqrt 2 over 2 seeds): sqrt(2)
+    paper = recommend(estimate_factors(*_pair(_stream("n1i1"))), *benchmark_table(paper="cifar10-c"))
+    assert paper.runner_up()["basis"] == "stream sampling only" and "from stream sampling only" in paper.reason()
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,16 @@ Examples::
 Estimates the stream's factors (``unitta.streams.estimate_factors``: correlation alpha_1 and imbalance
 beta of classes and domains, with intervals, and the nearest setting code), finds the nearest benchmark
 cells (a sweep's settings or a Tune sweep's factor points, or the paper's published table), and ranks the
-methods by their error there. docs/recommend.md explains the distance and the intervals.
+methods by their error there, with a one-line reason. Warnings come first: a ULMM that does not fit the
+stream, drift, a nearest benchmark point far away, an estimate near a setting cut-off (then the ranking at
+each candidate setting is shown). Intervals say whether they come from seeds or from stream sampling only.
+docs/recommend.md explains the distance, the intervals and the checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -24,35 +28,28 @@ from typing import Any
 
 import numpy as np
 
-from unitta.streams.estimate import Factors, corr_position, estimate_factors, imb_position
+from unitta.paper.stream_lengths import PAPER_STREAM_LENGTHS
+from unitta.streams.estimate import (
+    AttributeFactors,
+    Factors,
+    corr_position,
+    estimate_factors,
+    imb_position,
+    reference_factors,
+)
+from unitta.streams.fit import drift, transition_fit
 from unitta.streams.settings import FACTOR_KEYS, default_factors
 
-__all__ = ["Recommendation", "UsageError", "benchmark_table", "main", "read_labels", "recommend"]
+__all__ = [
+    "FAR_DISTANCE", "Recommendation", "UsageError", "assess", "benchmark_table", "main", "read_labels", "recommend",
+    "threshold_alternatives",
+]
 
-# Stream length of every setting of the paper's runs: the reference sampler with seed 425 on the full
-# test sets (computed with make_stream(*synthetic_labels(dataset), code, sampler="official")); the paper
-# prints one run per cell, so its binomial standard error uses these lengths.
-PAPER_STREAM_LENGTHS: dict[str, dict[str, int]] = {
-    "cifar10-c": {
-        "i1i1": 136519, "i1iu": 75660, "i1n1": 129655, "i1nu": 74091, "i111": 150000, "i11u": 75660,
-        "iui1": 61275, "iuiu": 30923, "iun1": 61275, "iunu": 30923, "iu11": 61275, "iu1u": 30923,
-        "n1i1": 136837, "n1iu": 75660, "n1n1": 115931, "n1nu": 60474, "n111": 150000, "n11u": 75660,
-        "nui1": 56801, "nuiu": 30923, "nun1": 48348, "nunu": 33418, "nu11": 61275, "nu1u": 30923,
-    },
-    "cifar100-c": {
-        "i1i1": 110896, "i1iu": 75600, "i1n1": 103957, "i1nu": 58264, "i111": 150000, "i11u": 75600,
-        "iui1": 58875, "iuiu": 29703, "iun1": 58875, "iunu": 29703, "iu11": 58875, "iu1u": 29703,
-        "n1i1": 84405, "n1iu": 75600, "n1n1": 27804, "n1nu": 14331, "n111": 150000, "n11u": 75600,
-        "nui1": 37197, "nuiu": 29703, "nun1": 24937, "nunu": 13183, "nu11": 58875, "nu1u": 29703,
-    },
-    "imagenet-c": {
-        "i1i1": 28360, "i1iu": 76000, "i1n1": 23593, "i1nu": 21618, "i111": 150000, "i11u": 76000,
-        "iui1": 58425, "iuiu": 31349, "iun1": 58425, "iunu": 29561, "iu11": 58425, "iu1u": 31349,
-        "n1i1": 228845, "n1iu": 76000, "n1n1": 268749, "n1nu": 100398, "n111": 150000, "n11u": 76000,
-        "nui1": 132958, "nuiu": 29561, "nun1": 106678, "nunu": 117579, "nu11": 58425, "nu1u": 29561,
-    },
-}
 _TIE = 1e-9  # points this close to the nearest distance count as equally near
+# A nearest benchmark point further than this (in ladder steps: 1 = from one setting character to the next) is
+# an extrapolation: half the step between two settings, where the nearest setting code itself changes.
+FAR_DISTANCE = 0.5
+SEEDS_BASIS, STREAM_BASIS = "seeds", "stream sampling only"
 
 
 class UsageError(ValueError):
@@ -122,34 +119,50 @@ _RATE_METRICS = ("error", "balanced_error", "worst_class_error")
 
 def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str | None = None,
                     dataset: str | None = None, metric: str = "error") -> tuple[Any, str]:
-    """Benchmark points as a polars DataFrame (method, setting, the 4 factors, error, se, n_runs) and a label.
+    """Benchmark points as a polars DataFrame (method, setting, the 4 factors, error, se, n_runs, basis) and a label.
 
     results: sweep or Tune result directories (``unitta.results.load_results``), ok rows only; several seeds
-    of one point give mean and standard error over seeds, one run the binomial standard error
-    sqrt(p (1 - p) / n_samples). paper: a dataset of the paper's published table (``unitta.paper``), whose
-    cells get the benchmark's default factors of their setting. metric: the result column ranked (RANK_METRICS;
-    the paper publishes only ``error``).
+    of one point give mean and standard error over seeds (basis 'seeds'), one run the binomial standard error
+    sqrt(p (1 - p) / n_samples), which holds the stream's sampling noise only (basis 'stream sampling only').
+    paper: a dataset of the paper's published table (``unitta.paper``), whose cells get the benchmark's default
+    factors of their setting (one run per cell: 'stream sampling only'). metric: the result column ranked
+    (RANK_METRICS; the paper publishes only ``error``).
     """
-    import polars as pl
-
     if metric not in RANK_METRICS:
         raise UsageError(f"--metric {metric!r}: expected one of {', '.join(RANK_METRICS)}")
     if paper is not None and metric != "error":
         raise UsageError(f"--metric {metric}: the paper publishes only error; use --results for other metrics")
     if paper is not None:
-        from unitta.paper import PAPER_DATASETS, load_paper_table
+        return _paper_points(paper)
+    df, chosen = _result_rows(results, dataset, metric)
+    source = ", ".join(map(str, results or [])) + f" ({chosen})"
+    if metric != "error":
+        source += f", ranked by {metric}"
+    return _aggregate(df, metric), source
 
-        name = paper if paper in PAPER_DATASETS else f"{paper}-c"
-        if name not in PAPER_DATASETS:
-            raise UsageError(f"--paper {paper!r}: the paper has tables for {', '.join(sorted(PAPER_DATASETS))}")
-        df = load_paper_table(name)
-        rows = []
-        for r in df.iter_rows(named=True):
-            f = default_factors(r["setting"], name)
-            n = PAPER_STREAM_LENGTHS[name].get(r["setting"])
-            rows.append({"method": r["method"], "setting": r["setting"], **f, "error": r["error"],
-                         "se": _binomial_se(r["error"], n), "n_runs": 1})
-        return pl.DataFrame(rows), f"the paper's table for {name}"
+
+def _paper_points(paper: str) -> tuple[Any, str]:
+    """The paper's published cells at their setting's default factors, binomial standard errors."""
+    import polars as pl
+
+    from unitta.paper import PAPER_DATASETS, load_paper_table
+
+    name = paper if paper in PAPER_DATASETS else f"{paper}-c"
+    if name not in PAPER_DATASETS:
+        raise UsageError(f"--paper {paper!r}: the paper has tables for {', '.join(sorted(PAPER_DATASETS))}")
+    df = load_paper_table(name)
+    rows = []
+    for r in df.iter_rows(named=True):
+        f = default_factors(r["setting"], name)
+        n = PAPER_STREAM_LENGTHS[name].get(r["setting"])
+        rows.append({"method": r["method"], "setting": r["setting"], **f, "error": r["error"],
+                     "se": _binomial_se(r["error"], n), "n_runs": 1, "basis": STREAM_BASIS})
+    return pl.DataFrame(rows), f"the paper's table for {name}"
+
+
+def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metric: str) -> tuple[Any, str]:
+    """The ok rows of ``results`` for one dataset, ``metric`` as the ``error`` column; (rows, the dataset)."""
+    import polars as pl
 
     from unitta.results import STATUS_OK, load_results
 
@@ -176,6 +189,13 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
         raise UsageError(f"the results hold several datasets ({', '.join(datasets)}); choose one with --dataset")
     if df.height == 0:
         raise UsageError("the results hold no successful rows")
+    return df, datasets[0] if dataset is None else dataset
+
+
+def _aggregate(df, metric: str):
+    """Mean and standard error per (method, setting, factors): over seeds, or binomial for one run of a rate."""
+    import polars as pl
+
     if "n_samples" not in df.columns:
         df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_samples"))
     keys = ["method", "setting", *FACTOR_KEYS]
@@ -192,11 +212,9 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
             se = _binomial_se(r["mean"], r["n_samples"])
         else:
             se = float("nan")
-        rows.append({**{k: r[k] for k in keys}, "error": r["mean"], "se": se, "n_runs": r["n_runs"]})
-    source = ", ".join(map(str, results or [])) + (f" ({datasets[0] if dataset is None else dataset})")
-    if metric != "error":
-        source += f", ranked by {metric}"
-    return pl.DataFrame(rows), source
+        rows.append({**{k: r[k] for k in keys}, "error": r["mean"], "se": se, "n_runs": r["n_runs"],
+                     "basis": SEEDS_BASIS if r["n_runs"] >= 2 else STREAM_BASIS})
+    return pl.DataFrame(rows)
 
 
 @dataclass(frozen=True)
@@ -206,8 +224,10 @@ class Recommendation:
     factors: Factors
     points: list[dict[str, Any]]  # the nearest points: setting and the 4 factors
     distance: float
-    methods: list[dict[str, Any]]  # best first: method, error, se, interval95, n_points
+    methods: list[dict[str, Any]]  # best first: method, error, se, interval95, n_points, basis
     source: str
+    warnings: tuple[str, ...] = ()  # what limits the recommendation (``assess``), one line each
+    alternatives: tuple[tuple[str, Recommendation], ...] = ()  # (why, the ranking there) near a threshold
 
     def runner_up(self) -> dict[str, Any] | None:
         """How far the second method is behind the first: gap (points), its standard error and z = gap / se."""
@@ -217,8 +237,9 @@ class Recommendation:
         gap = b["error"] - a["error"]
         se = math.sqrt(a["se"] ** 2 + b["se"] ** 2) if math.isfinite(a["se"]) and math.isfinite(b["se"]) else math.nan
         z = gap / se if se and math.isfinite(se) else math.nan
+        basis = SEEDS_BASIS if a.get("basis") == b.get("basis") == SEEDS_BASIS else STREAM_BASIS
         return {"method": b["method"], "gap": gap, "gap_se": _none(se), "z": _none(z),
-                "within_noise": bool(math.isfinite(z) and z < 2.0)}
+                "within_noise": bool(math.isfinite(z) and z < 2.0), "basis": basis}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -229,7 +250,26 @@ class Recommendation:
             "nearest": {"points": self.points, "distance": self.distance},
             "runner_up": self.runner_up(),
             "source": self.source,
+            "reason": self.reason(),
+            "warnings": list(self.warnings),
+            "alternatives": [{"why": why, "setting": alt.factors.setting, "reason": alt.reason(),
+                              "methods": [m["method"] for m in alt.methods]} for why, alt in self.alternatives],
         }
+
+    def reason(self) -> str:
+        """One line: why the first method is recommended, and how sure that is."""
+        if not self.methods:
+            return "no method has results at the nearest benchmark point"
+        best = self.methods[0]
+        pts = ", ".join(p["setting"] for p in self.points)
+        text = (f"{best['method']} has the lowest mean error ({best['error']:.2f} %) at the nearest benchmark "
+                f"point{'s' if len(self.points) > 1 else ''} {pts} (distance {self.distance:.2f})")
+        ru = self.runner_up()
+        if ru is None:
+            return text + "; no other method to compare with"
+        z = f"z = {ru['z']:.1f}" if ru["z"] is not None else "no interval"
+        verdict = "within noise" if ru["within_noise"] else "a clear gap"
+        return text + f"; {ru['method']} is {ru['gap']:+.2f} points behind ({z} from {ru['basis']}: {verdict})"
 
 
 def _none(x: float) -> float | None:
@@ -278,21 +318,97 @@ def recommend(factors: Factors, table: Any, source: str = "", *, top: int | None
     for r in table.iter_rows(named=True):
         key = (r["setting"], *(r[k] for k in FACTOR_KEYS))
         if key in nearest:
-            by_method.setdefault(r["method"], {})[key] = (r["error"], r["se"])
+            by_method.setdefault(r["method"], {})[key] = (r["error"], r["se"], r.get("basis", STREAM_BASIS))
     complete = {m: v for m, v in by_method.items() if len(v) == len(nearest)} or by_method
     methods = []
     for m, cells in complete.items():
-        errs = [e for e, _ in cells.values()]
-        ses = [s for _, s in cells.values()]
+        errs = [e for e, _, _ in cells.values()]
+        ses = [s for _, s, _ in cells.values()]
+        basis = SEEDS_BASIS if all(b == SEEDS_BASIS for _, _, b in cells.values()) else STREAM_BASIS
         mean = float(np.mean(errs))
         se = math.sqrt(sum(s**2 for s in ses)) / len(ses) if all(math.isfinite(s) for s in ses) else math.nan
         methods.append({"method": m, "error": mean, "se": se,
                         "interval95": [mean - 1.96 * se, mean + 1.96 * se] if math.isfinite(se) else None,
-                        "n_points": len(cells)})
+                        "n_points": len(cells), "basis": basis})
     methods.sort(key=lambda x: (x["error"], x["method"]))
     pts = [{"setting": p[0], **dict(zip(FACTOR_KEYS, p[1:]))} for p in nearest]
     return Recommendation(factors=factors, points=pts, distance=d_min, methods=methods[:top] if top else methods,
                           source=source)
+
+
+def _imb_cut(attribute: str) -> float:
+    """The beta where the nearest imbalance character changes ('1' below, 'u' above): imb_position = 0.5."""
+    return math.sqrt(reference_factors(attribute, 2)["beta_u"])
+
+
+def _corr_cut(attribute: str, n: int) -> float:
+    """The alpha_1 where the nearest correlation character changes ('i' below, 'n' above): corr_position = 0.5."""
+    ref = reference_factors(attribute, n)
+    lo, hi = -math.log(1.0 - ref["alpha_i"]), -math.log(1.0 - ref["alpha_n"])
+    return 1.0 - math.exp(-(lo + hi) / 2.0)
+
+
+def _flips(a: AttributeFactors) -> list[tuple[str, AttributeFactors]]:
+    """The attribute's estimate moved to the far end of a 95 % interval that straddles a setting cut-off."""
+    out = []
+    lo, hi = a.interval("beta")
+    cut = _imb_cut(a.attribute)
+    if math.isfinite(a.beta_se) and lo < cut < hi:
+        other = "1" if a.imb == "u" else "u"
+        why = (f"{a.attribute} beta = {a.beta:.2f}, its 95 % interval [{lo:.2f}, {hi:.2f}] straddles the cut-off "
+               f"{cut:.2f} between imbalance '1' and 'u'")
+        out.append((why, dataclasses.replace(a, beta=lo if a.imb == "u" else hi, imb=other)))
+    lo, hi = a.interval("alpha")
+    cut = _corr_cut(a.attribute, a.n_states)
+    if a.family == "markov" and math.isfinite(a.alpha_se) and lo < cut < hi:
+        other = "i" if a.corr == "n" else "n"
+        why = (f"{a.attribute} alpha_1 = {a.alpha:.3f}, its 95 % interval [{lo:.3f}, {hi:.3f}] straddles the "
+               f"cut-off {cut:.3f} between correlation 'i' and 'n'")
+        out.append((why, dataclasses.replace(a, alpha=lo if a.corr == "n" else hi, corr=other)))
+    return out
+
+
+def threshold_alternatives(factors: Factors) -> list[tuple[str, Factors]]:
+    """(why, factors) for every estimate whose 95 % interval straddles the cut-off between two setting
+    characters: the same factors with that one moved to the other side, at the far end of its interval."""
+    out = [(why, dataclasses.replace(factors, classes=alt)) for why, alt in _flips(factors.classes)]
+    if factors.domains is not None:
+        out += [(why, dataclasses.replace(factors, domains=alt)) for why, alt in _flips(factors.domains)]
+    return out
+
+
+def assess(rec: Recommendation, table: Any, classes: Any, domains: Any = None,
+           label_error: float = 0.0) -> Recommendation:
+    """``rec`` with the warnings a reader needs before trusting it, and the rankings of the other candidate
+    settings near a threshold: a ULMM that does not fit the stream (``unitta.streams.fit.transition_fit``),
+    drift (``fit.drift``), a nearest benchmark point further than ``FAR_DISTANCE``, an estimate whose
+    interval straddles a setting cut-off (``threshold_alternatives``)."""
+    warnings = []
+    attrs = ((classes, rec.factors.classes, label_error), (domains, rec.factors.domains, 0.0))
+    for seq, attr, noise in attrs:
+        if attr is None:
+            continue
+        fit = transition_fit(seq, attr, label_error=noise)
+        if fit.warns:
+            warnings.append(f"misfit: the {attr.attribute} sequence is not the ULMM that was fitted to it "
+                            f"({fit.detail}); its factors, nearest setting and ranking may not transfer")
+        moved = drift(seq, attr, label_error=noise)
+        if moved.warns:
+            warnings.append(f"drift: {attr.attribute} frequencies change along the stream (p = {moved.p_value:.2g}; "
+                            f"{moved.detail}); the benchmark's streams do not drift, so no setting describes it")
+    if rec.distance > FAR_DISTANCE:
+        warnings.append(f"far from the benchmark: the nearest point is {rec.distance:.2f} ladder steps away "
+                        f"(more than {FAR_DISTANCE:g}, half the step between two settings): the ranking is an "
+                        "extrapolation")
+    alternatives = []
+    for why, factors in threshold_alternatives(rec.factors):
+        alt = recommend(factors, table, rec.source, top=len(rec.methods) or None)
+        if {p["setting"] for p in alt.points} == {p["setting"] for p in rec.points}:
+            continue
+        alternatives.append((why, alt))
+        warnings.append(f"near a threshold: {why}; candidate settings {rec.factors.setting} and "
+                        f"{factors.setting}: both rankings are shown")
+    return dataclasses.replace(rec, warnings=tuple(warnings), alternatives=tuple(alternatives))
 
 
 def _fmt_attr(name: str, a: Any) -> list[str]:
@@ -305,9 +421,11 @@ def _fmt_attr(name: str, a: Any) -> list[str]:
 
 
 def format_report(rec: Recommendation) -> str:
-    """The human-readable report: factors with 95% intervals, nearest setting, top methods, runner-up gap."""
+    """The human-readable report: warnings first, factors with 95% intervals, nearest setting, top methods,
+    runner-up gap, the one-line reason, and the ranking at every other candidate setting."""
     f = rec.factors
-    lines = [f"stream factors (95% intervals), {f.classes.length} positions:"]
+    lines = [f"warning: {w}" for w in rec.warnings]
+    lines.append(f"stream factors (95% intervals), {f.classes.length} positions:")
     lines += _fmt_attr("classes", f.classes)
     if f.domains is not None:
         lines += _fmt_attr("domains", f.domains)
@@ -317,19 +435,35 @@ def format_report(rec: Recommendation) -> str:
     pts = ", ".join(p["setting"] if not _overridden(p) else f"{p['setting']}{_factor_text(p)}" for p in rec.points)
     lines.append(f"nearest benchmark point(s) in {rec.source}: {pts} (distance {rec.distance:.3f})")
     lines.append("")
+    lines += _ranking_lines(rec)
+    lines.append(f"reason: {rec.reason()}")
+    for why, alt in rec.alternatives:
+        pts = ", ".join(p["setting"] for p in alt.points)
+        lines += ["", f"alternative setting {alt.factors.setting} ({why}), nearest point(s) {pts}:"]
+        lines += _ranking_lines(alt)
+        lines.append(f"reason: {alt.reason()}")
+    return "\n".join(lines)
+
+
+def _ranking_lines(rec: Recommendation) -> list[str]:
     metric = rec.source.rsplit("ranked by ", 1)[1] if "ranked by " in rec.source else "error"
-    lines.append(f"{'rank':>4}  {'method':<16} {metric[:8]:>8}  {'95% interval':>17}  points")
+    lines = [f"{'rank':>4}  {'method':<16} {metric[:8]:>8}  {'95% interval':>17}  points  interval from"]
     for i, m in enumerate(rec.methods, 1):
         iv = f"[{m['interval95'][0]:6.2f}, {m['interval95'][1]:6.2f}]" if m["interval95"] else f"{'-':>17}"
-        lines.append(f"{i:>4}  {m['method']:<16} {m['error']:8.2f}  {iv:>17}  {m['n_points']}")
+        basis = m.get("basis", STREAM_BASIS)
+        lines.append(f"{i:>4}  {m['method']:<16} {m['error']:8.2f}  {iv:>17}  {m['n_points']:>6}  {basis}")
+    if any(m.get("basis") != SEEDS_BASIS for m in rec.methods):
+        lines.append("(stream sampling only: one run per cell, so seed-to-seed variation is not in the interval; "
+                     "it is often larger)")
     ru = rec.runner_up()
     if ru is not None:
         z = f"z = {ru['z']:.1f}" if ru["z"] is not None else "no interval"
         verdict = "within noise" if ru["within_noise"] else "a clear gap"
         if ru["z"] is None:  # e.g. ECE / NLL from one run per point: nothing to test the gap against
             verdict = "not tested: one run per point and no binomial interval for this metric"
-        lines.append(f"runner-up {ru['method']} is {ru['gap']:+.2f} points behind ({z}: {verdict})")
-    return "\n".join(lines)
+        lines.append(f"runner-up {ru['method']} is {ru['gap']:+.2f} points behind ({z} from {ru['basis']}: "
+                     f"{verdict})")
+    return lines
 
 
 def _overridden(p: dict[str, Any]) -> bool:
@@ -387,6 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset,
                                         metric=args.metric)
         rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1))
+        rec = assess(rec, table, classes, domains, label_error=args.label_error)
     except UsageError as err:
         print(f"unitta.recommend: error: {err}", file=sys.stderr)
         return 2

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +25,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.files import write_atomically
 
 __all__ = [
     "CORRUPT_DIR",
     "SCHEMA",
+    "EXTRA_TYPES",
     "BREAKDOWN_TYPE",
     "STATUS_OK",
     "STATUS_FAILED",
@@ -142,6 +143,23 @@ SCHEMA = pa.schema(
     ]
 )
 
+# Columns other writers add to SCHEMA's, with their types: Tune's trial columns (unitta/tune.py TRIAL_COLUMNS).
+# A null there is written with this type, so that every cell file of a folder has the same schema and any
+# Parquet reader reads the folder (``polars.read_parquet("<out>/cells")``); an unknown extra column that is
+# null is written as a string column.
+EXTRA_TYPES = {
+    "trial_id": pa.string(),
+    "tune_name": pa.string(),
+    "tune_objective": pa.string(),
+    "tune_objective_value": pa.float64(),
+    "tune_feasible": pa.bool_(),
+    **{f"param_{k}": pa.float64() for k in ("domain_alpha", "domain_beta", "class_alpha", "class_beta")},
+    "param_layer": pa.string(),
+    "param_layer_index": pa.int64(),
+    "tune_default_layer": pa.string(),
+    "tune_algorithm": pa.string(),
+}
+
 # The columns whose values must not depend on where or when a cell ran (same config + seed on CPU).
 METRIC_COLUMNS = (
     "error",
@@ -196,32 +214,17 @@ def _to_table(row: dict[str, Any]) -> pa.Table:
         value = row[key]
         if isinstance(value, (dict, list)) and not (isinstance(value, list) and value and isinstance(value[0], dict)):
             value = json.dumps(value, sort_keys=True, default=str)
-        array = pa.array([value])
+        array = _extra_array(key, value)
         arrays.append(array)
         fields.append(pa.field(key, array.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _umask_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _write_atomically(path: Path, write) -> None:
-    """``write(handle)`` into a temp file beside ``path``, fsync, give it the umask's mode, rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; results are shared like any file the user writes
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _extra_array(key: str, value: Any) -> pa.Array:
+    """A one-value array for a column outside SCHEMA: EXTRA_TYPES' type, else inferred (a null: string)."""
+    if key in EXTRA_TYPES:
+        return pa.array([value], type=EXTRA_TYPES[key])
+    return pa.array([value], type=pa.string() if value is None else None)
 
 
 def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
@@ -232,7 +235,7 @@ def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
     """
     table = _to_table(row)
     path = cell_path(out_dir, row["cell_id"])
-    _write_atomically(path, lambda handle: pq.write_table(table, handle))
+    write_atomically(path, lambda handle: pq.write_table(table, handle))
     return path
 
 
@@ -326,7 +329,7 @@ def write_membership(out_dir: str | Path, name: str, cell_ids: list[str]) -> Pat
     """
     path = _membership_path(out_dir, name)
     text = json.dumps({"name": name, "cell_ids": list(cell_ids)}, indent=1).encode()
-    _write_atomically(path, lambda handle: handle.write(text))
+    write_atomically(path, lambda handle: handle.write(text))
     return path
 
 
@@ -401,5 +404,5 @@ def consolidate(out_dir: str | Path) -> Path:
     if df.height:
         df = df.sort(keys, nulls_last=True)
     path = Path(out_dir) / "results.parquet"
-    _write_atomically(path, lambda handle: df.write_parquet(handle))
+    write_atomically(path, lambda handle: df.write_parquet(handle))
     return path

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -22,7 +24,8 @@ def report(seeded_dir: Path, tmp_path_factory) -> Path:
 def test_page_is_self_contained_with_every_section(report: Path) -> None:
     page = report.read_text(encoding="utf-8")
     images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert {alt for alt, _ in images} == {"heatmap fmnist-c", "grids fmnist-c", "ours vs paper fmnist-c_vs_cifar10-c"}
+    assert {alt for alt, _ in images} == {"heatmap fmnist-c", "grids fmnist-c", "ours vs paper fmnist-c_vs_cifar10-c",
+                                          "balanced error heatmap fmnist-c", "error vs cost fmnist-c"}
     assert all(len(data) > 10_000 for _, data in images)
     assert not re.search(r'(src|href)="(https?:|file:|/)', page)  # nothing outside the page
     for needed in ("Best vs runner-up", "Wilcoxon", "spearman_rho=", "Proxy comparison", " ± ", "ranking per setting"):
@@ -30,9 +33,25 @@ def test_page_is_self_contained_with_every_section(report: Path) -> None:
     assert page.count("<table>") >= 4
 
 
+def test_heatmap_values_are_legible_at_1300_pixels(report: Path) -> None:
+    """The page shows images at most 1,300 px wide (about 1,250 inside the body): each heatmap and grid is
+    drawn at most ~1.15 x that, so its 8 pt values (analysis.plots.VALUE_PT at DPI) stay >= 13 px per em,
+    digits about 9-11 px tall (measured in a chromium screenshot of a 24-setting seeded report)."""
+    from analysis import plots
+
+    page = report.read_text(encoding="utf-8")
+    for alt, data in re.findall(r'<img alt="((?:heatmap|grids) [^"]+)" src="data:image/png;base64,([^"]+)"', page):
+        width = struct.unpack(">I", base64.b64decode(data)[16:20])[0]
+        em_px = plots.VALUE_PT / 72 * plots.DPI * min(1.0, 1250 / width)
+        assert em_px >= 13, f"{alt}: {width} px wide, values {em_px:.1f} px per em"
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (apt-get install chromium)")
 def test_page_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
-    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                    "--window-size=1400,2000", report.as_uri()], check=True, capture_output=True, timeout=120)
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    f"--screenshot={shot}", "--window-size=1300,3000", report.as_uri()], check=True,
+                   capture_output=True, timeout=120)
+    head = shot.read_bytes()
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+    assert struct.unpack(">II", head[16:24]) == (1300, 3000)

@@ -65,3 +65,18 @@ def test_best_vs_runner_up_on_a_seeded_sweep(seeded_dir: Path) -> None:
     assert overall.p == pytest.approx(stats.wilcoxon(d).pvalue)
     nonzero = sum(x != 0 for x in d)  # bn and tent can tie on such short streams
     assert overall.min_p == pytest.approx(2 * 0.5**nonzero) and not overall.beats  # 3 settings never reach p < 0.05
+
+
+def test_overall_line_names_methods_left_out_and_the_selection(seeded_dir: Path) -> None:
+    from analysis.stats import overall_line
+
+    rows = load_results(seeded_dir)
+    # bn loses two of its three settings (missing cells): keeping it would leave 1 setting, so it is left out
+    holes = rows.filter(~((pl.col("method") == "bn") & pl.col("setting").is_in(["n111", "nu11"])))
+    _, overall = best_vs_runner_up(holes)
+    assert overall.left_out == ("bn",) and overall.n_settings == 3
+    line = overall_line(overall)
+    assert "Left out for missing or failed cells (keeping them would cost more settings than they add): bn." in line
+    assert "chosen on the same settings they are tested on" in line
+    _, full = best_vs_runner_up(rows)
+    assert full.left_out == () and "Left out" not in overall_line(full)

@@ -1,8 +1,9 @@
 """The method contract (``unitta/methods/contract.py``) for every registered method.
 
 On the embedded ResNet-20 and Fashion-MNIST-C images: finite scores at B = 64 and B = 1, ``reset()``
-restores the source exactly, a fixed seed is deterministic, the config check refuses an unknown name and
-a wrong type, and the cost counts forwards and backwards.
+restores the source exactly, the source model passed in is never modified, a fixed seed is deterministic,
+the config check refuses an unknown name and a wrong type, and the cost counts forwards and backwards (the
+"never adapts" and host-sync warnings pass; tests/test_plugins.py checks that they warn).
 """
 
 from __future__ import annotations

@@ -6,8 +6,15 @@ import sys
 import numpy as np
 import pytest
 
-from unitta.streams import SETTINGS_24, SETTINGS_36, Setting, default_factors, default_state_cap, make_stream
-from unitta.streams import synthetic_labels
+from unitta.streams import (
+    SETTINGS_24,
+    SETTINGS_36,
+    Setting,
+    default_factors,
+    default_state_cap,
+    make_stream,
+    synthetic_labels,
+)
 from unitta.streams.__main__ import main
 from unitta.streams.stream import draw_from_pools, mean_run_length, quarter_counts
 
@@ -70,3 +77,15 @@ def test_cli_errors_exit_2():
     assert run.returncode == 2 and "infeasible" in run.stderr and "[0.91, 1)" in run.stderr
     run = subprocess.run([sys.executable, "-m", "unitta.streams", "--setting", "abcd"], capture_output=True, text=True)
     assert run.returncode == 2 and "abcd" in run.stderr
+
+
+def test_plot_names_domains_and_refuses_a_wrong_name_count(tmp_path):
+    from unitta.data import CORRUPTIONS
+    from unitta.streams.plot import plot_stream
+
+    labels, domains = synthetic_labels("cifar10")
+    stream = make_stream(labels, domains, "nunu", dataset="cifar10", sampler="exact", length=2000, seed=0)
+    png = plot_stream(stream, tmp_path / "s.png", domain_names=list(CORRUPTIONS))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="domain_names: 3 names for 15 domains"):
+        plot_stream(stream, tmp_path / "t.png", domain_names=["fog", "snow", "frost"])

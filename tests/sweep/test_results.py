@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -12,6 +12,7 @@ import pytest
 from unitta.cell import Cell
 from unitta.results import (
     SCHEMA,
+    cells_dir,
     consolidate,
     done_cells,
     load_results,
@@ -28,7 +29,7 @@ def _row(cell: Cell, status: str = "ok", error: float | None = 12.5, **extra) ->
             n_correct=7,
             per_domain=[{"key": 0, "name": "fog_5", "n": 5, "error": 20.0}, {"key": 3, "name": "snow_5", "n": 3, "error": 0.0}],
             per_class=[{"key": 1, "name": "1", "n": 8, "error": 12.5}],
-            started_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+            started_at=datetime(2026, 1, 1, tzinfo=UTC),
         )
     else:
         row["error_text"] = "FloatingPointError: boom"
@@ -49,7 +50,7 @@ def test_roundtrip_keeps_nested_columns_and_types(tmp_path):
     r = df.row(0, named=True)
     assert r["per_domain"] == [{"key": 0, "name": "fog_5", "n": 5, "error": 20.0}, {"key": 3, "name": "snow_5", "n": 3, "error": 0.0}]
     assert r["trial_id"] == "t-01" and r["seed"] == 3 and r["S"] == 5 and r["error"] == 12.5
-    assert r["started_at"] == datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert r["started_at"] == datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_failed_rows_have_coordinates_and_null_metrics(tmp_path):
@@ -100,8 +101,36 @@ def test_empty_directory(tmp_path):
     assert done_cells(tmp_path / "absent") == set()
 
 
+def test_polars_reads_a_sweep_folder_and_a_tune_folder_of_cell_files(tmp_path):
+    """Every cell file of a folder has one schema: a plain Parquet reader reads the folder (typed nulls)."""
+    from tests.sweep.conftest import small_config
+    from unitta.sweep import run_sweep
+    from unitta.tune import trial_rows
+    from unitta.tune_config import parse_tune_config
+
+    sweep_out = tmp_path / "sweep"
+    run_sweep(small_config(settings=("i111",), n_per_domain=20), sweep_out, local=True, progress=False)
+    sweep = pl.read_parquet(cells_dir(sweep_out))
+    assert sweep.height == load_results(sweep_out).height == 2
+    # A tune grid searched one factor at a time: each trial sets one param_* column, the others are null,
+    # and no trial searches a layer (param_layer null everywhere); one point is infeasible (a failed row).
+    cell = {"dataset": "fmnist-c", "setting": "nunu", "sampler": "exact", "length": 120, "n_per_domain": 20,
+            "factors": {"domain_beta": 5.0}, "batch_size": 60}
+    cfg = parse_tune_config({"name": "t", "methods": ["test"], "cell": cell, "search": {"grid": "one_at_a_time"},
+                             "space": {"domain_alpha": [0.5, 0.9], "class_beta": [2.0]}})
+    for i, point in enumerate([{"domain_alpha": 0.5}, {"domain_alpha": 0.9}, {"class_beta": 2.0}]):
+        for row in trial_rows(cfg, point)[1]:
+            write_cell_result(tmp_path / "tune", {**row, "trial_id": f"trial_{i}"})
+    tune = pl.read_parquet(cells_dir(tmp_path / "tune"))
+    assert tune.height == 3 and sorted(tune["status"]) == ["failed", "ok", "ok"]
+    assert tune["param_domain_alpha"].dtype == pl.Float64 and tune["param_domain_alpha"].null_count() == 1
+    assert tune["param_class_beta"].dtype == pl.Float64 and tune["param_layer"].dtype == pl.String
+    assert tune["param_layer_index"].dtype == pl.Int64 and tune["tune_feasible"].dtype == pl.Boolean
+    assert pq.read_schema(next(cells_dir(tmp_path / "tune").glob("*.parquet"))).field("param_layer").type == "string"
+
+
 def test_a_cell_id_that_would_leave_the_folder_is_refused_for_the_log_too(tmp_path):
-    from unitta.outdir import record
+    from unitta.run.outdir import record
 
     with pytest.raises(ValueError, match="not a file-name-safe id"):
         record(tmp_path, {"cell_id": "../../evil", "status": "ok"}, "log text")

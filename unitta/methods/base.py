@@ -164,6 +164,9 @@ class TTAMethod:
     # Hyper-parameters ``python -m unitta.methods check`` runs the method with, to keep the contract check short
     # (e.g. RMT's source warm-up); what the check verifies must not depend on them. Explicit ``--set`` wins.
     check_overrides: ClassVar[dict[str, Any]] = {}
+    # False only for a method that never changes the source model's outputs on purpose (``test``): the
+    # contract's ``adapts`` check warns when any other method's outputs equal the source model's.
+    adapts: ClassVar[bool] = True
 
     @dataclass(frozen=True)
     class Config:

@@ -5,13 +5,24 @@ Each check builds the method by name, runs it on the batches it is given and ret
 line checker for new methods can share them. The contract:
 
 * finite (B, K) scores for a full batch and for a batch of one (streams end with short batches);
-* ``reset()`` restores the source exactly: the adapted model's state equals the freshly built one,
-  the outputs equal those of a never-used method, and the source model passed in is never modified;
+* ``reset()`` restores the source exactly: the adapted model's state equals the freshly built one and
+  the outputs equal those of a never-used method;
+* the source model passed in is never modified, by ``setup()``, ``forward`` or ``reset()``: its state, its
+  modules and its outputs stay those of an untouched copy;
 * a fixed seed gives identical outputs on CPU (randomness comes from the method's seeded generator);
 * the hyper-parameter check refuses an unknown name and a value of the wrong type;
 * ``method.cost`` counts batches, images, forward passes (>= 1 per batch), and backward passes
   exactly when the method holds an optimiser;
-* under bf16 autocast (a cell's ``precision: bf16``) the scores stay finite.
+* under bf16 autocast (a cell's ``precision: bf16``) the scores stay finite;
+
+and two warnings, which a method passes with a reason to read: a method that should adapt (``adapts``) whose
+outputs on the check's shifted images equal the source model's on every batch ("never adapts"), and a
+``forward`` that synchronises with the host (``.item()``, ``.cpu()``, ``.tolist()``, ``bool(tensor)``,
+``nonzero``, boolean-mask indexing; ``unitta.methods.host_sync``), forbidden by docs/adding_a_method.md
+unless unavoidable and documented.
+
+``run_checks`` gives every check its own deep copy of the model, so that a method which modifies the model
+it was given cannot change what a later check compares with.
 
 ``overrides`` (keyword arguments) go to ``get_method``, e.g. fewer CoTTA augmentations to keep a
 check fast; they must not change what the check is about.
@@ -19,6 +30,7 @@ check fast; they must not change what the check is about.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from collections.abc import Callable, Sequence
@@ -30,6 +42,7 @@ from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
 from unitta.methods.base import TTAMethod, _resolved_hints, build_config, get_method, method_class
+from unitta.methods.host_sync import HostSyncRecorder
 from unitta.models.info import ModelInfo
 
 __all__ = [
@@ -37,6 +50,9 @@ __all__ = [
     "CHECKS",
     "check_finite_outputs",
     "check_reset_restores_source",
+    "check_source_unchanged",
+    "check_adapts",
+    "check_host_sync",
     "check_deterministic",
     "check_config_validation",
     "check_cost_accounting",
@@ -47,12 +63,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one contract check for one method."""
+    """The outcome of one contract check for one method: passed or not; a passed check may carry a warning."""
 
     check: str
     method: str
     passed: bool
     reason: str = ""
+    warning: bool = False
 
     def __bool__(self) -> bool:
         return self.passed
@@ -60,6 +77,10 @@ class CheckResult:
 
 def _result(check: str, method: str, failure: str | None) -> CheckResult:
     return CheckResult(check, method, failure is None, failure or "ok")
+
+
+def _warning(check: str, method: str, warning: str | None) -> CheckResult:
+    return CheckResult(check, method, True, warning or "ok", warning is not None)
 
 
 def _state(module: nn.Module) -> dict[str, Tensor]:
@@ -111,7 +132,6 @@ def check_reset_restores_source(
     name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
 ) -> CheckResult:
     """After adapting on ``batches`` and ``reset()``, the method is indistinguishable from a fresh one."""
-    source = _state(model)
     method = get_method(name, model, info, **overrides)
     initial = _state(method.model)
     for x in batches:
@@ -126,10 +146,92 @@ def check_reset_restores_source(
     for i, x in enumerate(batches):
         if not torch.equal(method(x), fresh(x)):
             return _result("reset", name, f"batch {i}: outputs after reset() differ from a fresh method's")
-    differs = _first_difference(source, _state(model))
-    if differs is not None:
-        return _result("reset", name, f"the source model passed in was modified at {differs!r}")
     return _result("reset", name, None)
+
+
+def _structure(module: nn.Module) -> list[tuple[str, str, bool]]:
+    return [(key, type(m).__qualname__, m.training) for key, m in module.named_modules()]
+
+
+def _source_difference(pristine: nn.Module, model: nn.Module, probe: Tensor) -> str | None:
+    """How ``model`` differs from its untouched copy ``pristine``: state, modules and mode, or outputs on ``probe``."""
+    differs = _first_difference(_state(pristine), _state(model))
+    if differs is not None:
+        return f"its state at {differs!r}"
+    for (key, kind, mode), (key2, kind2, mode2) in zip(_structure(pristine), _structure(model), strict=False):
+        if (key, kind) != (key2, kind2):
+            return f"its modules: {key or 'the model'} ({kind}) became {key2 or 'the model'} ({kind2})"
+        if mode != mode2:
+            return f"the train/eval mode of {key or 'the model'}"
+    if len(_structure(pristine)) != len(_structure(model)):
+        return "its modules (some were added or removed)"
+    was = pristine.training
+    try:
+        with torch.no_grad():
+            same = torch.equal(pristine.eval()(probe), model.eval()(probe))
+    finally:
+        pristine.train(was)
+    return None if same else "its outputs (same state and modules)"
+
+
+def check_source_unchanged(
+    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
+) -> CheckResult:
+    """The model passed in is never modified: building the method (``setup()``), adapting on ``batches`` and
+    ``reset()`` leave its state, its modules and its outputs those of an untouched copy (the outputs are
+    compared on ``batches[0]`` in eval mode, after the method has run)."""
+    pristine = copy.deepcopy(model)
+    method = get_method(name, model, info, **overrides)
+    for x in batches:
+        method(x)
+    method.reset()
+    differs = _source_difference(pristine, model, batches[0])
+    if differs is None:
+        return _result("source_unchanged", name, None)
+    return _result("source_unchanged", name, f"the source model passed in was modified: {differs} "
+                                             "(build state on self.model in setup(), never on self.source_model)")
+
+
+def _same_as_source(out: Tensor, source_logits: Tensor, scores: str) -> bool:
+    """Whether the method's scores say what the source model's logits say (up to float rounding)."""
+    reference = source_logits.softmax(1) if scores == "probabilities" else source_logits
+    return out.shape == reference.shape and torch.allclose(out.float(), reference.float(), rtol=1e-5, atol=1e-6)
+
+
+def check_adapts(
+    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
+) -> CheckResult:
+    """A warning for a method meant to adapt (``adapts``) whose scores on every one of ``batches`` (images
+    under distribution shift, in stream order) equal the source model's: it behaves exactly like ``test``."""
+    cls = method_class(name)
+    if not cls.adapts:
+        return _warning("adapts", name, None)
+    source = copy.deepcopy(model).eval()
+    method = get_method(name, model, info, **overrides)
+    for x in batches:
+        out = method(x)
+        with torch.no_grad():
+            if not _same_as_source(out.detach(), source(x), cls.scores):
+                return _warning("adapts", name, None)
+    return _warning("adapts", name, f"never adapts: its scores on {len(batches)} shifted batches equal the source "
+                                    "model's (set adapts = False if that is intended, as for 'test')")
+
+
+def check_host_sync(
+    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
+) -> CheckResult:
+    """A warning for a ``forward`` that synchronises with the host (on a GPU: ``.item()``, ``.cpu()``,
+    ``.tolist()``, ``bool(tensor)``, ``nonzero``, boolean-mask indexing), seen on any device by
+    ``HostSyncRecorder``; building the method is not watched, only its calls on ``batches``."""
+    method = get_method(name, model, info, **overrides)
+    with HostSyncRecorder() as syncs:
+        for x in batches:
+            method(x)
+    if not syncs.counts:
+        return _warning("host_sync", name, None)
+    n = sum(syncs.counts.values())
+    return _warning("host_sync", name, f"{n} host synchronisation(s) in forward over {len(batches)} batches: "
+                                       f"{syncs.summary()} (docs/adding_a_method.md: avoid, or document why)")
 
 
 def check_deterministic(
@@ -211,31 +313,45 @@ def check_source(model: nn.Module, images: Tensor) -> TensorDataset:
     return TensorDataset(images, labels)
 
 
-CHECKS = ("finite_outputs", "reset", "deterministic", "config_validation", "cost", "bf16")
+CHECKS = ("finite_outputs", "reset", "source_unchanged", "deterministic", "config_validation", "cost", "bf16",
+          "adapts", "host_sync")
+
+Guard = Callable[[str, Callable[[], CheckResult]], CheckResult]
+
+
+def _unguarded(check: str, run: Callable[[], CheckResult]) -> CheckResult:
+    return run()
 
 
 def run_checks(
-    name: str, model: nn.Module, info: ModelInfo, images: Tensor, small: int = 8, **overrides: Any
+    name: str, model: nn.Module, info: ModelInfo, images: Tensor, small: int = 8, guard: Guard = _unguarded,
+    **overrides: Any,
 ) -> list[CheckResult]:
     """All checks of ``CHECKS`` for method ``name`` on ``images`` (at least 65 + 2 * ``small``, stream order).
 
     ``images[:64]`` is the full batch (finite outputs, cost: methods that update every 64 samples take one
     step on it), ``images[64:65]`` the batch of one (first and last in the finite-output stream), and the
     reset and determinism checks run on the next two batches of ``small`` images (pass overrides such as a
-    shorter update period so that they adapt).
+    shorter update period so that they adapt). Every check gets its own deep copy of ``model``, so that a
+    method that modifies the model it is given cannot hide it from a later check. ``guard(check, run)`` runs
+    each check (the command line turns a method's exception into that check's failure).
     """
     need = 65 + 2 * small
     if images.shape[0] < need:
         raise ValueError(f"run_checks needs at least {need} images, got {images.shape[0]}")
     if method_class(name).needs_source and overrides.get("source") is None:
-        overrides = {**overrides, "source": check_source(model, images)}
+        overrides = {**overrides, "source": check_source(copy.deepcopy(model), images)}
     full, one = images[:64], images[64:65]
     stream = [images[65 : 65 + small], images[65 + small : need]]
-    return [
-        check_finite_outputs(name, model, info, [one, full, one], **overrides),
-        check_reset_restores_source(name, model, info, stream, **overrides),
-        check_deterministic(name, model, info, stream, **overrides),
-        check_config_validation(name),
-        check_cost_accounting(name, model, info, full, **overrides),
-        check_bf16_autocast(name, model, info, [one, *stream], **overrides),  # small: bf16 is slow on CPUs
-    ]
+    plan: dict[str, Callable[[nn.Module], CheckResult]] = {
+        "finite_outputs": lambda m: check_finite_outputs(name, m, info, [one, full, one], **overrides),
+        "reset": lambda m: check_reset_restores_source(name, m, info, stream, **overrides),
+        "source_unchanged": lambda m: check_source_unchanged(name, m, info, stream, **overrides),
+        "deterministic": lambda m: check_deterministic(name, m, info, stream, **overrides),
+        "config_validation": lambda m: check_config_validation(name),
+        "cost": lambda m: check_cost_accounting(name, m, info, full, **overrides),
+        "bf16": lambda m: check_bf16_autocast(name, m, info, [one, *stream], **overrides),  # small: slow on CPUs
+        "adapts": lambda m: check_adapts(name, m, info, [full, *stream], **overrides),
+        "host_sync": lambda m: check_host_sync(name, m, info, [full, *stream], **overrides),
+    }
+    return [guard(check, lambda run=run: run(copy.deepcopy(model))) for check, run in plan.items()]

@@ -14,6 +14,8 @@ from unitta.methods.base import TTAMethod, register_method
 class SourceModel(TTAMethod):
     """The no-adaptation baseline: the pre-trained model with its source BatchNorm statistics."""
 
+    adapts = False  # the baseline: its outputs are the source model's by design
+
     @dataclass(frozen=True)
     class Config:
         pass

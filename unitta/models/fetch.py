@@ -55,7 +55,7 @@ def _source(dataset: str, name: str, directory: Path) -> tuple[str | None, Path,
     """(URL or None for a Drive id still to resolve, target path, expected digest) for one checkpoint."""
     mirror = os.environ.get("UNITTA_CHECKPOINT_MIRROR", "").rstrip("/")
     _, entry = zoo._entry(dataset, name)
-    if dataset == "imagenet-c":
+    if entry.source == "torchvision":
         import torch.hub
         import torchvision
 
@@ -81,8 +81,9 @@ def _gdrive_id(dataset: str, name: str) -> str:
 def _verify(dataset: str, name: str, path: Path, trust_checkpoints: bool) -> None:
     """Load ``path`` into the model's architecture (the zoo has no checksums); raises CheckpointError."""
     model, _ = zoo.build_model(dataset, name)
+    _, entry = zoo._entry(dataset, name)
     try:
-        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), dataset, path)
+        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), entry, path)
     except zoo.CheckpointError:
         raise
     except ValueError as err:
@@ -102,8 +103,8 @@ def fetch_checkpoint(
     Nothing is downloaded when the file exists or for the embedded 'fmnist-c' model. Errors: DownloadError
     (network, checksum; one line with the manual alternative) and CheckpointError (the file does not load).
     """
-    name, _ = zoo._entry(dataset, name)
-    if dataset == "fmnist-c":
+    name, entry = zoo._entry(dataset, name)
+    if entry.source == "embedded":
         return zoo.EMBEDDED_CHECKPOINT
     directory = Path(directory)
     url, target, digest = _source(dataset, name, directory)

@@ -102,7 +102,7 @@ def clean_error(model: nn.Module, images: np.ndarray, labels: np.ndarray, batch_
     return wrong / len(images)
 
 
-def build_model(depth: int, seed: int) -> CifarResNet:
+def build_resnet(depth: int, seed: int) -> CifarResNet:
     """The untrained network, initialised from ``seed`` without touching the caller's global RNG."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -121,7 +121,7 @@ def train_fmnist(cfg: TrainConfig = TrainConfig(), out: Path | str = DEFAULT_CHE
     train_x = torch.from_numpy(pad_to_32(train_x))
     train_y = torch.from_numpy(train_y)
 
-    model = build_model(cfg.depth, cfg.seed).to(memory_format=torch.channels_last)
+    model = build_resnet(cfg.depth, cfg.seed).to(memory_format=torch.channels_last)
     steps_per_epoch = len(train_x) // cfg.batch_size  # drop the last partial batch
     opt = torch.optim.SGD(
         model.parameters(), lr=cfg.max_lr, momentum=cfg.momentum, nesterov=True, weight_decay=cfg.weight_decay

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import pickle
 import re
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from unitta.data.robustbench_compat import import_robustbench
 from unitta.models.digest import bytes_digest, file_digest
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms
@@ -59,32 +59,9 @@ class _Entry:
     bdn_layer: str
     num_classes: int
     input_size: int
-
-
-def import_robustbench():
-    """Import robustbench with the fixes of docs/models.md (also needed inside Ray workers).
-
-    robustbench 1.1.1 imports ``autoattack``, which PyPI ships as ``pyautoattack``; alias it first.
-    Its ``pkg_resources`` import needs setuptools < 82 (pinned in pyproject.toml).
-    """
-    if "autoattack" not in sys.modules:
-        import pyautoattack
-        import pyautoattack.state
-
-        sys.modules["autoattack"] = pyautoattack
-        sys.modules["autoattack.state"] = pyautoattack.state
-    try:
-        with warnings.catch_warnings():
-            # robustbench 1.1.1 imports pkg_resources and old timm/torch.jit APIs: noise at every import
-            warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
-            import robustbench
-    except ModuleNotFoundError as err:
-        if err.name == "pkg_resources":
-            raise ImportError(
-                "robustbench needs pkg_resources, removed in setuptools 82: pip install 'setuptools>=77.0.3,<82'"
-            ) from err
-        raise
-    return robustbench
+    # where the weights come from: 'robustbench' (its layout under checkpoint_dir), 'embedded' (shipped in the
+    # package) or 'torchvision' (torchvision's file, or a robustbench-layout state_dict when present)
+    source: str = "robustbench"
 
 
 def _wrn28_10() -> nn.Module:
@@ -119,7 +96,7 @@ def _resnet20() -> nn.Module:
 _ZOO: dict[str, dict[str, _Entry]] = {
     "fmnist-c": {
         # BDN layer: first BN of the first block of the middle stage
-        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32),
+        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32, source="embedded"),
     },
     "cifar10-c": {
         "Standard": _Entry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
@@ -130,7 +107,9 @@ _ZOO: dict[str, dict[str, _Entry]] = {
         ),
     },
     "imagenet-c": {
-        "Standard_R50": _Entry("imagenet", "imagenet", _standard_r50, "model.fc", "model.layer3.0.bn1", 1000, 224),
+        "Standard_R50": _Entry(
+            "imagenet", "imagenet", _standard_r50, "model.fc", "model.layer3.0.bn1", 1000, 224, source="torchvision"
+        ),
     },
 }
 
@@ -175,11 +154,11 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
     ``{dir}/resnet50-0676ba61.pth``. The embedded ResNet-20 ignores ``checkpoint_dir``.
     """
     name, entry = _entry(dataset, name)
-    if dataset == "fmnist-c":
+    if entry.source == "embedded":
         return EMBEDDED_CHECKPOINT
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
-    if dataset == "imagenet-c" and not path.exists():
+    if entry.source == "torchvision" and not path.exists():
         return checkpoint_dir / TORCHVISION_R50_FILE
     return path
 
@@ -187,12 +166,12 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
 def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError:
     _, entry = _entry(dataset, name)
     rb_path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
-    if dataset == "fmnist-c":
+    if entry.source == "embedded":
         return FileNotFoundError(
             f"embedded checkpoint {EMBEDDED_CHECKPOINT} is missing; retrain it with "
             "`python -m unitta.models train fmnist` (a few minutes on a CPU)"
         )
-    if dataset == "imagenet-c":
+    if entry.source == "torchvision":
         tv_path = checkpoint_dir / TORCHVISION_R50_FILE
         return FileNotFoundError(
             f"no checkpoint for {name!r}: expected torchvision's ResNet-50 weights at {tv_path} "
@@ -266,8 +245,8 @@ def weights_digest(dataset: str, name: str | None = None, checkpoint_dir: str | 
         return None
 
 
-def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], dataset: str, path: Path) -> None:
-    if dataset == "imagenet-c":
+def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], entry: _Entry, path: Path) -> None:
+    if entry.source == "torchvision":
         # torchvision's file has bare ResNet keys; a robustbench-layout file has 'model.'/'normalize.' keys.
         state = {k[len("model.") :]: v for k, v in state.items() if k.startswith("model.")} or {
             k: v for k, v in state.items() if not k.startswith("normalize.")
@@ -306,12 +285,12 @@ def load_model(
     A missing checkpoint is a FileNotFoundError naming the path and how to obtain it
     (``python -m unitta.models fetch``); nothing is downloaded.
     """
-    name, _ = _entry(dataset, name)
+    name, entry = _entry(dataset, name)
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_path(dataset, name, checkpoint_dir)
     if not path.is_file():
         raise _missing(dataset, name, checkpoint_dir)
     model, info = build_model(dataset, name)
     state, digest = read_checkpoint(path, trust_checkpoints)
-    _load_weights(model, state, dataset, path)
+    _load_weights(model, state, entry, path)
     return model.eval(), replace(info, extra={"checkpoint": str(path), "weights_digest": digest})

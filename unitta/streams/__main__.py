@@ -91,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"synthetic {args.dataset} labels: {len(labels):,} images, real pool sizes")
     print(format_summary(stream.summary(), elapsed))
     if args.plot:
+        from unitta.data import CORRUPTIONS  # lazy: torch; the synthetic datasets' 15 domains are the corruptions
         from unitta.streams.plot import plot_stream
 
-        print(f"plot      {plot_stream(stream, args.plot)}")
+        names = list(CORRUPTIONS) if stream.num_domains == len(CORRUPTIONS) else None
+        print(f"plot      {plot_stream(stream, args.plot, domain_names=names)}")
     return 0
 
 

@@ -1,0 +1,47 @@
+"""unitta/methods/host_sync.py: which operations count as host synchronisations, and where they were asked for."""
+
+from __future__ import annotations
+
+import torch
+
+from unitta.methods.host_sync import HostSyncRecorder
+
+
+def _ops(fn) -> list[str]:
+    with HostSyncRecorder() as syncs:
+        fn()
+    return sorted(what for what, _ in syncs.counts)
+
+
+def test_host_reads_and_data_dependent_shapes_are_recorded_once_each() -> None:
+    x = torch.randn(16, 4)
+    assert _ops(lambda: x.sum().item()) == ["Tensor.item"]  # not also its aten._local_scalar_dense
+    assert _ops(lambda: x.cpu()) == ["Tensor.cpu"]
+    assert _ops(lambda: x.tolist()) == ["Tensor.tolist"]
+    assert _ops(lambda: 1 if x.max() > 0 else 0) == ["a tensor read as a Python bool/number (aten._local_scalar_dense)"]
+    assert _ops(lambda: torch.nonzero(x)) == ["aten.nonzero"]
+    assert _ops(lambda: x[x > 0]) == ["aten.index with a boolean mask"]
+
+
+def test_mask_arithmetic_and_optimiser_steps_are_not_syncs() -> None:
+    w = torch.nn.Parameter(torch.randn(4))
+    opt = torch.optim.Adam([w], lr=1e-3)
+
+    def step() -> None:
+        x = torch.randn(16, 4)
+        keep = (x.softmax(1).max(1).values > 0.3).float()  # a mask as a weight, the documented alternative
+        loss = ((x @ w) * keep).sum() / keep.sum().clamp_min(1.0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()  # Adam reads its step count on the host: torch's design, not the method's
+
+    assert _ops(step) == []
+
+
+def test_the_record_names_the_calling_line() -> None:
+    x = torch.randn(3)
+    with HostSyncRecorder() as syncs:
+        x.sum().item()
+    ((what, where),) = syncs.counts
+    assert what == "Tensor.item" and where.startswith("test_host_sync.py:")
+    assert syncs.summary() == f"Tensor.item at {where} (x1)"

@@ -1,0 +1,126 @@
+"""Record the operations that make the host wait for the device, on any device, CPU included.
+
+``torch.cuda.set_sync_debug_mode`` sees host synchronisations only on a GPU. ``HostSyncRecorder`` sees the
+operations that synchronise there while running anywhere:
+
+* at the Python level (``torch.overrides``' ``TorchFunctionMode``) the reads into host memory,
+  ``Tensor.item`` / ``tolist`` / ``numpy`` / ``cpu`` (not ``.to(device)``, whose target on a CPU run is the
+  tensor's own device);
+* at the ATen level (a ``TorchDispatchMode``) the operators that read a device value
+  (``aten._local_scalar_dense``: ``bool(t)``, ``float(t)``, ``if t > 0:``) or whose output size depends on
+  the data (``nonzero``, ``masked_select``, ``unique``, boolean-mask indexing).
+
+Each record names the operation and the first frame outside torch and this module: the line of the method's
+code that asked for it. Reads made inside ``torch.optim`` (step counts kept in host memory by design) are not
+recorded. docs/adding_a_method.md ("No host synchronisation in forward") says why these cost GPU time.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["HostSyncRecorder"]
+
+# Tensor methods that copy device memory to the host.
+_HOST_READS = {"item", "tolist", "numpy", "cpu"}
+# ATen operators that read a device value on the host, or whose output size depends on the data.
+_SYNC_OPS = {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "nonzero_static"}
+_TORCH_DIR = str(Path(torch.__file__).parent)
+_OPTIM_DIR = str(Path(torch.__file__).parent / "optim")
+
+
+def _caller() -> str | None:
+    """'file.py:line' of the innermost frame outside torch and this module (the code that asked); None when
+    the read comes from ``torch.optim``, whose optimisers keep their step counts in host memory by design."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(_OPTIM_DIR):
+            return None
+        if not path.startswith(_TORCH_DIR) and path != __file__:
+            return f"{Path(path).name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+class _Functions(TorchFunctionMode):
+    def __init__(self, recorder: HostSyncRecorder) -> None:
+        super().__init__()
+        self._recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name not in _HOST_READS:
+            return func(*args, **kwargs)
+        self._recorder.record(f"Tensor.{name}")
+        self._recorder.inside += 1  # the operators this read runs are the same synchronisation
+        try:
+            return func(*args, **kwargs)
+        finally:
+            self._recorder.inside -= 1
+
+
+class _Operators(TorchDispatchMode):
+    def __init__(self, recorder: HostSyncRecorder) -> None:
+        super().__init__()
+        self._recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        op = func.overloadpacket.__name__
+        if self._recorder.inside:
+            pass
+        elif op == "_local_scalar_dense":
+            self._recorder.record("a tensor read as a Python bool/number (aten._local_scalar_dense)")
+        elif op in _SYNC_OPS:
+            self._recorder.record(f"aten.{op}")
+        elif op in ("index", "index_put", "index_put_") and _bool_index(args):
+            self._recorder.record(f"aten.{op} with a boolean mask")
+        return func(*args, **kwargs)
+
+
+def _bool_index(args: tuple) -> bool:
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices or ())
+
+
+class HostSyncRecorder:
+    """A context manager that counts host synchronisations by (operation, calling line)::
+
+    with HostSyncRecorder() as syncs:
+        method(x)
+    syncs.counts  # Counter({("Tensor.item", "my_method.py:42"): 1})
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.inside = 0
+        self._modes = (_Functions(self), _Operators(self))
+
+    def record(self, what: str) -> None:
+        where = _caller()
+        if where is not None:
+            self.counts[(what, where)] += 1
+
+    def __enter__(self) -> HostSyncRecorder:
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
+
+    def summary(self, limit: int = 3) -> str:
+        """e.g. 'Tensor.item at my_method.py:42 (x3), aten.nonzero at my_method.py:50 (x3)'."""
+        items = self.counts.most_common()
+        text = ", ".join(f"{what} at {where} (x{n})" for (what, where), n in items[:limit])
+        return text + (f" and {len(items) - limit} more" if len(items) > limit else "")
