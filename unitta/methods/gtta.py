@@ -26,6 +26,9 @@ Deviations:
   runs the mixup variant here; the ImageNet preset keeps md's other values.
 - When all pseudo-labels of a batch are ignored, the target loss is NaN with a zero gradient and the Adam step
   moves the weights by its momentum only, exactly as the reference (``F.cross_entropy(ignore_index=-1)``).
+- Host reads: the source order are drawn on the host from CPU generators (CPU tensors, no device
+  synchronisation); with a source Dataset without ``get_batch`` (e.g. a ``TensorDataset``) each source index is
+  read on the host, which the contract check's host_sync item reports as a warning.
 - Batches of one sample adapt, as the reference with its default window length 1.
 """
 
