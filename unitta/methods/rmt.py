@@ -45,8 +45,8 @@ Deviations:
 - DEVIATION(md): ``CONTRAST.MODE 'one'`` is not offered (the reference's 'one' mode multiplies unprojected
   anchors with projected features, which fails unless the feature size equals the projection size).
 - Host reads: the source order and the colour-jitter order are drawn on the host from CPU generators (CPU
-  tensors, no device synchronisation); with a source Dataset without ``get_batch`` (e.g. a ``TensorDataset``) each source index is
-  read on the host, which the contract check's host_sync item reports as a warning.
+  tensors, no device synchronisation); with a source Dataset without ``get_batch`` (e.g. a ``TensorDataset``)
+  each source index is read on the host, which the contract check's host_sync item reports as a warning.
 - Batches of one sample adapt, as the reference does with its default window length 1.
 - The paper (sec. 4) warms up on source data too, and ablates lambda_src = 0 as the source-free variant; the
   values here are the repository's.
