@@ -37,3 +37,58 @@ def test_cuda_matches_cpu(method, strict_fp32):
     for a, b in zip(cpu["per_domain"], cuda["per_domain"]):
         assert a["key"] == b["key"] and a["n"] == b["n"]
         assert abs(a["error"] - b["error"]) * a["n"] / 100 <= tolerance
+
+
+# ---------------------------------------------------------------------- hand-written backwards on CUDA
+def _source_bn(device: str) -> torch.nn.BatchNorm2d:
+    g = torch.Generator().manual_seed(0)
+    bn = torch.nn.BatchNorm2d(4).double()
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.randn(4, generator=g, dtype=torch.double))
+        bn.running_var.copy_(0.5 + torch.rand(4, generator=g, dtype=torch.double))
+        bn.weight.copy_(1.0 + 0.1 * torch.randn(4, generator=g, dtype=torch.double))
+        bn.bias.copy_(0.1 * torch.randn(4, generator=g, dtype=torch.double))
+    return bn.to(device)
+
+
+def _layer(kind: str, device: str):
+    from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+    from unitta.methods.norm.groups import ClassGroups
+    from unitta.methods.norm.iabn import InstanceAwareBN
+    from unitta.methods.norm.robust_bn import RobustBN
+
+    if kind == "iabn":
+        return InstanceAwareBN(_source_bn(device), k=4.0, momentum=0.3).train(), None
+    if kind == "robust_bn":
+        return RobustBN(_source_bn(device), momentum=0.3).train(), None
+    layer = BalancedBatchNorm2d(_source_bn(device), 3, 0.05, 0.1).train()
+    labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0, 1, 2, 2, 1], device=device)
+    return layer, lambda: ClassGroups(labels, 3, 0.05, torch.double)
+
+
+@pytest.mark.parametrize("kind", ["iabn", "robust_bn", "balanced_bn"])
+def test_hand_written_backward_equals_autograd_on_cuda(kind):
+    """IABN, Robust BN and Balanced BN: the hand-written backward (fast paths on) against plain autograd (off),
+    on CUDA, where the statistics take the fused ``torch.var_mean`` branch (Balanced BN's ``f != 1`` path)."""
+    from unitta.methods.norm.fast_paths import fast_paths_set
+
+    g = torch.Generator().manual_seed(5)
+    x = (1.0 + 2.0 * torch.randn(12, 4, 5, 5, generator=g, dtype=torch.double)).cuda()
+    w = torch.randn(x.shape, generator=g, dtype=torch.double).cuda()
+    results = []
+    for fast in (True, False):
+        layer, groups = _layer(kind, "cuda")
+        xs = x.clone().requires_grad_()
+        with fast_paths_set(fast):
+            if groups is not None:
+                layer.label = groups()
+            out = layer(xs)
+            grads = torch.autograd.grad((out * w).sum(), [xs, layer.weight, layer.bias])
+        buffers = [b.detach().clone() for b in layer.buffers() if b.is_floating_point()]
+        results.append((out.detach(), grads, buffers))
+    (out_a, grads_a, buf_a), (out_b, grads_b, buf_b) = results
+    torch.testing.assert_close(out_a, out_b, rtol=1e-9, atol=1e-11)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    for a, b in zip(buf_a, buf_b):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)

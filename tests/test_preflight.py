@@ -1,4 +1,4 @@
-"""Preflight (unitta/preflight.py): --dry-run reports a missing source split for methods that need source data
+"""Preflight (unitta/run/preflight.py): --dry-run reports a missing source split for methods that need source data
 (needs_source), stays fast on the paper's grid and lists the cells before its checks."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import unitta.preflight as preflight
+import unitta.run.preflight as preflight
 from unitta.config import load_config, parse_config
 from unitta.data import fashion_mnist
 from unitta.data.source import source_problem

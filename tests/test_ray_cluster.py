@@ -9,7 +9,7 @@ from concurrent import futures
 
 import pytest
 
-from unitta.ray_cluster import ClusterError, _speaks_grpc, connect
+from unitta.run.ray_cluster import ClusterError, _speaks_grpc, connect
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ checkpoint file (left out for the file every earlier row was computed with, ``zo
 those rows keep their ids), so that a resumed sweep never reuses a row computed with other
 hyper-parameters, an older method or other weights (docs/results.md, Resume).
 
-Resolving the method config and the checkpoint imports the method registry / model zoo (and torch) on
-first use. Both are cached on the cell and travel with it (pickled) to the process that runs it, so a
-worker runs the cell the driver planned; ``evaluate`` checks that the weights it loads are those.
+Importing this module does not import torch. Resolving the method config and the checkpoint imports the
+method registry / model zoo (and torch) on first use. Both are cached on the cell and travel with it
+(pickled) to the process that runs it, so a worker runs the cell the driver planned; ``evaluate`` checks
+that the weights it loads are those.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from unitta.methods.profiles import PROFILES
+from unitta.data.records import RECORDS
+from unitta.profile_names import PROFILES
 from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.streams import SAMPLERS
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
@@ -34,12 +36,7 @@ __all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
-DEFAULT_MODELS = {
-    "fmnist-c": "resnet20",
-    "cifar10-c": "Standard",
-    "cifar100-c": "Hendrycks2020AugMix_ResNeXt",
-    "imagenet-c": "Standard_R50",
-}
+DEFAULT_MODELS = {name: record.default_model for name, record in RECORDS.items()}
 
 # fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
 # matmuls/convolutions on Ampere+ GPUs. bf16: autocast to bfloat16 + channels_last (docs/benchmarks.md).

@@ -28,17 +28,14 @@ grid point with their own setting code (1111 / n1i1), dirichlet once per ``delta
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
-from unitta.data import DATASETS
-from unitta.realtime import COST_MODELS, PROTOCOLS
+from unitta.cell import Cell
+from unitta.cell_spec import CellFields, check_dataset
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
@@ -69,8 +66,12 @@ class MethodSpec(Strict):
     overrides: dict[str, Any] = {}
 
 
-class SweepConfig(RunConfig):
-    """A validated sweep config. ``cells()`` expands it into the grid of ``Cell`` s."""
+class SweepConfig(RunConfig, CellFields):
+    """A validated sweep config. ``cells()`` expands it into the grid of ``Cell`` s.
+
+    The fields every cell shares (sampler, severity, precision, ...) are ``unitta.cell_spec.CellFields``',
+    the same model a tune config's ``cell`` has; the gridded ones are lists here.
+    """
 
     datasets: list[str]
     models: dict[str, str] = {}
@@ -78,27 +79,11 @@ class SweepConfig(RunConfig):
     settings: list[str] | None = None
     class_settings: list[str] | None = None
     domain_settings: list[str] | None = None
-    factors: dict[str, float] = {}
     factor_grid: dict[str, list[float]] = {}
-    sampler: list[str] = ["official"]
+    sampler: list[str] = ["official"]  # gridded here; one per cell (CellFields.sampler)
     delta: list[float] | None = None
-    S: int | None = None
-    length: int | None = None
-    n_per_domain: int | None = None
     seeds: list[int] = [425]
     batch_size: list[int] = [64]
-    severity: int = 5
-    data_dir: str | None = None
-    checkpoint_dir: str | None = None
-    device: str = "auto"
-    precision: Literal[PRECISIONS] = "fp32"  # type: ignore[valid-type]
-    profile: Literal[PROFILES] = "default"  # type: ignore[valid-type]
-    compile: bool = False
-    trust_checkpoints: bool = False
-    max_retries: int = 3
-    protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
-    cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
-    forgetting: bool = False
 
     # ------------------------------------------------------------------ field checks
     @model_validator(mode="before")
@@ -131,8 +116,7 @@ class SweepConfig(RunConfig):
         if not value:
             raise ValueError("needs at least one dataset")
         for name in value:
-            if name not in DATASETS:
-                raise ValueError(f"unknown dataset {name!r}{hint(name, DATASETS)}; known: {', '.join(DATASETS)}")
+            check_dataset(name)
         if len(set(value)) != len(value):
             raise ValueError(f"lists a dataset twice: {value}")
         return value
@@ -181,14 +165,6 @@ class SweepConfig(RunConfig):
             _check_half(code, "domain")
         return value
 
-    @field_validator("factors")
-    @classmethod
-    def _factors(cls, value: dict[str, float]) -> dict[str, float]:
-        for key in value:
-            if key not in FACTOR_KEYS:
-                raise ValueError(f"unknown factor {key!r}{hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
-        return value
-
     @field_validator("factor_grid")
     @classmethod
     def _factor_grid(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -199,13 +175,6 @@ class SweepConfig(RunConfig):
                 raise ValueError(f"{key}: needs at least one value")
             if len(set(values)) != len(values):
                 raise ValueError(f"{key}: lists a value twice: {values}")
-        return value
-
-    @field_validator("S", "length", "n_per_domain")
-    @classmethod
-    def _positive_or_none(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
         return value
 
     @field_validator("seeds")
@@ -228,25 +197,6 @@ class SweepConfig(RunConfig):
             raise ValueError(f"lists a batch size twice: {value}")
         return value
 
-    @field_validator("severity")
-    @classmethod
-    def _severity(cls, value: int) -> int:
-        if not 1 <= value <= 5:
-            raise ValueError(f"must be in 1..5 (CIFAR-10-C severities), got {value}")
-        return value
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        return check_device(value)
-
-    @field_validator("max_retries")
-    @classmethod
-    def _retries(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-        return value
-
     @model_validator(mode="after")
     def _cross_checks(self) -> SweepConfig:
         given = [self.settings is not None, self.class_settings is not None or self.domain_settings is not None]
@@ -261,10 +211,6 @@ class SweepConfig(RunConfig):
                 raise ValueError(
                     f"models: key {dataset!r} is not one of the sweep's datasets ({', '.join(self.datasets)})"
                 )
-        if self.S is not None and "official" not in self.sampler:
-            raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact sampler")
-        if self.length is not None and "exact" not in self.sampler:
-            raise ValueError("length: only the exact sampler takes a stream length; use S with the official sampler")
         return self
 
     def _check_settings(self, given: list[bool]) -> None:
@@ -331,11 +277,9 @@ class SweepConfig(RunConfig):
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid (dataset, model, method, sampler, setting, factors, seed, batch size)."""
-        common = dict(severity=self.severity, n_per_domain=self.n_per_domain, data_dir=self.data_dir,
-                      checkpoint_dir=self.checkpoint_dir, precision=self.precision, profile=self.profile,
-                      compile=self.compile, device=self.device, num_threads=self.resources.num_threads,
-                      trust_checkpoints=self.trust_checkpoints, protocol=self.protocol, cost=self.cost,
-                      forgetting=self.forgetting)
+        stream_keys = ("sampler", "factors", "S", "length")  # set per stream point
+        common = {k: v for k, v in self.cell_fields().items() if k not in stream_keys}
+        common["num_threads"] = self.resources.num_threads
         cells = []
         for dataset in self.datasets:
             model = self.models.get(dataset)
@@ -346,11 +290,6 @@ class SweepConfig(RunConfig):
                                   method_kwargs=dict(method.overrides), **stream, seed=seed, batch_size=batch_size,
                                   **common))
         return cells
-
-    def config_hash(self) -> str:
-        """A 16-hex-digit hash of the whole validated config (output and placement included)."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def expand_settings(value: Any) -> list[str]:

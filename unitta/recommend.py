@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from unitta.paper.stream_lengths import PAPER_STREAM_LENGTHS
 from unitta.streams.estimate import (
     AttributeFactors,
     Factors,
@@ -44,29 +45,6 @@ __all__ = [
     "threshold_alternatives",
 ]
 
-# Stream length of every setting of the paper's runs: the reference sampler with seed 425 on the full
-# test sets (computed with make_stream(*synthetic_labels(dataset), code, sampler="official")); the paper
-# prints one run per cell, so its binomial standard error uses these lengths.
-PAPER_STREAM_LENGTHS: dict[str, dict[str, int]] = {
-    "cifar10-c": {
-        "i1i1": 136519, "i1iu": 75660, "i1n1": 129655, "i1nu": 74091, "i111": 150000, "i11u": 75660,
-        "iui1": 61275, "iuiu": 30923, "iun1": 61275, "iunu": 30923, "iu11": 61275, "iu1u": 30923,
-        "n1i1": 136837, "n1iu": 75660, "n1n1": 115931, "n1nu": 60474, "n111": 150000, "n11u": 75660,
-        "nui1": 56801, "nuiu": 30923, "nun1": 48348, "nunu": 33418, "nu11": 61275, "nu1u": 30923,
-    },
-    "cifar100-c": {
-        "i1i1": 110896, "i1iu": 75600, "i1n1": 103957, "i1nu": 58264, "i111": 150000, "i11u": 75600,
-        "iui1": 58875, "iuiu": 29703, "iun1": 58875, "iunu": 29703, "iu11": 58875, "iu1u": 29703,
-        "n1i1": 84405, "n1iu": 75600, "n1n1": 27804, "n1nu": 14331, "n111": 150000, "n11u": 75600,
-        "nui1": 37197, "nuiu": 29703, "nun1": 24937, "nunu": 13183, "nu11": 58875, "nu1u": 29703,
-    },
-    "imagenet-c": {
-        "i1i1": 28360, "i1iu": 76000, "i1n1": 23593, "i1nu": 21618, "i111": 150000, "i11u": 76000,
-        "iui1": 58425, "iuiu": 31349, "iun1": 58425, "iunu": 29561, "iu11": 58425, "iu1u": 31349,
-        "n1i1": 228845, "n1iu": 76000, "n1n1": 268749, "n1nu": 100398, "n111": 150000, "n11u": 76000,
-        "nui1": 132958, "nuiu": 29561, "nun1": 106678, "nunu": 117579, "nu11": 58425, "nu1u": 29561,
-    },
-}
 _TIE = 1e-9  # points this close to the nearest distance count as equally near
 # A nearest benchmark point further than this (in ladder steps: 1 = from one setting character to the next) is
 # an extrapolation: half the step between two settings, where the nearest setting code itself changes.
@@ -150,26 +128,41 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
     factors of their setting (one run per cell: 'stream sampling only'). metric: the result column ranked
     (RANK_METRICS; the paper publishes only ``error``).
     """
-    import polars as pl
-
     if metric not in RANK_METRICS:
         raise UsageError(f"--metric {metric!r}: expected one of {', '.join(RANK_METRICS)}")
     if paper is not None and metric != "error":
         raise UsageError(f"--metric {metric}: the paper publishes only error; use --results for other metrics")
     if paper is not None:
-        from unitta.paper import PAPER_DATASETS, load_paper_table
+        return _paper_points(paper)
+    df, chosen = _result_rows(results, dataset, metric)
+    source = ", ".join(map(str, results or [])) + f" ({chosen})"
+    if metric != "error":
+        source += f", ranked by {metric}"
+    return _aggregate(df, metric), source
 
-        name = paper if paper in PAPER_DATASETS else f"{paper}-c"
-        if name not in PAPER_DATASETS:
-            raise UsageError(f"--paper {paper!r}: the paper has tables for {', '.join(sorted(PAPER_DATASETS))}")
-        df = load_paper_table(name)
-        rows = []
-        for r in df.iter_rows(named=True):
-            f = default_factors(r["setting"], name)
-            n = PAPER_STREAM_LENGTHS[name].get(r["setting"])
-            rows.append({"method": r["method"], "setting": r["setting"], **f, "error": r["error"],
-                         "se": _binomial_se(r["error"], n), "n_runs": 1, "basis": STREAM_BASIS})
-        return pl.DataFrame(rows), f"the paper's table for {name}"
+
+def _paper_points(paper: str) -> tuple[Any, str]:
+    """The paper's published cells at their setting's default factors, binomial standard errors."""
+    import polars as pl
+
+    from unitta.paper import PAPER_DATASETS, load_paper_table
+
+    name = paper if paper in PAPER_DATASETS else f"{paper}-c"
+    if name not in PAPER_DATASETS:
+        raise UsageError(f"--paper {paper!r}: the paper has tables for {', '.join(sorted(PAPER_DATASETS))}")
+    df = load_paper_table(name)
+    rows = []
+    for r in df.iter_rows(named=True):
+        f = default_factors(r["setting"], name)
+        n = PAPER_STREAM_LENGTHS[name].get(r["setting"])
+        rows.append({"method": r["method"], "setting": r["setting"], **f, "error": r["error"],
+                     "se": _binomial_se(r["error"], n), "n_runs": 1, "basis": STREAM_BASIS})
+    return pl.DataFrame(rows), f"the paper's table for {name}"
+
+
+def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metric: str) -> tuple[Any, str]:
+    """The ok rows of ``results`` for one dataset, ``metric`` as the ``error`` column; (rows, the dataset)."""
+    import polars as pl
 
     from unitta.results import STATUS_OK, load_results
 
@@ -196,6 +189,13 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
         raise UsageError(f"the results hold several datasets ({', '.join(datasets)}); choose one with --dataset")
     if df.height == 0:
         raise UsageError("the results hold no successful rows")
+    return df, datasets[0] if dataset is None else dataset
+
+
+def _aggregate(df, metric: str):
+    """Mean and standard error per (method, setting, factors): over seeds, or binomial for one run of a rate."""
+    import polars as pl
+
     if "n_samples" not in df.columns:
         df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_samples"))
     keys = ["method", "setting", *FACTOR_KEYS]
@@ -214,10 +214,7 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
             se = float("nan")
         rows.append({**{k: r[k] for k in keys}, "error": r["mean"], "se": se, "n_runs": r["n_runs"],
                      "basis": SEEDS_BASIS if r["n_runs"] >= 2 else STREAM_BASIS})
-    source = ", ".join(map(str, results or [])) + (f" ({datasets[0] if dataset is None else dataset})")
-    if metric != "error":
-        source += f", ranked by {metric}"
-    return pl.DataFrame(rows), source
+    return pl.DataFrame(rows)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.files import write_atomically
 
 __all__ = [
     "CORRUPT_DIR",
@@ -227,28 +227,6 @@ def _extra_array(key: str, value: Any) -> pa.Array:
     return pa.array([value], type=pa.string() if value is None else None)
 
 
-def _umask_mode() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def _write_atomically(path: Path, write) -> None:
-    """``write(handle)`` into a temp file beside ``path``, fsync, give it the umask's mode, rename over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; results are shared like any file the user writes
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
     """Write ``row`` as ``<out>/cells/<cell_id>.parquet`` atomically (temp file, fsync, rename).
 
@@ -257,7 +235,7 @@ def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
     """
     table = _to_table(row)
     path = cell_path(out_dir, row["cell_id"])
-    _write_atomically(path, lambda handle: pq.write_table(table, handle))
+    write_atomically(path, lambda handle: pq.write_table(table, handle))
     return path
 
 
@@ -351,7 +329,7 @@ def write_membership(out_dir: str | Path, name: str, cell_ids: list[str]) -> Pat
     """
     path = _membership_path(out_dir, name)
     text = json.dumps({"name": name, "cell_ids": list(cell_ids)}, indent=1).encode()
-    _write_atomically(path, lambda handle: handle.write(text))
+    write_atomically(path, lambda handle: handle.write(text))
     return path
 
 
@@ -426,5 +404,5 @@ def consolidate(out_dir: str | Path) -> Path:
     if df.height:
         df = df.sort(keys, nulls_last=True)
     path = Path(out_dir) / "results.parquet"
-    _write_atomically(path, lambda handle: df.write_parquet(handle))
+    write_atomically(path, lambda handle: df.write_parquet(handle))
     return path

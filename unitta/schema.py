@@ -9,12 +9,14 @@ with code 2 before anything is written (docs/results.md, "Configs").
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import re
 import types
 import typing
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
@@ -120,7 +122,10 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
 
 class RunConfig(Strict):
-    """What every run (sweep or tune) has: a name, where results go, the resources of one cell, its plugins."""
+    """What every run (sweep or tune) has: a name, where results go, the resources of one cell, its plugins,
+    how often a cell lost with its worker or node is run again."""
+
+    config_file_name: ClassVar[str] = "sweep.yaml"  # the validated config, written beside the results
 
     name: str
     output: str | None = None
@@ -128,6 +133,7 @@ class RunConfig(Strict):
     # modules or files that register methods of one's own, imported on the driver and every Ray worker
     # (unitta/plugins.py, docs/adding_a_method.md)
     plugins: list[str] = []
+    max_retries: int = 3
 
     @field_validator("name")
     @classmethod
@@ -140,9 +146,21 @@ class RunConfig(Strict):
             )
         return value
 
+    @field_validator("max_retries")
+    @classmethod
+    def _retries(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"must be >= 0, got {value}")
+        return value
+
     def output_dir(self) -> Path:
         """Where results go: ``output``, or ``results/<name>``."""
         return Path(self.output) if self.output else Path("results") / self.name
+
+    def config_hash(self) -> str:
+        """A 16-hex-digit hash of the whole validated config (output and placement included)."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------- one-line errors

@@ -1,8 +1,9 @@
 """The YAML schema of ``python -m unitta.tune`` (pydantic), validated once at load time.
 
-A tune config names a base cell (every ``unitta.evaluate.Cell`` field except the ones searched),
-the methods, the search space (the four stream factors of docs/streams.md and the BDN domain-prediction
-layer of docs/unitta.md), the search algorithm and the objective. Example (``sweeps/tune_factors.yaml``)::
+A tune config names a base cell (``unitta.cell_spec.CellSpec``: every Cell field but the method, checked
+by the same model as a sweep's cell fields), the methods, the search space (the four stream factors of
+docs/streams.md and the BDN domain-prediction layer of docs/unitta.md), the search algorithm and the
+objective. Example (``sweeps/tune_factors.yaml``)::
 
     name: tune_factors
     cell: {dataset: fmnist-c, setting: n1nu, S: 20}
@@ -24,13 +25,14 @@ import dataclasses
 import itertools
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from unitta.cell import Cell
-from unitta.schema import ConfigError, RunConfig, Strict, hint, read_yaml_file, validate
-from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
+from unitta.cell_spec import CellSpec
+from unitta.schema import ConfigError, RunConfig, Strict, read_yaml_file, validate
+from unitta.streams.settings import FACTOR_KEYS
 
 __all__ = [
     "FACTORS",
@@ -53,9 +55,6 @@ __all__ = [
 
 # The four stream factors a Cell can override (Cell.factors keys).
 FACTORS: tuple[str, ...] = FACTOR_KEYS
-
-# Cell fields the tune config sets elsewhere (methods, space) and so refuses in ``cell``.
-_SEARCHED_CELL_FIELDS = ("method",)
 
 
 
@@ -182,34 +181,13 @@ class ObjectiveSpec(Strict):
 class TuneConfig(RunConfig):
     """A whole tune config (see the module docstring)."""
 
-    cell: dict[str, Any] = Field(default_factory=dict)
+    config_file_name: ClassVar[str] = "tune.yaml"
+
+    cell: CellSpec = CellSpec()
     methods: list[str] = Field(default_factory=list)
     space: SpaceSpec
     search: SearchSpec = SearchSpec()
     objective: ObjectiveSpec = ObjectiveSpec()
-
-    @field_validator("cell")
-    @classmethod
-    def _cell_fields(cls, v: dict[str, Any]) -> dict[str, Any]:
-        allowed = [f.name for f in dataclasses.fields(Cell) if f.name not in _SEARCHED_CELL_FIELDS]
-        for key in v:
-            if key in _SEARCHED_CELL_FIELDS:
-                raise ValueError(f"{key!r} is set by 'methods' (or objective.gap), not in 'cell'")
-            if key not in allowed:
-                raise ValueError(f"unknown key {key!r}{hint(key, allowed)}; allowed: {', '.join(allowed)}")
-        bad = set(v.get("factors", {})) - set(FACTORS)
-        if bad:
-            raise ValueError(f"unknown factor(s) {sorted(bad)} in cell.factors; allowed: {', '.join(FACTORS)}")
-        if "setting" in v and not is_setting_code(v["setting"]):
-            raise ValueError(
-                f"setting: invalid code {v['setting']!r}{hint(v['setting'], SETTING_CODES_36)}: "
-                "<class corr><class imb><domain corr><domain imb>, corr in i,n,1 and imb in 1,u (e.g. 'nui1')"
-            )
-        try:
-            Cell(**v)  # the Cell's own checks (precision, profile, factor keys, types)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(str(exc)) from None
-        return v
 
     @model_validator(mode="after")
     def _check(self) -> TuneConfig:
@@ -290,9 +268,8 @@ def expand_grid(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
 
 
 def base_cell(cfg: TuneConfig) -> Cell:
-    fields = dict(cfg.cell)
-    fields.setdefault("num_threads", max(1, int(cfg.resources.num_cpus)))
-    return Cell(**fields)
+    """The config's ``cell`` as a ``Cell`` (threads pinned to the resources' CPUs unless it says otherwise)."""
+    return cfg.cell.cell(num_threads=cfg.cell.num_threads or cfg.resources.num_threads)
 
 
 def trial_cells(cfg: TuneConfig, point: dict[str, Any]) -> list[Cell]:

@@ -6,7 +6,7 @@ import pytest
 from unitta.data import CORRUPTIONS, prepare_fmnist_c
 from unitta.data.__main__ import main
 from unitta.data.check import check_dataset
-from unitta.data.fetch import write_manifest
+from unitta.data.fetch import write_md5sums
 
 SHAPE = (50_000, 32, 32, 3)  # CIFAR-10-C: 5 severities x 10,000 images
 
@@ -62,7 +62,7 @@ def test_md5_compares_with_the_fetch_manifest(tmp_path):
         f"{folder / 'MD5SUMS'}: missing, so checksums cannot be checked (the folder was not made by "
         "`python -m unitta.data fetch`); refetch it, or check without --md5"
     ]
-    write_manifest(folder)
+    write_md5sums(folder)
     assert check_dataset("cifar10-c", tmp_path, md5=True, corruptions=["fog"]) == []
     with open(folder / "fog.npy", "r+b") as handle:  # same size, one byte changed
         handle.seek(5_000_000)

@@ -178,7 +178,7 @@ def test_fog_plasma_matches_two_dimensional_construction():
     for k in range(2):
         grid, step, wibble, used = np.zeros((32, 32)), 32, 100.0, 0
 
-        def noisy(total):
+        def noisy(total, wibble, k=k):
             nonlocal used
             noise = u[k, used : used + total.size].reshape(total.shape)
             used += total.size
@@ -189,12 +189,12 @@ def test_fog_plasma_matches_two_dimensional_construction():
             corner = grid[0::step, 0::step]
             total = corner + np.roll(corner, -1, axis=0)
             total += np.roll(total, -1, axis=1)
-            grid[half::step, half::step] = noisy(total)
+            grid[half::step, half::step] = noisy(total, wibble)
             centre = grid[half::step, half::step]
             total = centre + np.roll(centre, 1, axis=0) + corner + np.roll(corner, -1, axis=1)
-            grid[0::step, half::step] = noisy(total)
+            grid[0::step, half::step] = noisy(total, wibble)
             total = centre + np.roll(centre, 1, axis=1) + corner + np.roll(corner, -1, axis=0)
-            grid[half::step, 0::step] = noisy(total)
+            grid[half::step, 0::step] = noisy(total, wibble)
             step //= 2
             wibble /= 1.75
         grid -= grid.min()

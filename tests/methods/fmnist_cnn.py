@@ -12,6 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.data import TensorDataset
 
 from unitta.data.fashion_mnist import read_fashion_mnist
 from unitta.models.info import ModelInfo
@@ -109,3 +110,10 @@ def shift(x: Tensor, seed: int = 0, contrast: float = 0.6, brightness: float = 0
 def grey_shift(x: Tensor, seed: int = 0) -> Tensor:
     """Contrast halved around mid-grey plus noise of standard deviation 0.1 (the shift of the TENT..NOTE tests)."""
     return shift(x, seed=seed, contrast=0.5, brightness=0.25, noise=0.1)
+
+
+def source_set(n: int, seed: int = 2) -> TensorDataset:
+    """``n`` labelled Fashion-MNIST training images (a fixed random subset), for the methods that need source data."""
+    raw, labels = read_fashion_mnist("train")
+    idx = np.random.default_rng(seed).permutation(len(labels))[:n]
+    return TensorDataset(to_images(raw[idx]), torch.from_numpy(labels[idx]).long())

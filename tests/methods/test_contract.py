@@ -26,6 +26,9 @@ FAST = {
     "rotta": {"update_every": 16, "memory_size": 16},
     "note": {"update_every": 16, "memory_size": 16},
     "memo": {"n_augmentations": 2},  # 32 views per image x 64 images would dominate the suite's time
+    # source set-up on two source batches instead of 50,000 samples; kNN pseudo-labels from the second batch
+    "rmt": {"warmup_samples": 16},
+    "adacontrast": {"queue_size": 32, "knn_after": 8},
 }
 
 

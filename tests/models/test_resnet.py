@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from unitta.models.resnet import CifarResNet, resnet20
-from unitta.models.train import augment, build_model, pad_to_32, to_input
+from unitta.models.train import augment, build_resnet, pad_to_32, to_input
 from unitta.nn.batchnorm import named_batchnorms
 
 
@@ -23,7 +23,7 @@ def test_resnet20_size_and_layout():
 
 
 def test_forward_shape_and_normalisation_inside():
-    model = build_model(20, seed=0).eval()
+    model = build_resnet(20, seed=0).eval()
     x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     out = model(x)
     assert out.shape == (3, 10) and torch.isfinite(out).all()
@@ -31,9 +31,9 @@ def test_forward_shape_and_normalisation_inside():
     assert {"norm.mean", "norm.std"} <= set(model.state_dict())
 
 
-def test_build_model_is_seeded_and_leaves_global_rng_alone():
+def test_build_resnet_is_seeded_and_leaves_global_rng_alone():
     state = torch.random.get_rng_state()
-    a, b, c = build_model(8, seed=1), build_model(8, seed=1), build_model(8, seed=2)
+    a, b, c = build_resnet(8, seed=1), build_resnet(8, seed=1), build_resnet(8, seed=2)
     assert torch.equal(torch.random.get_rng_state(), state)
     assert torch.equal(a.conv1.weight, b.conv1.weight)
     assert not torch.equal(a.conv1.weight, c.conv1.weight)

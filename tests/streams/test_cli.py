@@ -6,8 +6,15 @@ import sys
 import numpy as np
 import pytest
 
-from unitta.streams import SETTINGS_24, SETTINGS_36, Setting, default_factors, default_state_cap, make_stream
-from unitta.streams import synthetic_labels
+from unitta.streams import (
+    SETTINGS_24,
+    SETTINGS_36,
+    Setting,
+    default_factors,
+    default_state_cap,
+    make_stream,
+    synthetic_labels,
+)
 from unitta.streams.__main__ import main
 from unitta.streams.stream import draw_from_pools, mean_run_length, quarter_counts
 

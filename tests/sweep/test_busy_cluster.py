@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from unitta import ray_cluster as ray_cluster_lib
+from unitta.run import ray_cluster as ray_cluster_lib
 
 pytestmark = pytest.mark.slow
 

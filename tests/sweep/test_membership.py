@@ -31,12 +31,12 @@ def test_an_unknown_sweep_name_is_one_line_naming_the_known_ones(tmp_path):
 
 
 def test_membership_is_recorded_before_any_cell_runs(tmp_path, monkeypatch):
-    import unitta.sweep as sweep
+    from unitta.run import executor
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sweep, "_run_local", interrupted)
+    monkeypatch.setattr(executor, "_run", interrupted)
     cfg = small_config(name="cut", methods=["test"], settings=["i111", "nui1"])
     with pytest.raises(KeyboardInterrupt):
         run_sweep(cfg, tmp_path / "out", local=True, progress=False)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import unitta.sweep as sweep
+import unitta.run.progress as progress
 from tests.sweep.conftest import small_config
 from unitta.sweep import run_sweep
 
 
 def test_progress_off_a_terminal_is_whole_lines(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(sweep, "LINE_EVERY_S", 0.0)  # a line per cell, to see several
+    monkeypatch.setattr(progress, "LINE_EVERY_S", 0.0)  # a line per cell, to see several
     outcome = run_sweep(small_config(methods=["test", "bn"], settings=["i111"]), tmp_path / "out", local=True)
     assert outcome.n_ok == 2
     err = capsys.readouterr().err

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -29,7 +29,7 @@ def _row(cell: Cell, status: str = "ok", error: float | None = 12.5, **extra) ->
             n_correct=7,
             per_domain=[{"key": 0, "name": "fog_5", "n": 5, "error": 20.0}, {"key": 3, "name": "snow_5", "n": 3, "error": 0.0}],
             per_class=[{"key": 1, "name": "1", "n": 8, "error": 12.5}],
-            started_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+            started_at=datetime(2026, 1, 1, tzinfo=UTC),
         )
     else:
         row["error_text"] = "FloatingPointError: boom"
@@ -50,7 +50,7 @@ def test_roundtrip_keeps_nested_columns_and_types(tmp_path):
     r = df.row(0, named=True)
     assert r["per_domain"] == [{"key": 0, "name": "fog_5", "n": 5, "error": 20.0}, {"key": 3, "name": "snow_5", "n": 3, "error": 0.0}]
     assert r["trial_id"] == "t-01" and r["seed"] == 3 and r["S"] == 5 and r["error"] == 12.5
-    assert r["started_at"] == datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert r["started_at"] == datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_failed_rows_have_coordinates_and_null_metrics(tmp_path):
@@ -130,7 +130,7 @@ def test_polars_reads_a_sweep_folder_and_a_tune_folder_of_cell_files(tmp_path):
 
 
 def test_a_cell_id_that_would_leave_the_folder_is_refused_for_the_log_too(tmp_path):
-    from unitta.outdir import record
+    from unitta.run.outdir import record
 
     with pytest.raises(ValueError, match="not a file-name-safe id"):
         record(tmp_path, {"cell_id": "../../evil", "status": "ok"}, "log text")

@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from unitta.cell import Cell
-from unitta.results import load_results
 from unitta.evaluate import run_cell
+from unitta.results import load_results
 from unitta.sweep import TASK_NAME, run_sweep
 
 from . import _procs

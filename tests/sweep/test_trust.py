@@ -113,7 +113,7 @@ def test_num_cpus_zero_is_a_usage_error(tmp_path):
 
 @pytest.mark.slow
 def test_cells_larger_than_any_node_fail_at_start(ray_cluster, tmp_path):
-    from unitta.ray_cluster import ClusterError, check_fits
+    from unitta.run.ray_cluster import ClusterError, check_fits
 
     start = time.monotonic()
     with pytest.raises(ClusterError, match="asks for 8 CPU and 0 GPU but no node"):
@@ -186,7 +186,7 @@ def test_yaml_exponent_floats_and_names(tmp_path):
 
 
 def test_a_second_sweep_into_the_same_folder_is_refused_naming_the_first(tmp_path):
-    from unitta.outdir import OutputBusy, OutputLock
+    from unitta.run.outdir import OutputBusy, OutputLock
 
     out = tmp_path / "out"
     with OutputLock(out):

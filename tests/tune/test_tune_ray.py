@@ -12,8 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from unitta.results import load_results
 from unitta.evaluate import run_cell
+from unitta.results import load_results
 from unitta.tune import run_tune, trial_cells
 from unitta.tune_config import parse_tune_config
 

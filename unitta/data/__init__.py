@@ -6,28 +6,46 @@ whose items are domain-major (item i = d * N + j), one domain per (corruption, s
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unitta.data.arrays import ArrayDataset
-from unitta.data.base import CORRUPTIONS, CorruptedDataset
-from unitta.data.fmnist_c import prepare_fmnist_c
-from unitta.data.source import load_source
+from unitta.data.records import CORRUPTIONS, DATASETS, RECORDS, DatasetRecord, dataset_record
 
-DATASETS = ("fmnist-c", "cifar10-c", "cifar100-c", "imagenet-c")
+if TYPE_CHECKING:
+    from unitta.data.base import CorruptedDataset
 
 __all__ = [
     "ArrayDataset",
     "CORRUPTIONS",
     "CorruptedDataset",
     "DATASETS",
+    "RECORDS",
+    "DatasetRecord",
+    "dataset_record",
+    "default_data_dir",
     "load_dataset",
     "load_source",
     "prepare_fmnist_c",
 ]
+
+# torch-backed names load on first use, so that the records (and unitta.cell) import without torch
+_LAZY = {
+    "ArrayDataset": "unitta.data.arrays",
+    "CorruptedDataset": "unitta.data.base",
+    "prepare_fmnist_c": "unitta.data.fmnist_c",
+    "load_source": "unitta.data.source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def default_data_dir() -> Path:
@@ -80,18 +98,19 @@ def load_dataset(
     """
     if name not in DATASETS:
         raise ValueError(f"name={name!r}: expected one of {', '.join(DATASETS)}")
+    record = RECORDS[name]
     severities = _severities(severity)
     chosen = _corruptions(corruptions)
     if n_per_domain is not None:
         if isinstance(n_per_domain, bool) or not isinstance(n_per_domain, (int, np.integer)) or n_per_domain <= 0:
             raise ValueError(f"n_per_domain={n_per_domain!r}: expected None or a positive integer")
         n_per_domain = int(n_per_domain)
-    if name == "fmnist-c":
+    if record.loader == "fmnist":
         from unitta.data.fmnist_c import load_fmnist_c
 
         return load_fmnist_c(data_dir, severities, chosen, n_per_domain)
     root = default_data_dir() if data_dir is None else Path(data_dir)
-    if name == "imagenet-c":
+    if record.loader == "imagenet":
         from unitta.data.imagenet_c import load_imagenet_c
 
         return load_imagenet_c(root, severities, chosen, n_per_domain)

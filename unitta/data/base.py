@@ -8,26 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-# The reference's corruption order (the reference's configs/order/*.yaml; docs/streams.md): it defines domain ids,
-# the continual order and the head -> tail order of domain imbalance. Same list for every dataset config.
-CORRUPTIONS: tuple[str, ...] = (
-    "motion_blur",
-    "snow",
-    "fog",
-    "shot_noise",
-    "defocus_blur",
-    "contrast",
-    "zoom_blur",
-    "brightness",
-    "frost",
-    "elastic_transform",
-    "glass_blur",
-    "gaussian_noise",
-    "pixelate",
-    "jpeg_compression",
-    "impulse_noise",
-)
+from unitta.data.records import CORRUPTIONS
 
+__all__ = ["CORRUPTIONS", "CorruptedDataset"]
 
 @dataclass
 class CorruptedDataset(ABC):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from unitta.data.cifar_c import SOURCES
 from unitta.data.download import Digest, DownloadError, download, fetch_json, file_digest
+from unitta.data.robustbench_compat import import_robustbench
 
 FETCHABLE = ("cifar10-c", "cifar100-c")
 _RB_DATASET = {"cifar10-c": "cifar10", "cifar100-c": "cifar100"}  # robustbench's BenchmarkDataset values
@@ -33,8 +34,6 @@ MANIFEST = "MD5SUMS"
 
 def _robustbench_source(dataset: str) -> tuple[str, str, str, str]:
     """(API entry point, record id, archive name, extracted folder name) from robustbench."""
-    from unitta.models.zoo import import_robustbench
-
     import_robustbench()
     from robustbench.data import CORRUPTIONS_DIR_NAMES, ZENODO_CORRUPTIONS_LINKS
     from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
@@ -66,7 +65,7 @@ def _manual(dataset: str, record: str, archive: str, directory: Path) -> str:
     )
 
 
-def write_manifest(folder: Path) -> Path:
+def write_md5sums(folder: Path) -> Path:
     """``MD5SUMS`` in ``md5sum`` format for every ``.npy`` in ``folder``."""
     lines = [f"{file_digest(p, 'md5')}  {p.name}\n" for p in sorted(folder.glob("*.npy"))]
     path = folder / MANIFEST
@@ -87,7 +86,7 @@ def _extract(archive: Path, directory: Path, folder_name: str) -> Path:
         inner = staging / folder_name
         if not inner.is_dir():
             raise DownloadError(f"{archive}: has no top-level {folder_name}/ folder; delete it and rerun")
-        write_manifest(inner)
+        write_md5sums(inner)
         os.replace(inner, directory / folder_name)
     except (OSError, tarfile.TarError) as err:
         raise DownloadError(f"cannot extract {archive} into {directory}: {err}") from err

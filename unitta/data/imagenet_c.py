@@ -27,29 +27,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 from unitta.data.arrays import balanced_subset
 from unitta.data.base import CorruptedDataset
-
-IMAGE_SIZE = 224  # the reference's ImageNet config: INPUT.SIZE 224
-SOURCE = "https://zenodo.org/record/2235448 (the ImageNet-C tar files: blur.tar, digital.tar, noise.tar, weather.tar)"
-_EXTENSIONS = {".jpeg", ".jpg", ".png"}
-
-
-def decode_image(path: str, size: int = IMAGE_SIZE) -> np.ndarray:
-    """One image file -> uint8 (size, size, 3): shorter side resized to ``size``, centre crop."""
-    with Image.open(path) as img:
-        img = img.convert("RGB")
-        w, h = img.size
-        if min(w, h) != size:  # torchvision Resize(size): shorter side -> size, aspect kept
-            new = (size, int(size * h / w)) if w <= h else (int(size * w / h), size)
-            img = img.resize(new, Image.BILINEAR)
-        w, h = img.size
-        if (w, h) != (size, size):
-            left, top = int(round((w - size) / 2)), int(round((h - size) / 2))
-            img = img.crop((left, top, left + size, top + size))
-        return np.asarray(img)
+from unitta.data.imagenet_files import IMAGE_SIZE, SOURCE, decode_image, list_domain
 
 
 @dataclass
@@ -88,23 +69,6 @@ class JpegDataset(CorruptedDataset):
             self._pool = ThreadPoolExecutor(max_workers=self.num_workers, thread_name_prefix="unitta-jpeg")
         batch = np.stack(list(self._pool.map(lambda p: decode_image(p, self.image_size), paths)))
         return torch.from_numpy(batch).permute(0, 3, 1, 2).contiguous().float().div_(255.0)
-
-
-def list_domain(folder: Path, hint: str) -> tuple[list[str], list[str]]:
-    """Sorted wnids and, per file, ``wnid/name`` (sorted by wnid, then name) of one domain folder."""
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} not found (expected one folder per wnid holding *.JPEG files). {hint}")
-    wnids = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
-    if not wnids:
-        raise FileNotFoundError(f"{folder} holds no class (wnid) folders. {hint}")
-    files = []
-    for wnid in wnids:
-        entries = os.scandir(folder / wnid)
-        names = sorted(e.name for e in entries if e.is_file() and os.path.splitext(e.name)[1].lower() in _EXTENSIONS)
-        if not names:
-            raise FileNotFoundError(f"{folder / wnid} holds no .JPEG files. {hint}")
-        files.extend(f"{wnid}/{name}" for name in names)
-    return wnids, files
 
 
 def load_imagenet_c(

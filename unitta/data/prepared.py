@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from unitta.data.base import CorruptedDataset
-from unitta.data.imagenet_c import IMAGE_SIZE, SOURCE, decode_image, list_domain
+from unitta.data.imagenet_files import IMAGE_SIZE, SOURCE, decode_image, list_domain
+from unitta.files import write_atomically
 
 PREPARED_DIR = "ImageNet-C-prepared"
 FORMAT = 1  # bump when the layout or the decoding changes: older caches are then refused
@@ -137,12 +138,6 @@ def _decode_chunk(task: tuple[str, str, list[str], int, int]) -> tuple[int, int,
     return start, len(names), hashlib.sha256(block.data).hexdigest()
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def prepare_domain(
     data_dir: str | Path,
     corruption: str,
@@ -204,7 +199,7 @@ def prepare_domain(
         chunk_rows=chunk_rows,
         chunk_sha256=hashes,
     )
-    _write_atomically(manifest_path, manifest.to_json())
+    write_atomically(manifest_path, lambda handle: handle.write(manifest.to_json().encode()))
     return manifest
 
 

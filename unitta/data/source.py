@@ -20,15 +20,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from unitta.data.records import RECORDS
+
 __all__ = ["ArraySource", "load_clean_test", "load_source", "source_problem", "SOURCE_DATASETS"]
 
 # dataset -> what its source split is (for messages and docs)
-SOURCE_DATASETS = {
-    "fmnist-c": "Fashion-MNIST train (60,000 images, Debian package dataset-fashion-mnist)",
-    "cifar10-c": "CIFAR-10 train (50,000 images, <data_dir>/cifar-10-batches-py)",
-    "cifar100-c": "CIFAR-100 train (50,000 images, <data_dir>/cifar-100-python)",
-    "imagenet-c": "an ImageNet train subset (<data_dir>/ImageNet/train/<wnid>/*.JPEG)",
-}
+SOURCE_DATASETS = {name: record.source_split for name, record in RECORDS.items()}
 
 
 class ArraySource(Dataset):

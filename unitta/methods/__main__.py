@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from unitta.cli import EXIT_FAILED_CELLS, EXIT_OK, EXIT_USAGE
+from unitta.run.exits import EXIT_FAILED_CELLS, EXIT_OK, EXIT_USAGE
 
 # Images for the checks: the embedded Fashion-MNIST-C, 40 per corruption (600), 128 drawn with a fixed seed.
 N_PER_DOMAIN, N_IMAGES, IMAGE_SEED = 40, 128, 0
@@ -116,8 +116,9 @@ def _check_presets(name: str):
 
 def check(name: str, model, info, images, **overrides: Any) -> list:
     """The contract items for method ``name`` (``contract.run_checks``, each guarded) plus the presets."""
-    from unitta.methods import contract
+    from unitta.methods import contract, method_class
 
+    overrides = {**method_class(name).check_overrides, **overrides}  # the method's own short-check values first
     results = contract.run_checks(name, model, info, images, guard=_guarded, **overrides)
     results = [r if r.method else dataclasses.replace(r, method=name) for r in results]
     at = [r.check for r in results].index("config_validation") + 1

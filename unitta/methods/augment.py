@@ -48,6 +48,8 @@ __all__ = [
     "TTAugment",
     "cotta_augment",
     "rotta_strong_augment",
+    "MoCoAugment",
+    "random_hflip",
     "device_generator",
     "patch_shuffle",
 ]
@@ -206,6 +208,57 @@ def cotta_augment(image_size: int | None = None) -> TTAugment:
 def rotta_strong_augment(image_size: int | None = None) -> TTAugment:
     """RoTTA's strong augmentation: the same transform (docs/methods.md "RoTTA"); 32 = UT's ImageNet config."""
     return TTAugment(image_size=image_size)
+
+
+@dataclass(frozen=True)
+class MoCoAugment:
+    """AdaContrast's strong view, "moco-v2-light" (Chen et al., CVPR'22, sec. 4; the reference TTA benchmark's
+    ``augmentations/transforms_adacontrast.py`` on CIFAR and ImageNet-C), with independent draws per image:
+
+        with probability 0.8: colour jitter (brightness, contrast, saturation in [0.6, 1.4], hue +-0.1, in a
+            random order)
+        with probability 0.2: greyscale (3 channels)
+        with probability 0.5: Gaussian blur, sigma in [0.1, 2.0]
+        horizontal flip with probability 0.5
+
+    (The reference's resize to the input's own size is the identity.) DEVIATION(md): the reference applies
+    these to uint8 PIL images in the data loader (rounding after each op; PIL's box-filter approximation of a
+    Gaussian blur); here they run on the float batch, the blur as an exact Gaussian of ``blur_kernel`` taps.
+    """
+
+    jitter_p: float = 0.8
+    strength: float = 0.4  # ColorJitter(0.4, 0.4, 0.4, 0.1)
+    hue: float = 0.1
+    grayscale_p: float = 0.2
+    blur_p: float = 0.5
+    blur_sigma: tuple[float, float] = (0.1, 2.0)
+    blur_kernel: int = 13  # 2 * ceil(3 * sigma_max) + 1
+    flip_p: float = 0.5
+
+    def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
+        """(B, C, H, W) images in [0, 1] -> one augmented view each, same shape."""
+        b = x.shape[0]
+        u = torch.rand(b, 15, generator=generator, device=generator.device).to(device=x.device, dtype=x.dtype)
+        low, high = 1.0 - self.strength, 1.0 + self.strength
+        jitter = TTAugment(
+            brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue, gamma=(1.0, 1.0)
+        )  # gamma 1: four ops in a uniformly random order per image
+        shape = (b, 1, 1, 1)
+        x = x.clamp(0.0, 1.0)
+        jittered = jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
+        x = torch.where((u[:, 10] < self.jitter_p).view(shape), jittered, x)
+        x = torch.where((u[:, 11] < self.grayscale_p).view(shape), _grayscale(x).expand_as(x), x)
+        if x.shape[-1] > self.blur_kernel // 2 and x.shape[-2] > self.blur_kernel // 2:
+            blurred = _gaussian_blur(x, self.blur_kernel, _between(u[:, 12], *self.blur_sigma), 1)
+            x = torch.where((u[:, 13] < self.blur_p).view(shape), blurred, x)
+        return torch.where((u[:, 14] < self.flip_p).view(shape), x.flip(-1), x)
+
+
+def random_hflip(x: Tensor, generator: torch.Generator, p: float = 0.5) -> Tensor:
+    """Flip each image of (B, C, H, W) horizontally with probability ``p`` (AdaContrast's weak view, "plain":
+    its resize and random crop to the input's own size are the identity)."""
+    u = torch.rand(x.shape[0], generator=generator, device=generator.device).to(x.device)
+    return torch.where((u < p).view(-1, 1, 1, 1), x.flip(-1), x)
 
 
 def device_generator(source: torch.Generator, device: torch.device | str) -> torch.Generator:

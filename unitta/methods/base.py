@@ -101,6 +101,9 @@ BUILTIN_MODULES = (
     "unitta.methods.memo",
     "unitta.methods.santa",
     "unitta.methods.cmf",
+    "unitta.methods.rmt",
+    "unitta.methods.adacontrast",
+    "unitta.methods.gtta",
 )
 _builtins_loaded = False
 
@@ -160,6 +163,9 @@ class TTAMethod:
     norm_kinds: ClassVar[tuple[str, ...]] = ("batch",)
     # What ``forward`` returns: 'logits' (softmax gives the class probabilities) or 'probabilities' (LAME).
     scores: ClassVar[str] = "logits"
+    # Hyper-parameters ``python -m unitta.methods check`` runs the method with, to keep the contract check short
+    # (e.g. RMT's source warm-up); what the check verifies must not depend on them. Explicit ``--set`` wins.
+    check_overrides: ClassVar[dict[str, Any]] = {}
     # False only for a method that never changes the source model's outputs on purpose (``test``): the
     # contract's ``adapts`` check warns when any other method's outputs equal the source model's.
     adapts: ClassVar[bool] = True

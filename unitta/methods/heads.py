@@ -1,4 +1,4 @@
-"""Split a classifier into its feature extractor and its final linear layer (COFA, LAME, UniTTA)."""
+"""Split a classifier into its feature extractor and its final linear layer (COFA, LAME, UniTTA, RMT, AdaContrast)."""
 
 from __future__ import annotations
 
@@ -28,3 +28,16 @@ class FeatureModel(nn.Module):
 
     def logits(self, features: Tensor) -> Tensor:
         return self.head(features)
+
+
+class SplitModel(FeatureModel):
+    """The model as encoder + classifier (RMT, AdaContrast; the reference TTA benchmark's ``split_up_model``).
+
+    ``forward`` gives the logits ``head(backbone(x))``, as the original model; ``encode`` the classifier's input.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.backbone(x))
+
+    def encode(self, x: Tensor) -> Tensor:
+        return self.backbone(x)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from unitta.profile_names import PROFILES
+
 __all__ = ["PROFILES", "REFERENCE", "profile_values"]
 
-PROFILES = ("default", "reference")
 
 # UT core/adapter/cotta.py hard-codes img_shape (32, 32, 3) for its augmentation (pad 16, centre crop
 # 32) on every dataset, and every UT configs/adapter/<dataset>/rotta.yaml sets INPUT.SIZE (32, 32),

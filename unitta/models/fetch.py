@@ -56,7 +56,7 @@ def _source(dataset: str, name: str, directory: Path) -> tuple[str | None, Path,
     """(URL or None for a Drive id still to resolve, target path, expected digest) for one checkpoint."""
     mirror = os.environ.get("UNITTA_CHECKPOINT_MIRROR", "").rstrip("/")
     _, entry = zoo._entry(dataset, name)
-    if entry.torchvision_weights is not None:
+    if entry.source == "torchvision":
         import torch.hub
         import torchvision
 
@@ -89,8 +89,9 @@ def _gdrive_id(dataset: str, name: str) -> str:
 def _verify(dataset: str, name: str, path: Path, trust_checkpoints: bool) -> None:
     """Load ``path`` into the model's architecture (the zoo has no checksums); raises CheckpointError."""
     model, _ = zoo.build_model(dataset, name)
+    _, entry = zoo._entry(dataset, name)
     try:
-        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), zoo._entry(dataset, name)[1], path)
+        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), entry, path)
     except zoo.CheckpointError:
         raise
     except ValueError as err:
@@ -110,8 +111,8 @@ def fetch_checkpoint(
     Nothing is downloaded when the file exists or for the embedded 'fmnist-c' model. Errors: DownloadError
     (network, checksum; one line with the manual alternative) and CheckpointError (the file does not load).
     """
-    name, _ = zoo._entry(dataset, name)
-    if dataset == "fmnist-c":
+    name, entry = zoo._entry(dataset, name)
+    if entry.source == "embedded":
         return zoo.checkpoint_path(dataset, name)
     directory = Path(directory)
     try:

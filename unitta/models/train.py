@@ -124,7 +124,7 @@ def clean_error(model: nn.Module, images: np.ndarray, labels: np.ndarray, batch_
     return wrong / len(images)
 
 
-def build_model(depth: int, seed: int, arch: str = "resnet20") -> nn.Module:
+def build_network(depth: int, seed: int, arch: str = "resnet20") -> nn.Module:
     """The untrained network, initialised from ``seed`` without touching the caller's global RNG."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -157,7 +157,7 @@ def train_fmnist(cfg: TrainConfig = TrainConfig(), out: Path | str | None = None
     train_x = torch.from_numpy(pad_to_32(train_x))
     train_y = torch.from_numpy(train_y)
 
-    model = build_model(cfg.depth, cfg.seed, cfg.arch).to(memory_format=torch.channels_last)
+    model = build_network(cfg.depth, cfg.seed, cfg.arch).to(memory_format=torch.channels_last)
     steps_per_epoch = len(train_x) // cfg.batch_size  # drop the last partial batch
     opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.max_lr, total_steps=cfg.epochs * steps_per_epoch)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import pickle
 import re
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from unitta.data.robustbench_compat import import_robustbench
 from unitta.models.digest import bytes_digest, file_digest
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms
@@ -76,32 +76,10 @@ class _Entry:
     torchvision_weights: str | None = None  # torchvision's weights enum of that file (fetch)
     inner: str = ""  # the submodule that bare (unwrapped) checkpoint keys belong to
     sized: bool = False  # the architecture depends on the input size (ViT's position embeddings)
-
-
-def import_robustbench():
-    """Import robustbench with the fixes of docs/models.md (also needed inside Ray workers).
-
-    robustbench 1.1.1 imports ``autoattack``, which PyPI ships as ``pyautoattack``; alias it first.
-    Its ``pkg_resources`` import needs setuptools < 82 (pinned in pyproject.toml).
-    """
-    if "autoattack" not in sys.modules:
-        import pyautoattack
-        import pyautoattack.state
-
-        sys.modules["autoattack"] = pyautoattack
-        sys.modules["autoattack.state"] = pyautoattack.state
-    try:
-        with warnings.catch_warnings():
-            # robustbench 1.1.1 imports pkg_resources and old timm/torch.jit APIs: noise at every import
-            warnings.simplefilter("ignore", (DeprecationWarning, FutureWarning, UserWarning))
-            import robustbench
-    except ModuleNotFoundError as err:
-        if err.name == "pkg_resources":
-            raise ImportError(
-                "robustbench needs pkg_resources, removed in setuptools 82: pip install 'setuptools>=77.0.3,<82'"
-            ) from err
-        raise
-    return robustbench
+    # where the weights come from: 'robustbench' (its layout under checkpoint_dir), 'embedded' (shipped in the
+    # package), 'torchvision' (torchvision's file, or a robustbench-layout state_dict when present) or 'file'
+    # (weights_file under checkpoint_dir, e.g. the reference benchmark's resnet26_gn.pth)
+    source: str = "robustbench"
 
 
 def _wrn28_10() -> nn.Module:
@@ -175,8 +153,8 @@ def _resnet26_gn() -> nn.Module:
 _ZOO: dict[str, dict[str, _Entry]] = {
     "fmnist-c": {
         # BDN layer: first BN of the first block of the middle stage
-        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32),
-        "vit_tiny": _Entry("fmnist", "fmnist", _vit_tiny, "head", None, 10, 32, norm_kind="layer"),
+        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32, source="embedded"),
+        "vit_tiny": _Entry("fmnist", "fmnist", _vit_tiny, "head", None, 10, 32, norm_kind="layer", source="embedded"),
     },
     "cifar10-c": {
         "Standard": _Entry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
@@ -192,6 +170,7 @@ _ZOO: dict[str, dict[str, _Entry]] = {
             norm_kind="group",
             weights_file="resnet26_gn.pth",
             inner="model",
+            source="file",
         ),
     },
     "cifar100-c": {
@@ -211,6 +190,7 @@ _ZOO: dict[str, dict[str, _Entry]] = {
             weights_file=TORCHVISION_R50_FILE,
             torchvision_weights="ResNet50_Weights.IMAGENET1K_V1",
             inner="model",
+            source="torchvision",
         ),
         # the reference TTA benchmark's ImageNet transformers (torchvision IMAGENET1K_V1 weights)
         "vit_b_16": _Entry(
@@ -226,6 +206,7 @@ _ZOO: dict[str, dict[str, _Entry]] = {
             torchvision_weights="ViT_B_16_Weights.IMAGENET1K_V1",
             inner="model",
             sized=True,
+            source="torchvision",
         ),
         "swin_b": _Entry(
             "imagenet",
@@ -239,6 +220,7 @@ _ZOO: dict[str, dict[str, _Entry]] = {
             weights_file="swin_b-68c6b09e.pth",
             torchvision_weights="Swin_B_Weights.IMAGENET1K_V1",
             inner="model",
+            source="torchvision",
         ),
     },
 }
@@ -300,7 +282,7 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
     in the package) ignore ``checkpoint_dir``.
     """
     name, entry = _entry(dataset, name)
-    if dataset == "fmnist-c":
+    if entry.source == "embedded":
         return EMBEDDED_DIR / f"{name}_fmnist.pt"
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
@@ -312,7 +294,7 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
 def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError:
     _, entry = _entry(dataset, name)
     rb_path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
-    if dataset == "fmnist-c":
+    if entry.source == "embedded":
         return FileNotFoundError(
             f"embedded checkpoint {checkpoint_path(dataset, name)} is missing; retrain it with "
             f"`python -m unitta.models train fmnist --arch {name}` (a few minutes on a CPU)"

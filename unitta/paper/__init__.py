@@ -14,16 +14,13 @@ from importlib import resources
 
 import polars as pl
 
+from unitta.data.records import RECORDS
 from unitta.paper.reference import load_reference_table
 
 __all__ = ["PAPER_DATASETS", "PAPER_AVG_SETTING", "load_paper_table", "load_reference_table"]
 
 #: The datasets the paper publishes, with the model each was run on (paper, section 5.1).
-PAPER_DATASETS: dict[str, str] = {
-    "cifar10-c": "Standard (WRN-28-10)",
-    "cifar100-c": "Hendrycks2020AugMix_ResNeXt (ResNeXt-29)",
-    "imagenet-c": "Standard_R50 (ResNet-50)",
-}
+PAPER_DATASETS: dict[str, str] = {n: r.paper_table for n, r in RECORDS.items() if r.paper_table}
 
 #: The `setting` value of the paper's own printed "Avg." column (its mean over 24 settings, as printed).
 PAPER_AVG_SETTING = "avg24"

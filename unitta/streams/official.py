@@ -205,7 +205,7 @@ class _Rows:
         self.cache_left += self.cache.pop(s)[2].nbytes
 
 
-def sample_states(
+def sample_states(  # noqa: C901 (the reference sampler's RNG consumption, bit for bit: one function, not split)
     plan: OfficialPlan,
     pool_sizes: np.ndarray,
     seed: int,

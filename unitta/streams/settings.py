@@ -12,6 +12,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from unitta.data.records import RECORDS
+
 CORRELATIONS = ("i", "n", "1")
 IMBALANCES = ("1", "u")
 _CORR_WORD = {"i": "i.i.d.", "n": "non-i.i.d.", "1": "continual"}
@@ -107,18 +109,9 @@ def is_half_code(code: object) -> bool:
     """True for a valid 2-character <corr><imb> half such as 'n1'."""
     return isinstance(code, str) and len(code) == 2 and code[0] in CORRELATIONS and code[1] in IMBALANCES
 
-# Dataset names accepted by make_stream, mapped to the paper dataset whose factors and S apply.
-# fmnist-c has exactly 1000 images per (domain, class) like CIFAR-10-C, so it uses CIFAR-10's values.
-DATASET_ALIASES: dict[str, str] = {
-    "cifar10": "cifar10",
-    "cifar10-c": "cifar10",
-    "cifar100": "cifar100",
-    "cifar100-c": "cifar100",
-    "imagenet": "imagenet",
-    "imagenet-c": "imagenet",
-    "fmnist": "cifar10",
-    "fmnist-c": "cifar10",
-}
+# Dataset names accepted by make_stream, mapped to the paper dataset whose factors and S apply (each
+# dataset record's preset family: fmnist-c uses CIFAR-10's values, unitta.data.records).
+DATASET_ALIASES: dict[str, str] = {alias: r.preset_family for r in RECORDS.values() for alias in r.names}
 
 # Class i.i.d. alpha_1 = 1/K printed with 3 decimals by `bc` in sh/run.sh (docs/streams.md).
 _CLASS_IID_ALPHA = {"cifar10": 0.1, "cifar100": 0.01, "imagenet": 0.001}

@@ -34,6 +34,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.norm.fast_paths import fast_paths
 from unitta.methods.norm.groups import ClassGroups
 from unitta.methods.norm.stats import (
     AffineCache,
@@ -159,7 +160,7 @@ class _BalancedUpdate(torch.autograd.Function):
     @staticmethod
     def usable(layer: BalancedBatchNorm2d, x: Tensor, groups: ClassGroups) -> bool:
         return (
-            torch.is_grad_enabled() and x.requires_grad and groups.weight is not None and x.ndim >= 2
+            fast_paths() and torch.is_grad_enabled() and x.requires_grad and groups.weight is not None and x.ndim >= 2
             and layer.weight is not None and layer.bias is not None
         )
 

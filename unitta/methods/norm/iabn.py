@@ -29,6 +29,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.norm.fast_paths import fast_paths
 from unitta.methods.norm.stats import as_map, constant, float32_forward, instance_mean_var, needs_grad, normalise
 
 __all__ = ["InstanceAwareBN"]
@@ -70,7 +71,8 @@ class InstanceAwareBN(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         positions = math.prod(x.shape[2:])  # L (1 for a (B, C) input)
         instance_term = positions > self.skip_threshold and positions >= 2
-        if self.training and x.shape[0] * positions > 1 and instance_term and needs_grad(x, self.weight, self.bias):
+        train = self.training and x.shape[0] * positions > 1 and instance_term
+        if train and fast_paths() and needs_grad(x, self.weight, self.bias):
             return _IABNTrain.apply(x, self.weight, self.bias, self)
         return self._forward(x, positions, instance_term)
 

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from unitta.methods.norm.fast_paths import fast_paths
+
 _CONSTANTS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
 
 
@@ -42,7 +44,7 @@ def instance_mean_var(x: Tensor, unbiased: bool = False, keepdim: bool = False) 
     if x.ndim == 2:
         return x, torch.zeros_like(x)
     dims = tuple(range(2, x.ndim))
-    if x.is_cuda:
+    if x.is_cuda or not fast_paths():
         var, mean = torch.var_mean(x, dim=dims, unbiased=unbiased, keepdim=keepdim)
         return mean, var
     positions = math.prod(x.shape[2:])
@@ -64,7 +66,7 @@ def instance_moments(x: Tensor) -> tuple[Tensor, Tensor, int]:
     if x.ndim == 2:
         return x, x * x, 1
     dims = tuple(range(2, x.ndim))
-    if x.is_cuda:
+    if x.is_cuda or not fast_paths():  # the plain path is the CUDA one: means, L = 1
         var, mean = torch.var_mean(x, dim=dims, unbiased=False)
         return mean, torch.addcmul(var, mean, mean), 1
     norm = torch.linalg.vector_norm(x, dim=dims)
@@ -149,7 +151,7 @@ def normalise(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Tensor |
     as in TRIBE's updating Balanced BN forward); everything else is ``x * scale + shift``. Either way
     the rounding differs from the reference's four-step formula by about one float32 ulp.
     """
-    if mean.ndim == 1 and x.ndim >= 2 and not (mean.requires_grad or var.requires_grad):
+    if fast_paths() and mean.ndim == 1 and x.ndim >= 2 and not (mean.requires_grad or var.requires_grad):
         return F.batch_norm(x, mean, var.clamp_min(0.0), weight, bias, training=False, momentum=0.0, eps=eps)
     scale, shift = affine(mean, var, eps, weight, bias)
     return apply_affine(x, as_map(scale, x), as_map(shift, x))

@@ -164,7 +164,7 @@ def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] 
 
     from unitta import __version__
 
-    (out_dir / "sweep.yaml").write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    (out_dir / cfg.config_file_name).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     manifest_path = out_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"runs": []}
     manifest.update(name=cfg.name, config_hash=cfg.config_hash(), n_cells=n_cells)

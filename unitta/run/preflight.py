@@ -10,9 +10,9 @@ Cheap: no dataset or model is loaded.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from unitta.cell import Cell
+from unitta.data.records import RECORDS, dataset_record
 from unitta.data.source import source_problem
 from unitta.methods import method_class
 
@@ -21,10 +21,7 @@ __all__ = ["DATASET_SHAPES", "infeasibility", "problems"]
 # dataset -> (domains, classes, images per domain): 15 corruptions at one severity; the test sets of
 # CIFAR-10/100 and Fashion-MNIST (10,000 images) and ImageNet's validation set (50,000).
 DATASET_SHAPES: dict[str, tuple[int, int, int]] = {
-    "fmnist-c": (15, 10, 10_000),
-    "cifar10-c": (15, 10, 10_000),
-    "cifar100-c": (15, 100, 10_000),
-    "imagenet-c": (15, 1000, 50_000),
+    name: (record.num_domains, record.num_classes, record.images_per_domain) for name, record in RECORDS.items()
 }
 
 
@@ -55,27 +52,8 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
 
 def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | None:
     from unitta.data import default_data_dir
-    from unitta.data.base import CORRUPTIONS
 
-    if dataset == "fmnist-c":
-        return None  # built from Debian's Fashion-MNIST on first use; its loader names the package if missing
-    root = Path(data_dir) if data_dir else default_data_dir()
-    if dataset == "imagenet-c":
-        missing = [c for c in CORRUPTIONS if not (root / "ImageNet-C" / c / str(severity)).is_dir()]
-        prepared = root / "ImageNet-C-prepared"
-        if missing and not prepared.is_dir():
-            return (f"imagenet-c: {root / 'ImageNet-C'} lacks {len(missing)} corruption folder(s) at severity "
-                    f"{severity} (e.g. {missing[0]}/{severity}); see `python -m unitta.data fetch imagenet-c` "
-                    "for how to obtain ImageNet-C, or set data_dir")
-        return None
-    folder = root / ("CIFAR-10-C" if dataset == "cifar10-c" else "CIFAR-100-C")
-    missing = [f"{c}.npy" for c in CORRUPTIONS if not (folder / f"{c}.npy").is_file()]
-    if not (folder / "labels.npy").is_file():
-        missing.append("labels.npy")
-    if missing:
-        return (f"{dataset}: {folder} lacks {len(missing)} file(s) (e.g. {missing[0]}); run "
-                f"`python -m unitta.data fetch {dataset} --dir {root}` or set data_dir")
-    return None
+    return dataset_record(dataset).data_problem(data_dir, severity, default_data_dir())
 
 
 def _model_problem(cell: Cell) -> str | None:
@@ -111,8 +89,11 @@ def _may_be_infeasible(cell: Cell) -> bool:
     return cell.sampler != "official" or bool(cell.factors)
 
 
-def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False) -> list[str]:
-    """One line per problem that would make cells fail, each named once (empty: all clear)."""
+def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, feasibility: bool = True) -> list[str]:
+    """One line per problem that would make cells fail, each named once (empty: all clear).
+
+    feasibility: check each cell's factors against the stream sampler (off for a search's points).
+    """
     found: dict[str, None] = {}
 
     def add(text: str | None) -> None:
@@ -127,7 +108,7 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False) 
         # the reference's own setting (nothing to refuse), and sampling it for ImageNet's 15,000 states takes
         # seconds per setting: `--dry-run` of the paper's grid spent half a minute there
         key = (cell.dataset, cell.setting, cell.sampler, cell.delta, tuple(sorted(cell.factors.items())))
-        if key not in checked and _may_be_infeasible(cell):
+        if feasibility and key not in checked and _may_be_infeasible(cell):
             checked.add(key)
             why = infeasibility(cell, domains, classes)
             if why:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from unitta import cli
+from unitta.run import exits
 
 __all__ = [
     "ClusterError",
@@ -194,7 +194,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
         os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
     try:
         ray.init(**kwargs)
-        cli.take_back_sigterm()
+        exits.take_back_sigterm()
     except (ConnectionError, RuntimeError, TimeoutError, ValueError, RayError) as exc:  # runtime_env conflict/upload
         raise ClusterError(f"cannot start or join Ray: {exc}".replace("\n", " ")) from None
     finally:

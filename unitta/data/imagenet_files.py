@@ -1,0 +1,51 @@
+"""The files of ImageNet-C: one domain folder's listing (``<corruption>/<severity>/<wnid>/*.JPEG``) and the
+decoding of one image, shared by the lazy loader (``unitta.data.imagenet_c``) and the decoded cache
+(``unitta.data.prepared``). Preprocessing follows the reference implementation's ImageNet config (224 x 224
+inputs, Resize + centre crop, no normalisation in the loader).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+__all__ = ["IMAGE_SIZE", "SOURCE", "decode_image", "list_domain"]
+
+IMAGE_SIZE = 224  # the reference's ImageNet config: INPUT.SIZE 224
+SOURCE = "https://zenodo.org/record/2235448 (the ImageNet-C tar files: blur.tar, digital.tar, noise.tar, weather.tar)"
+_EXTENSIONS = {".jpeg", ".jpg", ".png"}
+
+
+def decode_image(path: str, size: int = IMAGE_SIZE) -> np.ndarray:
+    """One image file -> uint8 (size, size, 3): shorter side resized to ``size``, centre crop."""
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        w, h = img.size
+        if min(w, h) != size:  # torchvision Resize(size): shorter side -> size, aspect kept
+            new = (size, int(size * h / w)) if w <= h else (int(size * w / h), size)
+            img = img.resize(new, Image.BILINEAR)
+        w, h = img.size
+        if (w, h) != (size, size):
+            left, top = int(round((w - size) / 2)), int(round((h - size) / 2))
+            img = img.crop((left, top, left + size, top + size))
+        return np.asarray(img)
+
+
+def list_domain(folder: Path, hint: str) -> tuple[list[str], list[str]]:
+    """Sorted wnids and, per file, ``wnid/name`` (sorted by wnid, then name) of one domain folder."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} not found (expected one folder per wnid holding *.JPEG files). {hint}")
+    wnids = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+    if not wnids:
+        raise FileNotFoundError(f"{folder} holds no class (wnid) folders. {hint}")
+    files = []
+    for wnid in wnids:
+        entries = os.scandir(folder / wnid)
+        names = sorted(e.name for e in entries if e.is_file() and os.path.splitext(e.name)[1].lower() in _EXTENSIONS)
+        if not names:
+            raise FileNotFoundError(f"{folder / wnid} holds no .JPEG files. {hint}")
+        files.extend(f"{wnid}/{name}" for name in names)
+    return wnids, files

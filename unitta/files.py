@@ -1,0 +1,35 @@
+"""Writing a file so that a reader never sees half of it: temp file beside it, fsync, rename (atomic on POSIX).
+
+Used by every writer of shared files: result cells and their consolidation (``unitta.results``), the decoded
+ImageNet-C cache's manifest (``unitta.data.prepared``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+__all__ = ["write_atomically"]
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_atomically(path: Path, write) -> None:
+    """``write(handle)`` into a temp file beside ``path``, fsync, give it the umask's mode, rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, _umask_mode())  # mkstemp creates 0600; results are shared like any file the user writes
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

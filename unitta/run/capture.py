@@ -1,0 +1,70 @@
+"""One cell run with its output captured: the row and the text of ``<out>/logs/<cell_id>.log``.
+
+``execute`` wraps ``unitta.evaluate.run_cell`` (which never raises) and records what the cell printed,
+where it ran and how it ended; ``cell_task`` is the same as a Ray task body (docs/results.md, "Logs").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+from unitta.cell import Cell
+from unitta.evaluate import STATUS_OK, run_cell
+
+__all__ = ["TASK_NAME", "execute", "cell_task"]
+
+TASK_NAME = "unitta_cell"  # Ray names each cell's task (and its worker's process title) after this
+
+
+class _Tee(io.TextIOBase):
+    """Write to a buffer and to the original stream (so Ray's own worker logs keep the output)."""
+
+    def __init__(self, buffer: io.StringIO, original) -> None:
+        self.buffer_, self.original = buffer, original
+
+    def write(self, text: str) -> int:
+        self.buffer_.write(text)
+        with contextlib.suppress(Exception):
+            self.original.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(Exception):
+            self.original.flush()
+
+
+def execute(cell: Cell, dataset, extra: dict[str, Any], echo: bool = True) -> tuple[dict[str, Any], str]:
+    """run_cell with its stdout/stderr captured: (row, log text) for ``<out>/logs/<cell_id>.log``."""
+    buffer = io.StringIO()
+    buffer.write(f"cell {cell.cell_id()}\n{json.dumps(cell.identity(), sort_keys=True, default=str)}\n")
+    buffer.write(
+        f"host {socket.gethostname()} pid {os.getpid()} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}\n"
+    )
+    out = _Tee(buffer, sys.stdout) if echo else buffer
+    err = _Tee(buffer, sys.stderr) if echo else buffer
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        row = run_cell(cell, dataset, **extra)
+    buffer.write(
+        f"status {row['status']} in {row['duration_s']:.2f} s"
+        + (f": {row['error_text']}" if row["status"] != STATUS_OK else f", error {row['error']:.2f} %")
+        + "\n"
+    )
+    return row, buffer.getvalue()
+
+
+def cell_task(cell: Cell, dataset, extra: dict[str, Any], plugins: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+    """The Ray task of one cell; ``dataset`` arrives from the object store (numpy arrays zero-copy).
+
+    ``plugins`` (the config's) are imported first: the cell's method may be one of theirs (unitta/plugins.py).
+    """
+    if plugins:
+        from unitta.plugins import import_on_worker
+
+        import_on_worker(plugins)
+    return execute(cell, dataset, extra)

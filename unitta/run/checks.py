@@ -1,0 +1,44 @@
+"""What the sweep and tune commands do before any cell runs: preflight and the dry-run listing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from unitta.cell import Cell
+from unitta.results import done_cells
+from unitta.run.preflight import problems
+from unitta.schema import ConfigError
+
+__all__ = ["preflight", "list_cells"]
+
+
+def preflight(cells: Iterable[Cell], num_gpus: float, local: bool, feasibility: bool = True) -> None:
+    """Raise ``ConfigError`` listing (one line each) every problem knowable before the first cell.
+
+    feasibility: also ask the stream sampler whether each cell's factors are feasible (a search leaves
+    it off: its infeasible points are results, not mistakes).
+    """
+    found = problems(cells, num_gpus=num_gpus, local=local, feasibility=feasibility)
+    if found:
+        raise ConfigError(f"{len(found)} problem(s) found before running:\n" + "\n".join(f"  {p}" for p in found))
+
+
+def list_cells(title: str, cells: list[Cell], out: Path, resources, note: str = "") -> None:
+    """Print the cells a run would run (and which are already done in ``out``) without running any."""
+    finished = done_cells(out) if out.is_dir() else set()
+    todo = [c for c in cells if c.cell_id() not in finished]
+    print(
+        f"{title}: {len(cells)} cells, {len(cells) - len(todo)} already done in {out}, {len(todo)} to run "
+        f"({resources.num_cpus:g} CPU, {resources.num_gpus:g} GPU each){note}"
+    )
+    for cell in cells:
+        state = "done" if cell.cell_id() in finished else "todo"
+        factors = ",".join(f"{k}={v:g}" for k, v in sorted(cell.factors.items())) or "-"
+        layer = f" layer={cell.method_kwargs['layer']}" if "layer" in cell.method_kwargs else ""
+        sampler = "" if cell.sampler == "official" else f" sampler={cell.sampler}"
+        sampler += "" if cell.delta is None else f" delta={cell.delta:g}"
+        print(
+            f"  {state}  {cell.dataset:<11} {cell.method:<14} {cell.setting}{sampler}  seed={cell.seed} "
+            f"batch={cell.batch_size} factors={factors}{layer}  {cell.cell_id()}"
+        )

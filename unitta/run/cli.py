@@ -1,0 +1,48 @@
+"""The command-line flags every run command shares (``unitta sweep``, ``unitta tune``) and how they run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from unitta.run import exits, ray_cluster
+from unitta.run.executor import USAGE_ERRORS, RunOptions
+
+__all__ = ["USAGE_ERRORS", "add_run_arguments", "run_options", "run_command"]
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """--output, --local, --fresh, the Ray flags, --no-progress, --dry-run, --no-preflight."""
+    p.add_argument("--output", help="output directory (overrides the config's 'output')")
+    p.add_argument("--local", action="store_true", help="run the cells in this process, one after another (no Ray)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over in a new directory '<output>-<timestamp>' when the output already has results",
+    )
+    ray_cluster.add_ray_arguments(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate and list the cells, then run the checks (not with --no-preflight); run nothing")
+    p.add_argument(
+        "--no-preflight", action="store_true", help="skip the data/checkpoint/feasibility checks before the first cell"
+    )
+
+
+def run_options(args: argparse.Namespace) -> RunOptions:
+    return RunOptions(
+        local=args.local,
+        fresh=args.fresh,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        wait_for_resources=args.wait_for_resources,
+        progress=not args.no_progress,
+        argv=sys.argv,
+    )
+
+
+def run_command(body: Callable[[], int]) -> int:
+    """``body`` under the shared exit codes (``unitta.run.exits``); ``USAGE_ERRORS`` exit 2."""
+    hint = "finished cells are saved; rerun the same command to resume"
+    return exits.run_cli(body, hint, USAGE_ERRORS)

@@ -1,0 +1,259 @@
+"""The one executor under ``unitta.sweep`` and ``unitta.tune``: a planner's cells -> backend -> cell files.
+
+A *planner* says which cells to run (the sweep's grid, ``GridPlanner``; the tune's searches) and may hold
+rows back until a group of cells is complete (a tune trial's objective needs all its cells). The
+executor gives every run the same guarantees (docs/results.md): one writer per output directory
+(``OutputLock``), resume (cells with an 'ok' file are not run again; unreadable files are moved
+aside), the manifest, each finished cell written atomically as ``cells/<cell_id>.parquet`` with its log
+``logs/<cell_id>.log``, retries and resubmission of lost cells, one line per lost node, the progress
+bar, and a consolidated ``results.parquet`` at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from unitta.cell import Cell
+from unitta.evaluate import STATUS_OK, DatasetUnavailable, git_commit
+from unitta.results import add_to_membership, cells_dir, consolidate, done_cells, write_membership
+from unitta.run.backends import LocalBackend, RayBackend
+from unitta.run.outdir import (
+    OutputBusy,
+    OutputError,
+    OutputLock,
+    check_output_dir,
+    fresh_output_dir,
+    is_writable,
+    record,
+    remove_stale_temp_files,
+    removed_if_unused,
+    write_manifest,
+)
+from unitta.run.progress import Progress
+from unitta.run.ray_cluster import ClusterError
+from unitta.schema import ConfigError
+
+__all__ = ["USAGE_ERRORS", "RunOptions", "RunOutcome", "Planner", "GridPlanner", "execute_plan"]
+
+# problems found before any cell ran: one line, exit 2 (docs/results.md, "Exit codes")
+USAGE_ERRORS = (ConfigError, ClusterError, OutputBusy, OutputError, DatasetUnavailable)
+
+
+@dataclass
+class RunOptions:
+    """How to run (the shared flags of the sweep and tune commands, ``unitta.run.cli.add_run_arguments``).
+
+    local: run cells in this process (no Ray). fresh: write into a new directory when the output
+    already holds results. address: the Ray cluster to join (None: RAY_ADDRESS, a ``ray start`` cluster
+    on this machine, or a new local Ray with ``num_cpus`` CPUs). wait_for_resources: seconds an
+    autoscaling cluster may take to offer a node that fits one cell (``unitta.run.ray_cluster.check_fits``).
+    """
+
+    local: bool = False
+    fresh: bool = False
+    address: str | None = None
+    num_cpus: int | None = None
+    wait_for_resources: float = 0.0
+    progress: bool = True
+    argv: list[str] | None = None
+
+
+@dataclass
+class RunOutcome:
+    """What a run did: where it wrote, how many cells ran, were skipped or failed."""
+
+    out_dir: Path
+    n_cells: int = 0
+    n_skipped: int = 0
+    n_ok: int = 0
+    n_failed: int = 0
+    seconds: float = 0.0
+    cell_seconds: list[float] = field(default_factory=list)
+    results_path: Path | None = None
+
+    def count(self, row: dict[str, Any]) -> None:
+        if row["status"] == STATUS_OK:
+            self.n_ok += 1
+        else:
+            self.n_failed += 1
+        if row.get("duration_s") is not None:
+            self.cell_seconds.append(float(row["duration_s"]))
+
+
+class Planner(Protocol):
+    """What the executor asks of a planner (the grid, a search)."""
+
+    n_cells: int  # cells it expects to run or reuse (grows as a search learns its size)
+    n_skipped: int  # of those, already done in the output directory
+    members: list[str] | None  # the cell ids that make up the run (a sweep's grid), recorded before it runs
+    added_members: list[str]  # cell ids a search adds to the run's record as it goes (flushed by the executor)
+    notes: list[str]  # lines for the user before the run (e.g. rows that cannot be reused)
+
+    def take(self) -> list[Cell]:
+        """Cells to submit now (maybe none while the planner waits for results)."""
+
+    def on_result(self, cell: Cell, row: dict[str, Any], text: str) -> None:
+        """A submitted cell finished (its row is not written yet)."""
+
+    def drain(self) -> list[tuple[dict[str, Any], str]]:
+        """Rows (and log texts) ready to be written now."""
+
+    def done(self) -> bool:
+        """Nothing more to submit or write."""
+
+
+class GridPlanner:
+    """A fixed list of cells (the sweep's grid): every one without an 'ok' file, all at once."""
+
+    def __init__(self, cells: list[Cell], finished: set[str]) -> None:
+        self.todo = [c for c in cells if c.cell_id() not in finished]
+        self.n_cells, self.n_skipped = len(cells), len(cells) - len(self.todo)
+        self.members = [c.cell_id() for c in cells]
+        self.added_members: list[str] = []
+        self.outbox: list[tuple[dict[str, Any], str]] = []
+        # rows from before the model weights were part of a cell's identity cannot say which weights they
+        # came from, so they are not reused (docs/results.md, Resume)
+        older = sum(1 for cell in self.todo if cell.cell_id_before_weights() in finished)
+        self.notes = (
+            [
+                f"resume: {older} cell(s) have rows written before the model weights were part of a cell's identity; "
+                "they run again (their old rows stay under their old ids; docs/results.md, Resume)"
+            ]
+            if older
+            else []
+        )
+
+    def take(self) -> list[Cell]:
+        todo, self.todo = self.todo, []
+        return todo
+
+    def on_result(self, cell: Cell, row: dict[str, Any], text: str) -> None:
+        self.outbox.append((row, text))
+
+    def drain(self) -> list[tuple[dict[str, Any], str]]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def done(self) -> bool:
+        return not self.todo and not self.outbox
+
+
+def _flush_members(out: Path, name: str, planner: Planner) -> None:
+    """Record the cells a search added to the run (``load_results(out, sweep=name)``)."""
+    if planner.added_members:
+        add_to_membership(out, name, planner.added_members)
+        planner.added_members = []
+
+
+def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutcome, name: str) -> None:
+    """Submit what the planner offers, write what it releases, until it is done and nothing runs."""
+    while True:
+        submitted = planner.take()
+        for cell in submitted:
+            backend.submit(cell)
+        written = planner.drain()
+        for row, text in written:
+            record(out, row, text)
+            outcome.count(row)
+            bar.update(row["status"], backend.running())
+        _flush_members(out, name, planner)
+        bar.grow(planner.n_cells - planner.n_skipped)
+        if not backend.pending:
+            if planner.done():
+                return
+            if not submitted and not written:
+                raise RuntimeError("the planner offers no cell, holds no row and is not done (a bug)")
+            continue
+        finished = backend.wait()
+        for cell, row, text in finished:
+            planner.on_result(cell, row, text)
+        if not finished:
+            bar.update(None, backend.running())
+
+
+def execute_plan(
+    cfg,
+    out: Path,
+    make_planner: Callable[[set[str]], Planner],
+    opts: RunOptions,
+    say: Callable[[str], None] | None = None,
+) -> RunOutcome:
+    """Run the cells ``make_planner(finished cell ids)`` offers into ``out``; see the module docstring.
+
+    cfg: the validated run config (``unitta.schema.RunConfig``: name, resources, max_retries, plugins).
+    A run that stops with a usage problem (``USAGE_ERRORS``: exit 2) leaves no folder it created behind.
+    """
+    say = say or (lambda text: print(text, file=sys.stderr))
+    start = time.perf_counter()
+    out = Path(out)
+    check_output_dir(out)
+    if opts.fresh:
+        new = fresh_output_dir(out)
+        if new != out:
+            say(f"--fresh: writing into {new} (the results in {out} are kept)")
+        out = new
+    if not is_writable(out):
+        return _read_only_outcome(out, make_planner, say, start)
+    # one writer per directory; then any temp file left there is a dead writer's
+    with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):
+        remove_stale_temp_files(cells_dir(out))
+        planner = make_planner(done_cells(out, quarantine=True))
+        if planner.members is not None:
+            write_membership(out, cfg.name, planner.members)
+        _flush_members(out, cfg.name, planner)
+        outcome = RunOutcome(out_dir=out, n_cells=planner.n_cells, n_skipped=planner.n_skipped)
+        if planner.n_skipped:
+            say(f"resume: {planner.n_skipped} of {planner.n_cells} cells already done in {out}")
+        for line in planner.notes:
+            say(line)
+        if not planner.done():
+            _run(cfg, out, planner, opts, outcome)
+        outcome.n_cells, outcome.n_skipped = planner.n_cells, planner.n_skipped
+        outcome.results_path = consolidate(out)
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def _read_only_outcome(out: Path, make_planner, say: Callable[[str], None], start: float) -> RunOutcome:
+    """A result directory this process cannot write: fine when every cell is done (nothing to write), else
+    an ``OutputError`` saying how many cells still have to run."""
+    planner = make_planner(done_cells(out) if out.is_dir() else set())
+    if not planner.done():
+        left = planner.n_cells - planner.n_skipped
+        raise OutputError(
+            f"output {out} is not writable and {left} of {planner.n_cells} cells still have to run; make it "
+            "writable or give another directory with --output"
+        )
+    say(f"{out} is not writable; every cell is already done there, so nothing is written")
+    consolidated = out / "results.parquet"
+    return RunOutcome(
+        out_dir=out,
+        n_cells=planner.n_cells,
+        n_skipped=planner.n_skipped,
+        seconds=time.perf_counter() - start,
+        results_path=consolidated if consolidated.is_file() else None,
+    )
+
+
+def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome) -> None:
+    extra = {"sweep_name": cfg.name, "git_commit": git_commit()}
+    if opts.local:
+        backend = LocalBackend(extra)
+    else:
+        backend = RayBackend(extra, cfg, out, opts.address, opts.num_cpus, opts.wait_for_resources)
+    bar = None
+    try:
+        backend.start(lambda line: bar.write(line) if bar else print(line, file=sys.stderr))
+        write_manifest(out, cfg, planner.n_cells, backend.mode, opts.argv)
+        bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
+        _loop(planner, backend, out, bar, outcome, cfg.name)
+        backend.finish()
+    finally:
+        if bar is not None:
+            bar.close()
+        backend.close()
