@@ -124,11 +124,20 @@ def clean_error(model: nn.Module, images: np.ndarray, labels: np.ndarray, batch_
     return wrong / len(images)
 
 
-def build_network(depth: int, seed: int, arch: str = "resnet20") -> nn.Module:
-    """The untrained network, initialised from ``seed`` without touching the caller's global RNG."""
+def build_resnet(depth: int, seed: int) -> CifarResNet:
+    """The untrained ResNet, initialised from ``seed`` without touching the caller's global RNG."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return vit_tiny() if arch == "vit_tiny" else CifarResNet(depth=depth)
+        return CifarResNet(depth=depth)
+
+
+def build_network(depth: int, seed: int, arch: str = "resnet20") -> nn.Module:
+    """The untrained network of ``arch`` (the ResNet of ``depth``, or the ViT), initialised from ``seed``."""
+    if arch != "vit_tiny":
+        return build_resnet(depth, seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return vit_tiny()
 
 
 def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
