@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, TensorDataset, default_collate
 
 __all__ = ["SourceBatches", "take_source"]
 
@@ -21,6 +21,8 @@ def take_source(dataset: Dataset, indices: Tensor) -> tuple[Tensor, Tensor]:
     """The items at ``indices`` as one (images, labels) batch on the CPU."""
     if hasattr(dataset, "get_batch"):
         images, labels = dataset.get_batch(indices.numpy())
+    elif isinstance(dataset, TensorDataset):  # one gather per tensor, no per-item read
+        images, labels = (tensor[indices] for tensor in dataset.tensors[:2])
     else:
         images, labels = default_collate([dataset[int(i)] for i in indices])
     return torch.as_tensor(images, dtype=torch.float32), torch.as_tensor(labels, dtype=torch.int64)
