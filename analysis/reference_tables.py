@@ -34,6 +34,7 @@ import polars as pl
 from scipy.stats import spearmanr
 
 from analysis.common import AnalysisError, Panel, load_dirs, method_order, split_rows, sweep_panels
+from analysis.rank_stats import spearman_p
 from analysis.tables import cell_status
 from unitta.paper.reference import (
     REFERENCE_ARCHITECTURES,
@@ -81,6 +82,8 @@ class ReferenceComparison:
     n_matched: int
     rho_per_protocol: dict[str, tuple[float, int]]
     skipped: list[str]
+    rho_p: float = math.nan  # two-sided permutation p-value of rho (analysis/rank_stats.py)
+    rho_p_kind: str = "none"
 
 
 def _rho(a: list[float], b: list[float]) -> float:
@@ -232,7 +235,8 @@ def compare_reference(dirs: list[str | Path], paper_dataset: str | None = None) 
         sub = both.filter(pl.col("protocol") == protocol)
         per_protocol[protocol] = (_rho(sub["ours"].to_list(), sub["reference"].to_list()), sub.height)
     rho = _rho(both["ours"].to_list(), both["reference"].to_list())
-    return ReferenceComparison(cells, rho, both.height, per_protocol, skipped)
+    p_value, p_kind = spearman_p(both["ours"].to_list(), both["reference"].to_list())
+    return ReferenceComparison(cells, rho, both.height, per_protocol, skipped, p_value, p_kind)
 
 
 def _fmt(v, digits: int = 1) -> str:
@@ -245,7 +249,8 @@ def to_markdown(c: ReferenceComparison) -> str:
     lines = [
         "# Ours vs the other benchmark (mariodoebler/test-time-adaptation, classification/benchmark.md)",
         "",
-        f"spearman_rho={c.rho:.3f} over {c.n_matched} matched cells with both values.  ",
+        f"spearman_rho={c.rho:.3f} over {c.n_matched} matched cells with both values; "
+        f"rho_p={_fmt(c.rho_p, 3)} ({c.rho_p_kind} permutation test, two-sided).  ",
     ]
     lines += [f"spearman_rho[{p}]={r:.3f} ({n} cells).  " for p, (r, n) in c.rho_per_protocol.items()]
     if proxies:
@@ -289,6 +294,7 @@ def run(dirs: list[str | Path], out: Path, paper_dataset: str | None = None, log
     c.cells.write_csv(out / f"reference_{REFERENCE_NAME}.csv")
     log(md.rstrip("\n"))
     log(f"spearman_rho={c.rho:.3f}")
+    log(f"rho_p={_fmt(c.rho_p, 3)}  ({c.rho_p_kind} permutation test, two-sided, {c.n_matched} cells)")
     for protocol, (rho, _) in c.rho_per_protocol.items():
         log(f"spearman_rho[{protocol}]={rho:.3f}")
     log(str(out / f"reference_{REFERENCE_NAME}.md"))
