@@ -51,7 +51,7 @@ def test_the_shipped_weights_keep_the_earlier_id_and_other_weights_do_not(tmp_pa
     assert "weights" not in cell.identity() and cell.coordinates()["model_weights"] == cell.weights
     own = tmp_path / "resnet20_fmnist.pt"
     own.write_bytes(zoo.EMBEDDED_CHECKPOINT.read_bytes() + b"retrained")
-    monkeypatch.setattr(zoo, "EMBEDDED_CHECKPOINT", own)
+    monkeypatch.setattr(zoo, "EMBEDDED_DIR", tmp_path)  # the embedded models are read from <dir>/<name>_fmnist.pt
     retrained = Cell()
     assert retrained.identity()["weights"] == retrained.weights != cell.weights
     assert retrained.cell_id() != retrained.cell_id_before_weights() == cell.cell_id()

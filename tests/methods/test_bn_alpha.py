@@ -65,7 +65,7 @@ def test_refuses_a_model_without_batchnorm_and_bad_alpha(fmnist_cnn):
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Flatten(), nn.LazyLinear(10))
     model(torch.zeros(1, 3, 32, 32))
     info = ModelInfo(name="gn", dataset="fmnist", classifier="3", bn_layers=(), bdn_layer="", num_classes=10)
-    with pytest.raises(ValueError, match="no BatchNorm2d.*'group'"):
+    with pytest.raises(ValueError, match="runs on BatchNorm models only.*norm kind 'group'"):
         get_method("bn_alpha", model, info)
     with pytest.raises(ValueError, match="alpha=1.5 must be in"):
         get_method("bn_alpha", fmnist_cnn.model, fmnist_cnn.info, alpha=1.5)

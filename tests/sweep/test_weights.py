@@ -18,9 +18,11 @@ from unitta.sweep import run_sweep
 @pytest.fixture
 def own_checkpoint(tmp_path, monkeypatch):
     """A copy of the embedded checkpoint that load_model and the cells use instead of the package's file."""
-    path = tmp_path / "resnet20_fmnist.pt"
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    path = folder / "resnet20_fmnist.pt"
     shutil.copy(zoo.EMBEDDED_CHECKPOINT, path)
-    monkeypatch.setattr(zoo, "EMBEDDED_CHECKPOINT", path)
+    monkeypatch.setattr(zoo, "EMBEDDED_DIR", folder)  # the embedded models are read from <dir>/<name>_fmnist.pt
     return path
 
 

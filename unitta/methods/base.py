@@ -223,7 +223,7 @@ class TTAMethod:
         cost counters afterwards; an override must not change any other state of the method.
         """
         scores = self.model(x)
-        if isinstance(self.model, FeatureModel):  # a method that split its model at the classifier
+        if type(self.model) is FeatureModel:  # split at the classifier, forward gives features (SplitModel: logits)
             scores = self.model.logits(scores)
         return scores.softmax(dim=1) if self.scores == "probabilities" else scores
 
