@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.schema",
         "unitta.cell_spec",
         "unitta.results",
+        "unitta.membership",
         "unitta.plugins",
     ),
     ("unitta.run",),
