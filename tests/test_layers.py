@@ -26,9 +26,26 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("unitta.models",),
     ("unitta.methods",),
-    ("unitta.cell", "unitta.evaluate", "unitta.schema", "unitta.cell_spec", "unitta.results", "unitta.plugins"),
+    (
+        "unitta.cell",
+        "unitta.adapt",
+        "unitta.evaluate",
+        "unitta.schema",
+        "unitta.cell_spec",
+        "unitta.results",
+        "unitta.membership",
+        "unitta.plugins",
+    ),
     ("unitta.run",),
-    ("unitta.config", "unitta.tune_config", "unitta.sweep", "unitta.tune", "unitta.tune_plan", "unitta.recommend"),
+    (
+        "unitta.config",
+        "unitta.tune_config",
+        "unitta.sweep",
+        "unitta.tune",
+        "unitta.tune_plan",
+        "unitta.recommend",
+        "unitta.recommend_inputs",
+    ),
     ("analysis",),
 ]
 ENTRY_POINTS = ("unitta.__main__",)

@@ -95,34 +95,19 @@ def make_stream(
         delta: dirichlet only, the Dirichlet concentration (default DEFAULT_DELTA = 0.01).
     """
     s = Setting.parse(setting)
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler={sampler!r}: allowed values are {SAMPLERS}")
-    if int(seed) != seed or seed < 0:
-        raise ValueError(f"seed={seed!r}: expected an integer >= 0")
-    seed = int(seed)
-    if delta is not None and sampler != "dirichlet":
-        raise ValueError(f"delta={delta!r}: only the 'dirichlet' sampler takes a Dirichlet concentration")
+    seed = _checked_seed(sampler, seed, delta)
     labels, domains, num_domains, num_classes = check_labels_domains(labels, domains)
-    if sampler in PROTOCOL_SAMPLERS:
-        given = dict(zip(FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)), S=S, length=length,
-                     domain_matrix=domain_matrix, class_matrix=class_matrix)
-        for key, value in given.items():
-            if value is not None:
-                raise ValueError(f"{key}: the {sampler!r} sampler orders every image once and takes no {key}")
-        return _protocol_stream(labels, domains, s, sampler, seed, str(dataset), delta, num_domains, num_classes)
     overrides = dict(zip(FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)))
+    if sampler in PROTOCOL_SAMPLERS:
+        given = dict(overrides, S=S, length=length, domain_matrix=domain_matrix, class_matrix=class_matrix)
+        _refuse_given(given, f"{{key}}: the {sampler!r} sampler orders every image once and takes no {{key}}")
+        return _protocol_stream(labels, domains, s, sampler, seed, str(dataset), delta, num_domains, num_classes)
     factors = default_factors(s, dataset)
-    num_states = num_domains * num_classes
-    state_of_image = domains * num_classes + labels
-    pool_sizes = np.bincount(state_of_image, minlength=num_states)
-    # Stable sorts of 16-bit keys are radix sorts in numpy (ImageNet: 750,000 keys in a few ms).
-    sort_keys = state_of_image.astype(np.uint16) if num_states <= 2**16 else state_of_image
-    starts = np.concatenate(([0], np.cumsum(pool_sizes)))
+    pool_sizes, sort_keys, starts = _state_pools(labels, domains, num_domains, num_classes)
     meta: dict[str, Any] = {}
     if sampler == "official":
-        for key, value in (("length", length), ("domain_matrix", domain_matrix), ("class_matrix", class_matrix)):
-            if value is not None:
-                raise ValueError(f"{key}: only the 'exact' sampler accepts it (the official stream length is random)")
+        given = {"length": length, "domain_matrix": domain_matrix, "class_matrix": class_matrix}
+        _refuse_given(given, "{key}: only the 'exact' sampler accepts it (the official stream length is random)")
         factors.update({k: float(v) for k, v in overrides.items() if v is not None})
         states, pools, used_S = _official_states(
             s, dataset, factors, S, num_domains, num_classes, pool_sizes, sort_keys, starts, seed, meta
@@ -136,7 +121,6 @@ def make_stream(
             seed, domain_matrix, class_matrix, meta,
         )
         used_S = None
-
     indices, n_reused = draw_from_pools(states, pools, starts)
     return Stream(
         indices=indices,
@@ -153,6 +137,36 @@ def make_stream(
         n_reused=n_reused,
         meta=meta,
     )
+
+
+def _checked_seed(sampler: str, seed: int, delta: float | None) -> int:
+    """``make_stream``'s checks of its sampler, seed and Dirichlet concentration; the seed as an int."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler={sampler!r}: allowed values are {SAMPLERS}")
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"seed={seed!r}: expected an integer >= 0")
+    if delta is not None and sampler != "dirichlet":
+        raise ValueError(f"delta={delta!r}: only the 'dirichlet' sampler takes a Dirichlet concentration")
+    return int(seed)
+
+
+def _refuse_given(given: dict[str, Any], message: str) -> None:
+    """ValueError ``message`` (formatted with ``key``) for the first argument of ``given`` that is not None."""
+    for key, value in given.items():
+        if value is not None:
+            raise ValueError(message.format(key=key))
+
+
+def _state_pools(labels: np.ndarray, domains: np.ndarray, num_domains: int, num_classes: int):
+    """The images grouped by state (domain * K + class): each state's pool size, the sort keys that order the
+    images by state, and where each state's pool starts in that order."""
+    num_states = num_domains * num_classes
+    state_of_image = domains * num_classes + labels
+    pool_sizes = np.bincount(state_of_image, minlength=num_states)
+    # Stable sorts of 16-bit keys are radix sorts in numpy (ImageNet: 750,000 keys in a few ms).
+    sort_keys = state_of_image.astype(np.uint16) if num_states <= 2**16 else state_of_image
+    starts = np.concatenate(([0], np.cumsum(pool_sizes)))
+    return pool_sizes, sort_keys, starts
 
 
 def _protocol_stream(labels, domains, s, sampler, seed, dataset, delta, num_domains, num_classes) -> Stream:

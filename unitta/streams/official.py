@@ -205,7 +205,55 @@ class _Rows:
         self.cache_left += self.cache.pop(s)[2].nbytes
 
 
-def sample_states(  # noqa: C901 (the reference sampler's RNG consumption, bit for bit: one function, not split)
+def _check_sampler_inputs(pool_sizes: np.ndarray, class_alpha: float) -> None:
+    """What the reference sampler cannot run: class-continual settings, an empty start state."""
+    if class_alpha == 1.0:
+        raise ValueError(
+            "class_alpha=1.0: class-continual settings are not supported by the official sampler "
+            "(the reference's dead-end jump to class k+1 runs out of classes); use sampler='exact'"
+        )
+    if pool_sizes[0] == 0:
+        raise ValueError("labels: the pool of the start state (domain 0, class 0) is empty; the reference requires it")
+
+
+def _budgets(plan: OfficialPlan) -> tuple[list[int], list[int]]:
+    """The stop rules as countdowns: (the group of each state, each group's budget). Every visit decrements the
+    budget of the visited state's group (CC and QQ: the state, cap S resp. its quota; DQ: its domain's total
+    quota; CQ: its class's)."""
+    D, K, S, mode = plan.num_domains, plan.num_classes, plan.S, plan.mode
+    DK = D * K
+    if mode == "DQ":
+        return [s // K for s in range(DK)], plan.quota.sum(axis=1).tolist()
+    if mode == "CQ":
+        return [s % K for s in range(DK)], plan.quota.sum(axis=0).tolist()
+    return list(range(DK)), ([S] * DK if mode == "CC" else plan.quota.ravel().tolist())
+
+
+def _close(s: int, plan: OfficialPlan, rows: _Rows, valid: list, valid_arr: np.ndarray, state_counter: list) -> bool:
+    """The visit that exhausted a budget: close the state/domain/class (``valid``, ``valid_arr``, the rows of
+    ``rows`` and ``state_counter`` change in place); True when the stream ends."""
+    mode, K = plan.mode, plan.num_classes
+    DK = plan.num_domains * K
+    if mode == "CC":
+        return True  # the first state to reach S ends the stream
+    if mode == "QQ":
+        members = [s]
+        rows.zero_column(s)  # T[:, s] = 0
+    elif mode == "DQ":
+        members = list(range((s // K) * K, (s // K) * K + K))
+    else:
+        members = list(range(s % K, DK, K))
+    for x in members:
+        if valid[x]:
+            valid[x] = valid_arr[x] = False
+            state_counter[0] -= 1
+        if mode != "QQ":
+            rows.zeroed_rows.add(x)  # T[rows of the closed domain/class] = 0
+    # The reference also requires trace(T) == 0, which holds once every state with a pool is closed.
+    return state_counter[0] == 0
+
+
+def sample_states(
     plan: OfficialPlan,
     pool_sizes: np.ndarray,
     seed: int,
@@ -218,13 +266,7 @@ def sample_states(  # noqa: C901 (the reference sampler's RNG consumption, bit f
     D, K, S = plan.num_domains, plan.num_classes, plan.S
     DK = D * K
     P = S  # presampling_size = max_state_samples
-    if class_alpha == 1.0:
-        raise ValueError(
-            "class_alpha=1.0: class-continual settings are not supported by the official sampler "
-            "(the reference's dead-end jump to class k+1 runs out of classes); use sampler='exact'"
-        )
-    if pool_sizes[0] == 0:
-        raise ValueError("labels: the pool of the start state (domain 0, class 0) is empty; the reference requires it")
+    _check_sampler_inputs(pool_sizes, class_alpha)
     rs = np.random.RandomState(seed)
     rows = _Rows(plan, cdf_cache_bytes)
     valid_arr = np.asarray(pool_sizes) > 0  # kept in step with `valid` for the dead-end draws
@@ -232,7 +274,6 @@ def sample_states(  # noqa: C901 (the reference sampler's RNG consumption, bit f
     n_valid = sum(valid)
     used = [0] * DK
     bufs: list[list[int] | None] = [None] * DK
-    mode = plan.mode
 
     def refill(s: int) -> list[int]:
         total, lo, cdf = rows.refill_info(s)
@@ -252,35 +293,8 @@ def sample_states(  # noqa: C901 (the reference sampler's RNG consumption, bit f
         # legacy RandomState.choice(DK, P, p=row): uniforms through the normalised cdf (see legacy_choice_with_p)
         return (cdf.searchsorted(rs.random_sample(P), side="right") + lo).tolist()
 
-    # Stop rules as countdowns: every visit decrements the budget of the visited state's group
-    # (CC and QQ: the state, cap S resp. its quota; DQ: its domain's total quota; CQ: its class's).
-    if mode == "DQ":
-        group_of, left = [s // K for s in range(DK)], plan.quota.sum(axis=1).tolist()
-    elif mode == "CQ":
-        group_of, left = [s % K for s in range(DK)], plan.quota.sum(axis=0).tolist()
-    else:
-        group_of, left = list(range(DK)), ([S] * DK if mode == "CC" else plan.quota.ravel().tolist())
+    group_of, left = _budgets(plan)
     state_counter = [n_valid]
-
-    def close(s: int) -> bool:
-        """The visit that exhausted a budget: close the state/domain/class; True when the stream ends."""
-        if mode == "CC":
-            return True  # the first state to reach S ends the stream
-        if mode == "QQ":
-            members = [s]
-            rows.zero_column(s)  # T[:, s] = 0
-        elif mode == "DQ":
-            members = list(range((s // K) * K, (s // K) * K + K))
-        else:
-            members = list(range(s % K, DK, K))
-        for x in members:
-            if valid[x]:
-                valid[x] = valid_arr[x] = False
-                state_counter[0] -= 1
-            if mode != "QQ":
-                rows.zeroed_rows.add(x)  # T[rows of the closed domain/class] = 0
-        # The reference also requires trace(T) == 0, which holds once every state with a pool is closed.
-        return state_counter[0] == 0
 
     seq: list[int] = []
     append = seq.append
@@ -290,7 +304,7 @@ def sample_states(  # noqa: C901 (the reference sampler's RNG consumption, bit f
         g = group_of[s]
         budget = left[g] - 1
         left[g] = budget
-        if budget <= 0 and close(s):
+        if budget <= 0 and _close(s, plan, rows, valid, valid_arr, state_counter):
             break
         # Next state: consume this state's buffer, refilling every P draws; reject invalid successors.
         while True:

@@ -27,6 +27,39 @@ def _legend(ax, plt, colours, names: Sequence[str], title: str) -> None:
               bbox_to_anchor=(1.01, 1.0), frameon=False, ncol=1 if len(handles) <= 15 else 2)
 
 
+def _plot_zoom(ax, stream: Stream, names: dict[str, list[str]], length: int) -> None:
+    """The first ``length`` positions as two step lines: domain (left axis) and class (right axis)."""
+    z = np.arange(length)
+    ax.step(z, stream.domains[z], where="post", color="tab:blue", lw=1.2, label="domain")
+    ax.set_ylabel("domain", color="tab:blue")
+    ax.set_ylim(-0.5, stream.num_domains - 0.5)
+    ax.set_yticks(range(stream.num_domains), names["domain"], fontsize=6.5 if stream.num_domains > 10 else 8)
+    ax.invert_yaxis()
+    ax2 = ax.twinx()
+    ax2.step(z, stream.classes[z], where="post", color="tab:orange", lw=1.0, label="class")
+    ax2.set_ylabel("class", color="tab:orange")
+    ax2.set_ylim(-0.5, stream.num_classes - 0.5)
+    ax2.set_yticks(range(stream.num_classes), names["class"], fontsize=8)
+    ax2.invert_yaxis()
+    ax.set_xlim(0, len(z))
+    ax.set_xlabel("stream position")
+    lines = [ax.get_lines()[0], ax2.get_lines()[0]]
+    ax.legend(lines, ["domain (left axis)", "class (right axis)"], fontsize=7, loc="lower right", framealpha=0.9)
+    ax.set_title(f"first {len(z)} positions", fontsize=9)
+
+
+def _plot_quarter_mix(fig, ax, summary: dict, class_names: list[str]) -> None:
+    """Each class's share of each quarter of the stream, as a heat map."""
+    quarters = np.asarray(summary["class_counts_per_quarter"], dtype=float)
+    quarters /= np.maximum(quarters.sum(axis=1, keepdims=True), 1)
+    mix = ax.imshow(quarters.T, aspect="auto", cmap="viridis", interpolation="nearest")
+    fig.colorbar(mix, ax=ax, label="share of the quarter", shrink=0.9)
+    ax.set_xticks(range(4), [f"Q{i + 1}" for i in range(4)])
+    ax.set_yticks(range(len(class_names)), class_names, fontsize=8)
+    ax.set_ylabel("class")
+    ax.set_title(f"class mix per quarter (drift TV {summary['class_quarter_drift_tv']:.3f})", fontsize=9)
+
+
 def plot_stream(stream: Stream, path: str | Path, *, max_points: int = 60_000, zoom: int = 400,
                 domain_names: Sequence[str] | None = None, class_names: Sequence[str] | None = None) -> Path:
     """Write a PNG: domain and class over the whole stream with their histograms, and a zoom on the first
@@ -84,32 +117,8 @@ def plot_stream(stream: Stream, path: str | Path, *, max_points: int = 60_000, z
         axes[row, 1].set_ylim(-0.5, count - 0.5)
         axes[row, 1].invert_yaxis()
         axes[row, 1].set_xlabel(f"{attr} count (head/tail {summary[f'{attr}_head_tail_ratio']:.2f})")
-    z = np.arange(min(zoom, n))
-    ax = axes[2, 0]
-    ax.step(z, stream.domains[z], where="post", color="tab:blue", lw=1.2, label="domain")
-    ax.set_ylabel("domain", color="tab:blue")
-    ax.set_ylim(-0.5, stream.num_domains - 0.5)
-    ax.set_yticks(range(stream.num_domains), names["domain"], fontsize=6.5 if stream.num_domains > 10 else 8)
-    ax.invert_yaxis()
-    ax2 = ax.twinx()
-    ax2.step(z, stream.classes[z], where="post", color="tab:orange", lw=1.0, label="class")
-    ax2.set_ylabel("class", color="tab:orange")
-    ax2.set_ylim(-0.5, stream.num_classes - 0.5)
-    ax2.set_yticks(range(stream.num_classes), names["class"], fontsize=8)
-    ax2.invert_yaxis()
-    ax.set_xlim(0, len(z))
-    ax.set_xlabel("stream position")
-    lines = [ax.get_lines()[0], ax2.get_lines()[0]]
-    ax.legend(lines, ["domain (left axis)", "class (right axis)"], fontsize=7, loc="lower right", framealpha=0.9)
-    ax.set_title(f"first {len(z)} positions", fontsize=9)
-    quarters = np.asarray(summary["class_counts_per_quarter"], dtype=float)
-    quarters /= np.maximum(quarters.sum(axis=1, keepdims=True), 1)
-    mix = axes[2, 1].imshow(quarters.T, aspect="auto", cmap="viridis", interpolation="nearest")
-    fig.colorbar(mix, ax=axes[2, 1], label="share of the quarter", shrink=0.9)
-    axes[2, 1].set_xticks(range(4), [f"Q{i + 1}" for i in range(4)])
-    axes[2, 1].set_yticks(range(stream.num_classes), names["class"], fontsize=8)
-    axes[2, 1].set_ylabel("class")
-    axes[2, 1].set_title(f"class mix per quarter (drift TV {summary['class_quarter_drift_tv']:.3f})", fontsize=9)
+    _plot_zoom(axes[2, 0], stream, names, min(zoom, n))
+    _plot_quarter_mix(fig, axes[2, 1], summary, names["class"])
     axes[0, 0].set_title("domain over time (colour: class)", fontsize=9)
     axes[1, 0].set_title("class over time (colour: domain)", fontsize=9)
     out = Path(path)
