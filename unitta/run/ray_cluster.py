@@ -160,6 +160,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
     from ray.exceptions import RayError
 
     if ray.is_initialized():
+        _check_same_cluster(ray, address)
         return ray, False
     kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": "WARNING"}
     override = False
@@ -177,17 +178,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
             os.environ.pop("RAY_ADDRESS", None)
         kwargs.update(address="local", include_dashboard=False, num_cpus=num_cpus)
     else:
-        if not _reachable(bootstrap, CONNECT_TIMEOUT_S):
-            raise ClusterError(
-                f"cannot reach the Ray cluster at {bootstrap} within {CONNECT_TIMEOUT_S:.0f} s; start it "
-                "(`ray start --head`), fix --address / RAY_ADDRESS, or use --address local for a new local Ray"
-            )
-        if not _speaks_grpc(bootstrap, SPEAKS_GRPC_TIMEOUT_S):
-            raise ClusterError(
-                f"{bootstrap} accepts connections but does not answer like a Ray cluster (no gRPC reply within "
-                f"{SPEAKS_GRPC_TIMEOUT_S:.0f} s); give the head's GCS address (`ray status` on the head shows it, "
-                "port 6379 by default), or use --address local for a new local Ray"
-            )
+        _check_joinable(bootstrap)
         kwargs["address"] = address if address is not None else bootstrap
     previous = os.environ.get("RAY_OVERRIDE_JOB_RUNTIME_ENV")
     if override:
@@ -204,6 +195,41 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
             else:
                 os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = previous
     return ray, True
+
+
+def _check_joinable(bootstrap: str) -> None:
+    """One line (ClusterError) when ``bootstrap`` cannot be reached or does not answer like a Ray cluster."""
+    if not _reachable(bootstrap, CONNECT_TIMEOUT_S):
+        raise ClusterError(
+            f"cannot reach the Ray cluster at {bootstrap} within {CONNECT_TIMEOUT_S:.0f} s; start it "
+            "(`ray start --head`), fix --address / RAY_ADDRESS, or use --address local for a new local Ray"
+        )
+    if not _speaks_grpc(bootstrap, SPEAKS_GRPC_TIMEOUT_S):
+        raise ClusterError(
+            f"{bootstrap} accepts connections but does not answer like a Ray cluster (no gRPC reply within "
+            f"{SPEAKS_GRPC_TIMEOUT_S:.0f} s); give the head's GCS address (`ray status` on the head shows it, "
+            "port 6379 by default), or use --address local for a new local Ray"
+        )
+
+
+def _check_same_cluster(ray, address: str | None) -> None:
+    """Ray already initialised in this process is used as it is, unless ``address`` names another cluster:
+    that address is checked as a fresh connect would (one line if unreachable), then refused in one line
+    rather than silently ignored."""
+    if address in (None, "", "auto"):
+        return
+    try:
+        running = ray.get_runtime_context().gcs_address
+    except Exception:  # noqa: BLE001 - an older Ray without it: keep the running one, as before
+        return
+    named = address.removeprefix("ray://")
+    if address == "local" or named == running:
+        return
+    _check_joinable(named)
+    raise ClusterError(
+        f"Ray is already running in this process (GCS {running}); --address {address} names another cluster: "
+        "call ray.shutdown() first, or drop --address"
+    )
 
 
 def _fits(node: dict[str, Any], num_cpus: float, num_gpus: float) -> bool:
