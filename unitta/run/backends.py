@@ -209,12 +209,18 @@ class RayBackend:
                 time.sleep(0.5)
 
     def close(self) -> None:
-        """Cancel what still runs (an interrupted run), restore Ray's messages, shut down a Ray started here."""
+        """Cancel what still runs (an interrupted run), restore Ray's messages, shut down a Ray started here.
+
+        A Ray started here is shut down with its workers, tasks included: force-cancelling them first races with
+        replies already on their way (Ray 2.60 then aborts the driver: "Tried to complete task that was not
+        pending", exit 134 instead of 143), so only the tasks of a joined cluster are cancelled one by one.
+        """
         if self.ray is None:
             return
-        for ref in self.in_flight:
-            with contextlib.suppress(Exception):
-                self.ray.cancel(ref, force=True)
+        if not self.started_here:
+            for ref in self.in_flight:
+                with contextlib.suppress(Exception):
+                    self.ray.cancel(ref, force=True)
         if self.messages is not None:
             self.messages.restore()
         if self.started_here:
