@@ -62,17 +62,20 @@ def _fmnist_train() -> ArraySource:
     return ArraySource(padded, labels)
 
 
-def _cifar_train(dataset: str, root: Path) -> ArraySource:
+def _cifar_split(dataset: str, root: Path, train: bool) -> ArraySource:
+    """CIFAR-10/100's training (source) or test (clean held-out) split from torchvision's layout under ``root``."""
     from torchvision.datasets import CIFAR10, CIFAR100
 
     cls, folder = (CIFAR10, "cifar-10-batches-py") if dataset == "cifar10-c" else (CIFAR100, "cifar-100-python")
     if not (root / folder).is_dir():
+        what = "source data" if train else "clean test images"
         raise FileNotFoundError(
-            f"source data for {dataset} not found: expected {root / folder} (torchvision's layout; "
-            f"`torchvision.datasets.{cls.__name__}('{root}', download=True)` on a machine with internet, then copy it)"
+            f"{what} for {dataset} not found: expected {root / folder} (torchvision's layout; "
+            f"`torchvision.datasets.{cls.__name__}('{root}', train={train}, download=True)` on a machine with "
+            "internet, then copy it)"
         )
-    train = cls(str(root), train=True, download=False)
-    return ArraySource(np.ascontiguousarray(train.data), np.asarray(train.targets))
+    split = cls(str(root), train=train, download=False)
+    return ArraySource(np.ascontiguousarray(split.data), np.asarray(split.targets))
 
 
 class _ImageFolderSource(Dataset):
@@ -137,20 +140,7 @@ def load_source(dataset: str, data_dir: str | Path | None = None) -> Dataset:
                 f"source data for imagenet-c not found: expected {folder}/<wnid>/*.JPEG (an ImageNet train subset)"
             )
         return _ImageFolderSource(folder)
-    return _cifar_train(dataset, root)
-
-
-def _cifar_test(dataset: str, root: Path) -> ArraySource:
-    from torchvision.datasets import CIFAR10, CIFAR100
-
-    cls, folder = (CIFAR10, "cifar-10-batches-py") if dataset == "cifar10-c" else (CIFAR100, "cifar-100-python")
-    if not (root / folder).is_dir():
-        raise FileNotFoundError(
-            f"clean test images for {dataset} not found: expected {root / folder} (torchvision's layout; "
-            f"`torchvision.datasets.{cls.__name__}('{root}', train=False, download=True)` elsewhere, then copy it)"
-        )
-    test = cls(str(root), train=False, download=False)
-    return ArraySource(np.ascontiguousarray(test.data), np.asarray(test.targets))
+    return _cifar_split(dataset, root, train=True)
 
 
 def load_clean_test(dataset: str, data_dir: str | Path | None = None, n: int | None = None) -> Dataset:
@@ -179,7 +169,7 @@ def load_clean_test(dataset: str, data_dir: str | Path | None = None, n: int | N
         images, labels = padded_test_set()
         test = ArraySource(images, labels)
     else:
-        test = _cifar_test(dataset, root)
+        test = _cifar_split(dataset, root, train=False)
     if n is None:
         return test
     keep = balanced_subset(test.labels, n, int(test.labels.max()) + 1)
