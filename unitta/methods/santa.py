@@ -42,10 +42,11 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from unitta.methods.augment import cotta_augment, device_generator
 from unitta.methods.base import TTAMethod, register_method
+from unitta.methods.contrastive import Projector, multiview_contrastive_loss
 from unitta.methods.ema import make_teacher
 from unitta.methods.heads import FeatureModel
 from unitta.methods.losses import aug_cross_entropy
@@ -98,7 +99,7 @@ class SANTA(TTAMethod):
         self.model = FeatureModel(self.model, self.info.classifier)
         if getattr(self, "prototypes", None) is None:  # the source never changes: computed once per object
             self.prototypes, self.has_prototype = self.source_prototypes()
-        self.projector = self.make_projector(self.prototypes.shape[1])
+        self.projector = Projector(self.prototypes.shape[1], self.cfg.projection_dim, self.generator).to(self.device)
         self.optimizer = optimizer_from_config([*params, *self.projector.parameters()], self.cfg)
         self.augment = cotta_augment()
         self.aug_generator = (
@@ -126,18 +127,6 @@ class SANTA(TTAMethod):
                 break
         return total / counts.clamp_min(1).unsqueeze(1), counts > 0
 
-    def make_projector(self, channels: int) -> nn.Module:
-        """Linear(C, d) - ReLU - Linear(d, d) with nn.Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)) init,
-        drawn from the method's generator."""
-        d = self.cfg.projection_dim
-        projector = nn.Sequential(nn.Linear(channels, d), nn.ReLU(), nn.Linear(d, d))
-        with torch.no_grad():
-            for layer in (projector[0], projector[2]):
-                bound = 1.0 / math.sqrt(layer.in_features)
-                for p in (layer.weight, layer.bias):
-                    p.copy_(torch.empty(p.shape).uniform_(-bound, bound, generator=self.generator))
-        return projector.to(self.device)
-
     # ------------------------------------------------------------------ per batch
     def forward(self, x: Tensor) -> Tensor:
         if x.shape[0] < self.cfg.min_update_batch:
@@ -164,14 +153,8 @@ class SANTA(TTAMethod):
         return self.prototypes.index_select(0, similarity.argmax(dim=0)).to(features.dtype)
 
     def contrastive(self, views: Tensor) -> Tensor:
-        """SupCon (Khosla et al., NeurIPS'20; the reference's ``contrastive_loss`` with mode 'all', no labels):
-        every projected, normalised view is an anchor; the other views of its image are its positives."""
+        """SupCon over the projected, L2-normalised (B, 3, C) views (the reference's ``contrastive_loss`` with mode
+        'all', no labels; temperature / base temperature = 1): the other views of an image are its positives."""
         b, n, _ = views.shape
         z = F.normalize(self.projector(torch.cat(views.unbind(dim=1), dim=0)), p=2, dim=1)  # (n B, d) view-major
-        scores = z @ z.T / self.cfg.temperature
-        scores = scores - scores.max(dim=1, keepdim=True).values.detach()
-        not_self = 1.0 - torch.eye(n * b, dtype=scores.dtype, device=scores.device)
-        positives = torch.eye(b, dtype=scores.dtype, device=scores.device).repeat(n, n) * not_self
-        log_prob = scores - torch.log((torch.exp(scores) * not_self).sum(dim=1, keepdim=True))
-        mean_log_prob_pos = (positives * log_prob).sum(dim=1) / positives.sum(dim=1)
-        return -mean_log_prob_pos.mean()  # temperature / base temperature = 1 in the reference
+        return multiview_contrastive_loss(z.reshape(n, b, -1).transpose(0, 1), self.cfg.temperature)
