@@ -30,6 +30,7 @@ import numpy as np
 from unitta.paper.stream_lengths import PAPER_STREAM_LENGTHS  # noqa: F401 (re-exported: tests import it here)
 from unitta.recommend_inputs import (
     RANK_METRICS,
+    RATE_METRICS,
     SEEDS_BASIS,
     STREAM_BASIS,
     UsageError,
@@ -60,15 +61,16 @@ FAR_DISTANCE = 0.5
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The estimated factors, the nearest benchmark points and the methods ranked by their error there."""
+    """The estimated factors, the nearest benchmark points and the methods ranked by their ``metric`` there."""
 
     factors: Factors
     points: list[dict[str, Any]]  # the nearest points: setting and the 4 factors
     distance: float
-    methods: list[dict[str, Any]]  # best first: method, error, se, interval95, n_points, basis
+    methods: list[dict[str, Any]]  # best first: method, error (the metric's value), se, interval95, n_points, basis
     source: str
     warnings: tuple[str, ...] = ()  # what limits the recommendation (``assess``), one line each
     alternatives: tuple[tuple[str, Recommendation], ...] = ()  # (why, the ranking there) near a threshold
+    metric: str = "error"  # the result column ranked by (lower is better; RANK_METRICS)
 
     def runner_up(self) -> dict[str, Any] | None:
         """How far the second method is behind the first: gap (points), its standard error and z = gap / se."""
@@ -86,6 +88,7 @@ class Recommendation:
         return {
             "factors": self.factors.as_dict(),
             "setting": self.factors.setting,
+            "metric": self.metric,
             "methods": [{k: _none(v) if isinstance(v, float) else v for k, v in m.items()} for m in self.methods],
             "factor_details": _nan_to_none(self.factors.summary()),
             "nearest": {"points": self.points, "distance": self.distance},
@@ -103,14 +106,19 @@ class Recommendation:
             return "no method has results at the nearest benchmark point"
         best = self.methods[0]
         pts = ", ".join(p["setting"] for p in self.points)
-        text = (f"{best['method']} has the lowest mean error ({best['error']:.2f} %) at the nearest benchmark "
+        value = f"{best['error']:.2f} %" if self.metric in RATE_METRICS else f"{best['error']:.4g}"
+        text = (f"{best['method']} has the lowest mean {self.metric} ({value}) at the nearest benchmark "
                 f"point{'s' if len(self.points) > 1 else ''} {pts} (distance {self.distance:.2f})")
         ru = self.runner_up()
         if ru is None:
             return text + "; no other method to compare with"
         z = f"z = {ru['z']:.1f}" if ru["z"] is not None else "no interval"
         verdict = "within noise" if ru["within_noise"] else "a clear gap"
-        return text + f"; {ru['method']} is {ru['gap']:+.2f} points behind ({z} from {ru['basis']}: {verdict})"
+        return text + f"; {ru['method']} is {self.gap_text(ru['gap'])} behind ({z} from {ru['basis']}: {verdict})"
+
+    def gap_text(self, gap: float) -> str:
+        """A difference in the ranked metric: percentage points for the error rates, the plain value otherwise."""
+        return f"{gap:+.2f} points" if self.metric in RATE_METRICS else f"{gap:+.4g}"
 
 
 def _none(x: float) -> float | None:
@@ -137,8 +145,11 @@ def _coordinates(f: dict[str, float | None], factors: Factors) -> list[float]:
     return out
 
 
-def recommend(factors: Factors, table: Any, source: str = "", *, top: int | None = None) -> Recommendation:
+def recommend(factors: Factors, table: Any, source: str = "", *, top: int | None = None,
+              metric: str = "error") -> Recommendation:
     """Rank the methods of ``table`` (``benchmark_table``) by their mean error at the points nearest ``factors``.
+
+    ``metric`` names what the table's ``error`` column holds (``benchmark_table(metric=...)``), for the report.
 
     Distance: Euclidean over the estimated attributes' positions on the correlation ladder (i = 0, n = 1,
     continual = 2; log mean run length between them) and the imbalance ladder (log beta / log beta_u).
@@ -174,7 +185,7 @@ def recommend(factors: Factors, table: Any, source: str = "", *, top: int | None
     methods.sort(key=lambda x: (x["error"], x["method"]))
     pts = [{"setting": p[0], **dict(zip(FACTOR_KEYS, p[1:]))} for p in nearest]
     return Recommendation(factors=factors, points=pts, distance=d_min, methods=methods[:top] if top else methods,
-                          source=source)
+                          source=source, metric=metric)
 
 
 def _imb_cut(attribute: str) -> float:
@@ -243,7 +254,7 @@ def assess(rec: Recommendation, table: Any, classes: Any, domains: Any = None,
                         "extrapolation")
     alternatives = []
     for why, factors in threshold_alternatives(rec.factors):
-        alt = recommend(factors, table, rec.source, top=len(rec.methods) or None)
+        alt = recommend(factors, table, rec.source, top=len(rec.methods) or None, metric=rec.metric)
         if {p["setting"] for p in alt.points} == {p["setting"] for p in rec.points}:
             continue
         alternatives.append((why, alt))
@@ -287,8 +298,7 @@ def format_report(rec: Recommendation) -> str:
 
 
 def _ranking_lines(rec: Recommendation) -> list[str]:
-    metric = rec.source.rsplit("ranked by ", 1)[1] if "ranked by " in rec.source else "error"
-    lines = [f"{'rank':>4}  {'method':<16} {metric[:8]:>8}  {'95% interval':>17}  points  interval from"]
+    lines = [f"{'rank':>4}  {'method':<16} {rec.metric[:8]:>8}  {'95% interval':>17}  points  interval from"]
     for i, m in enumerate(rec.methods, 1):
         iv = f"[{m['interval95'][0]:6.2f}, {m['interval95'][1]:6.2f}]" if m["interval95"] else f"{'-':>17}"
         basis = m.get("basis", STREAM_BASIS)
@@ -302,7 +312,7 @@ def _ranking_lines(rec: Recommendation) -> list[str]:
         verdict = "within noise" if ru["within_noise"] else "a clear gap"
         if ru["z"] is None:  # e.g. ECE / NLL from one run per point: nothing to test the gap against
             verdict = "not tested: one run per point and no binomial interval for this metric"
-        lines.append(f"runner-up {ru['method']} is {ru['gap']:+.2f} points behind ({z} from {ru['basis']}: "
+        lines.append(f"runner-up {ru['method']} is {rec.gap_text(ru['gap'])} behind ({z} from {ru['basis']}: "
                      f"{verdict})")
     return lines
 
@@ -361,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(str(err)) from None
         table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset,
                                         metric=args.metric)
-        rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1))
+        rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1), metric=args.metric)
         rec = assess(rec, table, classes, domains, label_error=args.label_error)
     except UsageError as err:
         print(f"unitta.recommend: error: {err}", file=sys.stderr)

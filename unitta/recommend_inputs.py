@@ -81,7 +81,7 @@ def _binomial_se(error_pct: float, n: float | None) -> float:
 # The result columns a recommendation can rank by (docs/results.md, "Metrics"; lower is better). The binomial
 # standard error of one run applies to the error rates; ECE and NLL get an interval only from seeds.
 RANK_METRICS = ("error", "balanced_error", "worst_class_error", "ece", "nll")
-_RATE_METRICS = ("error", "balanced_error", "worst_class_error")
+RATE_METRICS = ("error", "balanced_error", "worst_class_error")
 
 
 def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str | None = None,
@@ -175,7 +175,7 @@ def _aggregate(df, metric: str):
     for r in agg.iter_rows(named=True):
         if r["n_runs"] >= 2:
             se = r["sd"] / math.sqrt(r["n_runs"])
-        elif metric in _RATE_METRICS:
+        elif metric in RATE_METRICS:
             se = _binomial_se(r["mean"], r["n_samples"])
         else:
             se = float("nan")

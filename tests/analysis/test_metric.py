@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -54,7 +55,7 @@ def test_report_puts_error_and_balanced_error_side_by_side(seeded_dir, tmp_path)
     assert (tmp_path / "cost_fmnist-c.png").is_file()
 
 
-def test_recommend_ranks_by_the_metric(seeded_dir, tmp_path):
+def test_recommend_ranks_by_the_metric(seeded_dir, tmp_path, capsys):
     labels = tmp_path / "labels.npy"
     np.save(labels, np.random.default_rng(0).integers(0, 10, 600))
     by_error, _ = recommend.benchmark_table(results=[seeded_dir])
@@ -66,5 +67,10 @@ def test_recommend_ranks_by_the_metric(seeded_dir, tmp_path):
     assert np.allclose(got["error"].to_numpy(), expected["balanced_error"].to_numpy())
     assert not np.allclose(got["error"].to_numpy(), by_error.sort("method", "setting")["error"].to_numpy())
     assert recommend.main(["--classes", str(labels), "--results", str(seeded_dir), "--metric", "ece"]) == 0
+    report = capsys.readouterr().out
+    reasons = [line for line in report.splitlines() if line.startswith("reason: ")]
+    assert reasons and all("lowest mean ece (" in line and "%" not in line for line in reasons), report
+    assert recommend.main(["--classes", str(labels), "--results", str(seeded_dir), "--metric", "ece", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metric"] == "ece"
     with pytest.raises(recommend.UsageError, match="paper publishes only error"):
         recommend.benchmark_table(paper="cifar10-c", metric="ece")
