@@ -96,11 +96,19 @@ class AnalysisError(Exception):
     """A problem with the input directories; the CLI prints it and exits with code 2."""
 
 
-def load_dirs(dirs: list[str | Path]) -> pl.DataFrame:
+def add_sweep_argument(parser) -> None:
+    """The analysis scripts' ``--sweep NAME`` option (``load_dirs(sweep=...)``)."""
+    parser.add_argument("--sweep", metavar="NAME",
+                        help="only the cells of this sweep's grid (<RESULTS_DIR>/sweeps/NAME.json), those it reused "
+                             "from earlier sweeps in the directory included; default: every row (docs/results.md)")
+
+
+def load_dirs(dirs: list[str | Path], sweep: str | None = None) -> pl.DataFrame:
     """Every result row of the given directories, one DataFrame, with a ``source`` column (the directory).
 
+    sweep: only the rows of that sweep's grid in each directory (``unitta.results.load_results(sweep=...)``).
     Raises AnalysisError for a missing, empty or foreign directory (no result rows, or rows without
-    the result schema's columns).
+    the result schema's columns), or a ``sweep`` a directory has no record of.
     """
     from unitta.results import load_results
 
@@ -112,9 +120,15 @@ def load_dirs(dirs: list[str | Path]) -> pl.DataFrame:
         if not path.is_dir():
             raise AnalysisError(f"{path}: no such directory")
         try:
-            df = load_results(path)
+            df = load_results(path, sweep=sweep)
+        except ValueError as exc:
+            if sweep is None:
+                raise AnalysisError(f"{path}: cannot read its result files: {exc}") from None
+            raise AnalysisError(f"{path}: --sweep {sweep}: {exc}") from None
         except Exception as exc:  # unreadable Parquet, a foreign file named *.parquet, ...
             raise AnalysisError(f"{path}: cannot read its result files: {exc}") from None
+        if df.height == 0 and sweep is not None:
+            raise AnalysisError(f"{path}: sweep {sweep!r} has no result rows yet (its cells have not finished)")
         if df.height == 0:
             raise AnalysisError(
                 f"{path}: no result rows (expected {path}/cells/*.parquet or {path}/results.parquet, "

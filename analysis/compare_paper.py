@@ -44,7 +44,16 @@ import polars as pl  # noqa: E402
 from scipy.stats import rankdata  # noqa: E402
 
 from analysis import reference_tables  # noqa: E402
-from analysis.common import AnalysisError, Panel, load_dirs, method_order, setting_order, split_rows, sweep_panels  # noqa: E402
+from analysis.common import (  # noqa: E402
+    AnalysisError,
+    Panel,
+    add_sweep_argument,
+    load_dirs,
+    method_order,
+    setting_order,
+    split_rows,
+    sweep_panels,
+)
 from analysis.rank_stats import N_BOOTSTRAP, bootstrap_rho_interval, spearman_p  # noqa: E402
 from analysis.stats import binomial_halfwidth, complete_block  # noqa: E402
 from analysis.tables import cell_status  # noqa: E402
@@ -446,7 +455,7 @@ def rank_plot(c: Comparison, path: Path) -> Path:
 
 
 def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
-            tolerance: float = DEFAULT_TOLERANCE, log=print) -> list[Comparison]:
+            tolerance: float = DEFAULT_TOLERANCE, log=print, sweep: str | None = None) -> list[Comparison]:
     """Compare every panel of ``dirs`` with the paper, write the outputs into ``out``; return the comparisons.
 
     ``paper_dataset`` None: each panel with its own dataset's table (panels of a dataset the paper does not
@@ -456,8 +465,8 @@ def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
         raise AnalysisError(f"--paper-dataset {paper_dataset!r}: the paper publishes {', '.join(PAPER_DATASETS)}")
     if tolerance < 0 or math.isnan(tolerance):
         raise AnalysisError(f"--tolerance {tolerance}: must be >= 0 points")
-    sweep, _ = split_rows(load_dirs(dirs))
-    panels = sweep_panels(sweep)
+    rows, _ = split_rows(load_dirs(dirs, sweep))
+    panels = sweep_panels(rows)
     if not panels:
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with the paper)")
     comparisons, skipped = [], []
@@ -509,18 +518,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", choices=("unitta", reference_tables.REFERENCE_NAME), default="unitta",
                         help="unitta: the UniTTA paper's tables (default); mariodoebler: the other TTA benchmark's "
                              "published errors, matched by protocol (analysis/reference_tables.py)")
+    add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
     if args.reference == reference_tables.REFERENCE_NAME:
         try:
-            reference_tables.run(args.dirs, out, args.paper_dataset)
+            reference_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep)
         except AnalysisError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return 0
     try:
         comparisons = compare(args.dirs, out, args.paper_dataset, args.tolerance,
-                              log=lambda msg: print(msg, file=sys.stderr))
+                              log=lambda msg: print(msg, file=sys.stderr), sweep=args.sweep)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

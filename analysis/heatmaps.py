@@ -42,6 +42,7 @@ import polars as pl  # noqa: E402
 from analysis.common import (  # noqa: E402
     METRICS,
     AnalysisError,
+    add_sweep_argument,
     load_dirs,
     metric_label,
     split_rows,
@@ -62,15 +63,16 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def analyse(dirs: list[str | Path], out: Path, metric: str = "error") -> list[Path]:
+def analyse(dirs: list[str | Path], out: Path, metric: str = "error", sweep: str | None = None) -> list[Path]:
     """Write every table and figure for the result directories ``dirs`` into ``out``; return the paths.
 
     metric: the result column shown (``analysis.common.METRICS``); files of a metric other than ``error``
     carry it in their names (``heatmap_<panel>_balanced_error.png``), so both can sit in one folder.
+    sweep: only that sweep's cells (``load_dirs``).
     """
     from analysis import plots
 
-    df = use_metric(load_dirs(dirs), metric)
+    df = use_metric(load_dirs(dirs, sweep), metric)
     out.mkdir(parents=True, exist_ok=True)
     sweep, tune = split_rows(df)
     label, tag = metric_label(metric), "" if metric == "error" else f"_{metric}"
@@ -152,11 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="output directory (default: <first RESULTS_DIR>/analysis)")
     parser.add_argument("--metric", default="error", choices=sorted(METRICS),
                         help="the result column to show (default: error; docs/results.md, Metrics)")
+    add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
     try:
         _check_out(out)
-        written = analyse(args.dirs, out, args.metric)
+        written = analyse(args.dirs, out, args.metric, args.sweep)
     except (AnalysisError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

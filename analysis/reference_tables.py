@@ -185,14 +185,15 @@ def _ordered(cells: pl.DataFrame) -> pl.DataFrame:
     return cells.with_columns(ranks).sort(keys, nulls_last=True, maintain_order=True).drop("_p", "_m")
 
 
-def compare_reference(dirs: list[str | Path], paper_dataset: str | None = None) -> ReferenceComparison:
+def compare_reference(dirs: list[str | Path], paper_dataset: str | None = None,
+                      sweep: str | None = None) -> ReferenceComparison:
     """Match every sweep panel of ``dirs`` with the other benchmark's figures (module docstring)."""
     if paper_dataset is not None and paper_dataset not in REFERENCE_DATASETS.values():
         raise AnalysisError(
             f"--paper-dataset {paper_dataset!r}: the other benchmark publishes {', '.join(REFERENCE_DATASETS.values())}"
         )
-    sweep, _ = split_rows(load_dirs(dirs))
-    panels = sweep_panels(sweep)
+    rows, _ = split_rows(load_dirs(dirs, sweep))
+    panels = sweep_panels(rows)
     if not panels:
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with published figures)")
     ref = load_reference_table()
@@ -285,9 +286,10 @@ def to_markdown(c: ReferenceComparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(dirs: list[str | Path], out: Path, paper_dataset: str | None = None, log=print) -> ReferenceComparison:
+def run(dirs: list[str | Path], out: Path, paper_dataset: str | None = None, log=print,
+        sweep: str | None = None) -> ReferenceComparison:
     """Compare, write ``reference_mariodoebler.md`` / ``.csv`` into ``out``, print the table and the rho lines."""
-    c = compare_reference(dirs, paper_dataset)
+    c = compare_reference(dirs, paper_dataset, sweep)
     out.mkdir(parents=True, exist_ok=True)
     md = to_markdown(c)
     (out / f"reference_{REFERENCE_NAME}.md").write_text(md)

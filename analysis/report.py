@@ -29,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import polars as pl  # noqa: E402
 
 from analysis import compare_paper, heatmaps, plots  # noqa: E402
-from analysis.common import AnalysisError, load_dirs, split_rows, sweep_panels  # noqa: E402
+from analysis.common import AnalysisError, add_sweep_argument, load_dirs, split_rows, sweep_panels  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
@@ -91,16 +91,18 @@ def _img(path: Path, alt: str) -> str:
 
 
 def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
-                 tolerance: float = compare_paper.DEFAULT_TOLERANCE) -> Path:
-    """Write every figure and table into ``out`` and the page ``out/report.html``; return the page's path."""
-    df = load_dirs(dirs)
-    sweep, tune = split_rows(df)
-    written = heatmaps.analyse(dirs, out)
-    has_balanced = "balanced_error" in sweep.columns and sweep["balanced_error"].is_not_null().any()
+                 tolerance: float = compare_paper.DEFAULT_TOLERANCE, sweep: str | None = None) -> Path:
+    """Write every figure and table into ``out`` and the page ``out/report.html``; return the page's path.
+
+    sweep: only that sweep's cells (``analysis.common.load_dirs``)."""
+    df = load_dirs(dirs, sweep)
+    sweep_rows, tune = split_rows(df)
+    written = heatmaps.analyse(dirs, out, sweep=sweep)
+    has_balanced = "balanced_error" in sweep_rows.columns and sweep_rows["balanced_error"].is_not_null().any()
     if has_balanced:
-        written += heatmaps.analyse(dirs, out, "balanced_error")
+        written += heatmaps.analyse(dirs, out, "balanced_error", sweep)
     by_name = {p.name: p for p in written}
-    panel_rows = {panel.name: panel.rows for panel in sweep_panels(sweep)}
+    panel_rows = {panel.name: panel.rows for panel in sweep_panels(sweep_rows)}
     body = ["<h1>unitta reproduction report</h1>", _overview(df, dirs)]
     nav = []
     panels = sorted(panel_rows)
@@ -122,10 +124,10 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
         body.append(markdown_to_html(by_name[f"significance_{panel}.md"].read_text()))
         body.append("<h3>Which method for a stream like yours: ranking per setting</h3>")
         body.append(markdown_to_html(by_name[f"ranking_{panel}.md"].read_text()))
-    if sweep.height:
+    if sweep_rows.height:
         nav.append('<a href="#paper">vs paper</a>')
         body.append('<h2 id="paper">Comparison with the UniTTA paper</h2>')
-        body += _paper_section(dirs, out, sweep, paper_dataset, tolerance)
+        body += _paper_section(dirs, out, sweep_rows, paper_dataset, tolerance, sweep)
     tune_figs = [p for p in written if p.suffix == ".png" and p.name.startswith(("factors_", "layers_"))]
     if tune_figs:
         nav.append('<a href="#tune">tune</a>')
@@ -173,13 +175,14 @@ def _overview(df: pl.DataFrame, dirs) -> str:
     return "<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
 
 
-def _paper_section(dirs, out: Path, sweep: pl.DataFrame, paper_dataset: str | None, tolerance: float) -> list[str]:
-    datasets = set(sweep["dataset"].unique().to_list())
+def _paper_section(dirs, out: Path, rows: pl.DataFrame, paper_dataset: str | None, tolerance: float,
+                   sweep: str | None) -> list[str]:
+    datasets = set(rows["dataset"].unique().to_list())
     if paper_dataset is None and not datasets & set(PAPER_DATASETS):
         paper_dataset = "cifar10-c"  # the closest published table for the embedded Fashion-MNIST-C (10 classes)
     notes: list[str] = []
     try:
-        comparisons = compare_paper.compare(dirs, out, paper_dataset, tolerance, log=notes.append)
+        comparisons = compare_paper.compare(dirs, out, paper_dataset, tolerance, log=notes.append, sweep=sweep)
     except AnalysisError as exc:
         return [f'<p class="warn">No comparison: {html.escape(str(exc))}</p>']
     parts = [f'<p class="note">{html.escape(n)}</p>' for n in notes]
@@ -206,10 +209,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="paper table to compare with (default: the run's own dataset, else cifar10-c as a proxy)")
     parser.add_argument("--tolerance", type=float, default=compare_paper.DEFAULT_TOLERANCE,
                         help="points added to our 95 %% uncertainty before a difference to the paper is highlighted")
+    add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "report"
     try:
-        path = build_report(args.dirs, out, args.paper_dataset, args.tolerance)
+        path = build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
