@@ -15,11 +15,11 @@ from unitta.cell import Cell
 from unitta.metrics import NLL_FLOOR
 from unitta.realtime import Schedule
 
-__all__ = ["Adapted", "adapt_stream"]
+__all__ = ["Adapted", "adapt_stream", "device_batch", "precision_mode"]
 
 
 @contextlib.contextmanager
-def _precision(precision: str, device):
+def precision_mode(precision: str, device):
     """The numeric mode of a cell's forward passes: fp32 as is, TF32 matmuls, or bf16 autocast."""
     import torch
 
@@ -37,7 +37,7 @@ def _precision(precision: str, device):
         yield
 
 
-def _device_batch(dataset, indices: np.ndarray, device):
+def device_batch(dataset, indices: np.ndarray, device):
     """A batch as float32 NCHW in [0, 1] on ``device``; a GPU gets the uint8 images and converts them itself
     (4x fewer bytes over PCIe, no float conversion on the host; the same values: x / 255 is exact IEEE division)."""
     import torch
@@ -129,10 +129,10 @@ def adapt_stream(
     data_seconds = 0.0
     checked = 0  # stream positions whose outputs are known to be finite
     t_start = time.perf_counter()
-    with torch.inference_mode(False), _precision(cell.precision, device):
+    with torch.inference_mode(False), precision_mode(cell.precision, device):
         for i, start in enumerate(range(0, n, cell.batch_size)):
             t0 = time.perf_counter()
-            x = _device_batch(dataset, stream.indices[start : start + cell.batch_size], device)
+            x = device_batch(dataset, stream.indices[start : start + cell.batch_size], device)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             data_seconds += time.perf_counter() - t0

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from unitta.adapt import Adapted, _device_batch, _precision, adapt_stream
+from unitta.adapt import Adapted, adapt_stream, device_batch, precision_mode
 from unitta.cell import DEFAULT_MODELS, Cell
 from unitta.metrics import stream_metrics
 from unitta.realtime import Schedule
@@ -265,9 +265,9 @@ def _source_seconds(cell: Cell, method, dataset, stream, device) -> float | None
 
     if cell.protocol != "realtime" or cell.cost != "measured":
         return None
-    x = _device_batch(dataset, stream.indices[: cell.batch_size], device)
+    x = device_batch(dataset, stream.indices[: cell.batch_size], device)
     times = []
-    with torch.no_grad(), _precision(cell.precision, device):
+    with torch.no_grad(), precision_mode(cell.precision, device):
         for _ in range(4):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)

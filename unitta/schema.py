@@ -29,6 +29,7 @@ __all__ = [
     "one_line",
     "read_yaml_file",
     "check_methods",
+    "yaml_loader",
 ]
 
 
@@ -231,7 +232,7 @@ def validate(model: type[BaseModel], data: Any, source: str) -> Any:
 
 
 # ---------------------------------------------------------------------- YAML
-def _yaml_loader():
+def yaml_loader():
     """PyYAML's SafeLoader with YAML 1.2 floats: ``1e-3`` is a float, not the string '1e-3' (YAML 1.1)."""
     import yaml
 
@@ -274,7 +275,7 @@ def read_yaml_file(path: str | Path) -> Any:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.load(path.read_text(), Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(path.read_text(), Loader=yaml_loader())  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

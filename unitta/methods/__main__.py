@@ -39,9 +39,9 @@ PRESET_DATASETS = ("cifar10", "cifar100", "imagenet")
 def _parse_value(text: str) -> Any:
     import yaml
 
-    from unitta.schema import _yaml_loader
+    from unitta.schema import yaml_loader
 
-    return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 (a SafeLoader subclass): 1e-4 is a float
+    return yaml.load(text, Loader=yaml_loader())  # noqa: S506 (a SafeLoader subclass): 1e-4 is a float
 
 
 def _overrides(pairs: list[str]) -> dict[str, Any]:

@@ -64,6 +64,7 @@ __all__ = [
     "preset_key",
     "build_config",
     "resolved_config",
+    "resolved_hints",
     "norm_kind_problem",
     "BUILTIN_MODULES",
     "ENTRY_POINT_GROUP",
@@ -233,7 +234,7 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str 
 
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
     values: dict[str, Any] = dict(cls.presets.get(preset_key(dataset), {}))
-    hints = _resolved_hints(cls.Config)
+    hints = resolved_hints(cls.Config)
     for key, value in profile_values(cls.name, preset_key(dataset), profile).items():
         values[key] = _check_type(cls.name, key, value, hints[key])  # the profile table is checked like overrides
     for key, value in overrides.items():
@@ -242,7 +243,7 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str 
             did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
             allowed = ", ".join(fields) or "none"
             raise ValueError(f"method {cls.name!r} has no hyper-parameter {key!r}{did_you_mean}; allowed: {allowed}")
-        values[key] = _check_type(cls.name, key, value, _resolved_hints(cls.Config)[key])
+        values[key] = _check_type(cls.name, key, value, resolved_hints(cls.Config)[key])
     try:
         return cls.Config(**values)
     except ValueError as exc:  # a range check of Config.__post_init__
@@ -268,7 +269,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _resolved_hints(config_cls: type) -> dict[str, Any]:
+def resolved_hints(config_cls: type) -> dict[str, Any]:
     module = sys.modules.get(config_cls.__module__)
     return typing.get_type_hints(config_cls, globalns=vars(module) if module else None)
 

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
-from unitta.methods.base import TTAMethod, _resolved_hints, build_config, get_method, method_class
+from unitta.methods.base import TTAMethod, build_config, get_method, method_class, resolved_hints
 from unitta.methods.host_sync import HostSyncRecorder
 from unitta.models.info import ModelInfo
 
@@ -274,7 +274,7 @@ def _refused(build: Callable[[], Any], what: str) -> str | None:
 
 def _scalar_field(cls: type[TTAMethod]) -> str | None:
     """A Config field whose annotation ``build_config`` type-checks (not a free-form tuple/list/Any)."""
-    hints = _resolved_hints(cls.Config)
+    hints = resolved_hints(cls.Config)
     for field in dataclasses.fields(cls.Config):
         hint = hints[field.name]
         origin = typing.get_origin(hint)

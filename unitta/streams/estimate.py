@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from unitta.streams.likelihood import _fit_iid, _fit_markov
+from unitta.streams.likelihood import fit_iid, fit_markov
 from unitta.streams.settings import default_factors
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "estimate_attribute",
     "estimate_factors",
     "imb_position",
+    "ranks_by_count",
     "reference_factors",
 ]
 
@@ -237,7 +238,7 @@ def _check_sequence(seq: Any, name: str, n: int | None) -> tuple[np.ndarray, int
     return arr, n
 
 
-def _rank_of(counts: np.ndarray) -> np.ndarray:
+def ranks_by_count(counts: np.ndarray) -> np.ndarray:
     """Each state's rank by count, most frequent first (ties by state index)."""
     rank_of = np.empty(len(counts), dtype=np.int64)
     rank_of[np.argsort(-counts, kind="stable")] = np.arange(len(counts))
@@ -256,7 +257,7 @@ def _crossfit_ranks(arr: np.ndarray, n: int, n_blocks: int = _N_BLOCKS) -> np.nd
     ranks = np.empty(arr.size, dtype=np.int64)
     for h in (0, 1):
         mine = half == h
-        ranks[mine] = _rank_of(np.bincount(arr[~mine], minlength=n))[arr[mine]]
+        ranks[mine] = ranks_by_count(np.bincount(arr[~mine], minlength=n))[arr[mine]]
     return ranks
 
 
@@ -285,7 +286,7 @@ def estimate_attribute(
             beta, beta_se = 1.0, float("nan")  # one segment: the imbalance is not identified
         else:
             seg = np.sort(counts[counts > 0])[::-1].astype(np.float64)
-            u, u_se, _ = _fit_iid(seg)
+            u, u_se, _ = fit_iid(seg)
             # The profile over the m visited segments has step u / (m - 1); over n states beta = exp(step (n-1)).
             scale = (n - 1) / (visited - 1)
             beta, beta_se = math.exp(u * scale), math.exp(u * scale) * u_se * scale
@@ -296,8 +297,8 @@ def estimate_attribute(
     prev, nxt = ranks[:-1], ranks[1:]
     visits = np.bincount(prev, minlength=n).astype(np.float64)
     stays = np.bincount(prev[prev == nxt], minlength=n).astype(np.float64)
-    u_i, u_i_se, ll_i = _fit_iid(np.bincount(nxt, minlength=n).astype(np.float64), lam)
-    a_m, a_m_se, b_m, b_m_se, ll_m = _fit_markov(stays, visits, lam)
+    u_i, u_i_se, ll_i = fit_iid(np.bincount(nxt, minlength=n).astype(np.float64), lam)
+    a_m, a_m_se, b_m, b_m_se, ll_m = fit_markov(stays, visits, lam)
     if ll_m - ll_i > LR_THRESHOLD:
         family, alpha, alpha_se, beta, beta_se = "markov", a_m, a_m_se, b_m, b_m_se
     else:

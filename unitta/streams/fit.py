@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from unitta.streams.estimate import AttributeFactors, _rank_of
+from unitta.streams.estimate import AttributeFactors, ranks_by_count
 from unitta.streams.ulmm import imbalance_ratios, ulmm
 
 __all__ = ["FIT_ALPHA", "FitCheck", "drift", "transition_fit"]
@@ -117,7 +117,7 @@ def transition_fit(
     arr = np.asarray(seq, dtype=np.int64)
     n = f.n_states
     counts = np.bincount(arr, minlength=n)
-    rank = _rank_of(counts)[arr]
+    rank = ranks_by_count(counts)[arr]
     observed = np.zeros((n, n))
     np.add.at(observed, (rank[:-1], rank[1:]), 1.0)
     visits = observed.sum(1)
@@ -154,8 +154,8 @@ def drift(seq: Any, f: AttributeFactors, *, label_error: float = 0.0) -> FitChec
     second = np.bincount(arr[half:], minlength=n) / (arr.size - half)
     share = np.bincount(arr, minlength=n) / arr.size
     rows = _implied_rows(f)
-    pi = imbalance_ratios(f.beta, n)[_rank_of(np.bincount(arr, minlength=n))]  # per label, by its rank
-    stay = np.diag(rows)[_rank_of(np.bincount(arr, minlength=n))]
+    pi = imbalance_ratios(f.beta, n)[ranks_by_count(np.bincount(arr, minlength=n))]  # per label, by its rank
+    stay = np.diag(rows)[ranks_by_count(np.bincount(arr, minlength=n))]
     rho = np.clip((stay - pi) / np.maximum(1.0 - pi, 1e-12), 0.0, 0.999)
     var = share * (1.0 - share) * (1.0 + rho) / (1.0 - rho) * (1.0 / half + 1.0 / (arr.size - half))
     with np.errstate(divide="ignore", invalid="ignore"):

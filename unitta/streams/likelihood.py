@@ -30,7 +30,7 @@ def _observed(pi: np.ndarray, alpha: np.ndarray, lam: float) -> tuple[np.ndarray
     return marginal, pair / marginal
 
 
-def _fit_iid(counts_by_rank: np.ndarray, lam: float = 1.0) -> tuple[float, float, float]:
+def fit_iid(counts_by_rank: np.ndarray, lam: float = 1.0) -> tuple[float, float, float]:
     """(log beta, its standard error, log-likelihood) of counts under pi_r proportional to beta^(-r/(n-1)).
 
     With label noise (lam < 1) the counts follow the observed marginal lam pi + (1-lam)/n.
@@ -72,7 +72,7 @@ def _markov_rates(y: float, u: float, n: int, lam: float) -> np.ndarray:
     return _observed(np.exp(_log_pi(u, n)), alpha, lam)[1]
 
 
-def _fit_markov(stays: np.ndarray, visits: np.ndarray, lam: float = 1.0) -> tuple[float, float, float, float, float]:
+def fit_markov(stays: np.ndarray, visits: np.ndarray, lam: float = 1.0) -> tuple[float, float, float, float, float]:
     """(alpha_1, se, beta, se, log-likelihood) of a ULMM with Cor. 1's alpha profile, alpha_j >= 1/n.
 
     With u = log beta fixed, alpha_j = 1 - y e^(u t_j) (y = 1 - alpha_1, t_j = j / (n-1)); the feasible y
