@@ -103,18 +103,7 @@ class DeYO(TTAMethod):
         self.kept_last: Tensor | int = 0  # |S2| of the last adapted batch (a tensor: no host read)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[0] < self.cfg.min_update_batch:
-            with torch.no_grad():
-                return self.model(x)
-        prediction = None
-        for _ in range(self.cfg.steps):
-            with torch.enable_grad():
-                logits = self.model(x)
-                loss = self.loss(x, logits)
-                if loss is not None:  # the reference skips the step when every sample was filtered out
-                    self.step(loss)
-            prediction = logits.detach()
-        return prediction
+        return self.self_train(x, self.loss)  # loss None: every sample filtered out, the reference skips the step
 
     def loss(self, x: Tensor, logits: Tensor) -> Tensor | None:
         """The filtered, reweighted entropy of the module docstring; None when S1 or S2 is empty."""

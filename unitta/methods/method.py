@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -197,6 +198,24 @@ class TTAMethod:
         optimizer.zero_grad(set_to_none=True)
         self.backward(loss)
         optimizer.step()
+
+    def self_train(self, x: Tensor, loss_of: Callable[[Tensor, Tensor], Tensor | None]) -> Tensor:
+        """The gradient self-training forward of TENT-like methods (TENT, RPL, DeYO): a batch smaller than
+        ``cfg.min_update_batch`` is only predicted; otherwise ``cfg.steps`` times a forward and one ``step`` on
+        ``loss_of(x, logits)`` (None: no step, e.g. every sample filtered out). Returns the last forward's
+        logits, detached (the original tent.py's prediction: before that forward's step)."""
+        if x.shape[0] < self.cfg.min_update_batch:
+            with torch.no_grad():
+                return self.model(x)
+        prediction = None
+        for _ in range(self.cfg.steps):
+            with torch.enable_grad():
+                logits = self.model(x)
+                loss = loss_of(x, logits)
+                if loss is not None:
+                    self.step(loss)
+            prediction = logits.detach()
+        return prediction
 
     def num_domains(self) -> int | None:
         """Domains discovered so far (BDN-based methods); None for methods without domains."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
@@ -69,14 +68,8 @@ class RPL(TTAMethod):
         self.optimizer = optimizer_from_config(adapt_norm_affine(self.model), self.cfg)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[0] < self.cfg.min_update_batch:
-            with torch.no_grad():
-                return self.model(x)
-        prediction = None
-        for _ in range(self.cfg.steps):
-            with torch.enable_grad():
-                logits = self.model(x)
-                pseudo_labels = logits.detach().argmax(dim=1)
-                self.step(generalized_cross_entropy(logits, pseudo_labels, self.cfg.q).mean())
-            prediction = logits.detach()  # the last forward's output, as the reference
-        return prediction
+        return self.self_train(x, self.loss)
+
+    def loss(self, x: Tensor, logits: Tensor) -> Tensor:
+        """GCE (q = ``cfg.q``) of the logits towards their own hard pseudo-labels."""
+        return generalized_cross_entropy(logits, logits.detach().argmax(dim=1), self.cfg.q).mean()

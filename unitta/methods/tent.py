@@ -25,7 +25,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
 from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
@@ -63,13 +62,4 @@ class Tent(TTAMethod):
         self.optimizer = optimizer_from_config(adapt_norm_affine(self.model), self.cfg)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[0] < self.cfg.min_update_batch:
-            with torch.no_grad():
-                return self.model(x)
-        prediction = None
-        for _ in range(self.cfg.steps):
-            with torch.enable_grad():
-                logits = self.model(x)
-                self.step(softmax_entropy(logits).mean())
-            prediction = logits.detach()  # the last forward's output, as the original tent.py
-        return prediction
+        return self.self_train(x, lambda _, logits: softmax_entropy(logits).mean())
