@@ -232,8 +232,12 @@ def test_shipped_sweeps_validate(name, methods, n_cells):
 
 
 def test_the_vit_sweep_runs_the_layernorm_methods_on_vit_tiny():
+    from unitta.methods import list_methods, method_class
+
     cfg = load_config(ROOT / "sweeps" / "fmnist_vit.yaml")
     assert {c.model_name for c in cfg.cells()} == {"vit_tiny"}
+    layer_norm_methods = {m for m in list_methods() if "layer" in method_class(m).norm_kinds}
+    assert {m.name for m in cfg.methods} == layer_norm_methods  # every method that runs on the ViT, none that is refused
     assert len(cfg.cells()) == len(cfg.methods) * 24 and cfg.setting_codes() == list(SETTINGS_24)
 
 
