@@ -48,6 +48,14 @@ def test_measured_cost_rounds_up_to_whole_batches():
     assert schedule.units(1, 0, 0.1) == 1 and schedule.units(1, 0, 0.25) == 3
 
 
+def test_test_costs_one_unit_even_when_measured_slower():
+    """TEST is the source model: a measured time above the unit is noise, not adaptation work."""
+    schedule = Schedule("realtime", "measured", source_seconds=0.1, never_adapts=True)
+    assert schedule.units(1, 0, 0.13) == 1
+    row = evaluate(Cell(method="test", protocol="realtime", cost="measured", **SMALL))
+    assert row["realtime_k"] == 1.0 and row["adapted_fraction"] == 1.0
+
+
 def test_realtime_tent_cell_records_k_3_and_adapts_a_third():
     row = evaluate(Cell(method="tent", protocol="realtime", **SMALL))
     batches = -(-row["n_samples"] // SMALL["batch_size"])

@@ -245,7 +245,8 @@ def evaluate(
     )
     if cell.compile:
         method.compile()
-    schedule = Schedule(cell.protocol, cell.cost, _source_seconds(cell, method, dataset, stream, device))
+    schedule = Schedule(cell.protocol, cell.cost, _source_seconds(cell, method, dataset, stream, device),
+                        never_adapts=not method.adapts)
     clean = load_clean_test(cell.dataset, cell.data_dir, cell.n_per_domain) if cell.forgetting else None
     before = _clean_error(method.source_model, clean, cell.batch_size, device) if clean is not None else None
     adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule)

@@ -7,6 +7,8 @@ scores with ``TTAMethod.predict`` (no adaptation, no state change). k comes from
 - 'passes' (default, deterministic): k = max(1, ceil(forwards + 2 x backwards)) of that batch (``MethodCost``);
 - 'measured': k = max(1, ceil(seconds of the method on that batch / seconds of the source model on one batch)),
   on the machine that runs the cell.
+A method that never adapts (``TTAMethod.adapts`` False: TEST) *is* the source model's forward, k = 1 under either
+model: a measured ratio above 1 would be timing noise, rounded up to a whole unit.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Schedule:
     protocol: str = "online"
     cost: str = "passes"
     source_seconds: float | None = None  # one source forward on one batch ('measured' only)
+    never_adapts: bool = False  # the method is the source model (TEST): k = 1
     busy: int = 0
     ks: list[int] = field(default_factory=list)
     batches: int = 0
@@ -44,6 +47,8 @@ class Schedule:
 
     def units(self, forwards: int, backwards: int, seconds: float) -> int:
         """k for one adapted batch under the cost model."""
+        if self.never_adapts:
+            return 1
         if self.cost == "measured":
             return max(1, math.ceil(seconds / self.source_seconds - 1e-9))
         return max(1, math.ceil(forwards + 2 * backwards))
