@@ -85,7 +85,7 @@ RATE_METRICS = ("error", "balanced_error", "worst_class_error")
 
 
 def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str | None = None,
-                    dataset: str | None = None, metric: str = "error") -> tuple[Any, str]:
+                    dataset: str | None = None, metric: str = "error", sweep: str | None = None) -> tuple[Any, str]:
     """Benchmark points as a polars DataFrame (method, setting, the 4 factors, error, se, n_runs, basis) and a label.
 
     results: sweep or Tune result directories (``unitta.results.load_results``), ok rows only; several seeds
@@ -93,16 +93,19 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
     sqrt(p (1 - p) / n_samples), which holds the stream's sampling noise only (basis 'stream sampling only').
     paper: a dataset of the paper's published table (``unitta.paper``), whose cells get the benchmark's default
     factors of their setting (one run per cell: 'stream sampling only'). metric: the result column ranked
-    (RANK_METRICS; the paper publishes only ``error``).
+    (RANK_METRICS; the paper publishes only ``error``). sweep: only that sweep's cells of each results directory
+    (``load_results(sweep=...)``).
     """
     if metric not in RANK_METRICS:
         raise UsageError(f"--metric {metric!r}: expected one of {', '.join(RANK_METRICS)}")
     if paper is not None and metric != "error":
         raise UsageError(f"--metric {metric}: the paper publishes only error; use --results for other metrics")
     if paper is not None:
+        if sweep is not None:
+            raise UsageError("--sweep selects cells of --results directories, not of --paper")
         return _paper_points(paper)
-    df, chosen = _result_rows(results, dataset, metric)
-    source = ", ".join(map(str, results or [])) + f" ({chosen})"
+    df, chosen = _result_rows(results, dataset, metric, sweep)
+    source = ", ".join(map(str, results or [])) + f" ({chosen}{f', sweep {sweep}' if sweep else ''})"
     if metric != "error":
         source += f", ranked by {metric}"
     return _aggregate(df, metric), source
@@ -127,7 +130,8 @@ def _paper_points(paper: str) -> tuple[Any, str]:
     return pl.DataFrame(rows), f"the paper's table for {name}"
 
 
-def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metric: str) -> tuple[Any, str]:
+def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metric: str,
+                 sweep: str | None = None) -> tuple[Any, str]:
     """The ok rows of ``results`` for one dataset, ``metric`` as the ``error`` column; (rows, the dataset)."""
     import polars as pl
 
@@ -137,7 +141,12 @@ def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metr
     for d in results or []:
         if not Path(d).is_dir():
             raise UsageError(f"--results {str(d)!r} is not a directory")
-        frames.append(load_results(d))
+        try:
+            frames.append(load_results(d, sweep=sweep))
+        except ValueError as exc:
+            if sweep is None:
+                raise
+            raise UsageError(f"--results {str(d)!r}: --sweep {sweep}: {exc}") from None  # not recorded there
     df = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
     need = ("method", "setting", "error", "status", "dataset", *FACTOR_KEYS)
     if df.height == 0 or any(c not in df.columns for c in need):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 
 from analysis import compare_paper, heatmaps, report
@@ -47,3 +48,14 @@ def test_scripts_take_sweep(two_sweeps, tmp_path, capsys):
     assert report.main([str(two_sweeps), "--out", str(tmp_path / "r"), "--sweep", "subset"]) == 0
     page = (tmp_path / "r" / "report.html").read_text()
     assert ">tent<" not in page and "| tent |" not in page
+
+
+def test_recommend_takes_sweep(two_sweeps, tmp_path, capsys):
+    from unitta import recommend
+
+    table, source = recommend.benchmark_table(results=[two_sweeps], sweep="subset")
+    assert set(table["method"]) == {"test"} and "sweep subset" in source
+    labels = tmp_path / "labels.npy"
+    np.save(labels, np.random.default_rng(0).integers(0, 10, 600))
+    assert recommend.main(["--classes", str(labels), "--results", str(two_sweeps), "--sweep", "nope"]) == 2
+    assert "--sweep nope" in capsys.readouterr().err
