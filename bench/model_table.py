@@ -8,6 +8,7 @@ Each domain is shuffled with a fixed seed so that batches mix classes; the last 
 Prints a Markdown table (error %, one row per corruption, plus clean test data and the mean of 15).
 
     .venv/bin/python bench/model_table.py [--n-per-domain 1000] [--batch-size 64] [--threads 2]
+    .venv/bin/python bench/model_table.py --model vit_tiny --checkpoint my_vit.pt   # a checkpoint of `train --out`
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import copy
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -25,6 +27,7 @@ from unitta.data import load_dataset
 from unitta.data.fashion_mnist import read_fashion_mnist
 from unitta.models import load_model
 from unitta.models.train import pad_to_32, to_input
+from unitta.models.zoo import read_checkpoint
 
 
 def bn_adapt(model: nn.Module) -> nn.Module:
@@ -63,11 +66,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--model", default=None, help="fmnist-c model (default resnet20; vit_tiny)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="weights to evaluate instead of the packaged ones (e.g. python -m unitta.models train "
+                             "fmnist --out PATH), read through the safe loader")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
 
     model, info = load_model("fmnist-c", args.model)
+    if args.checkpoint is not None:
+        model.load_state_dict(read_checkpoint(Path(args.checkpoint))[0])
     # a LayerNorm model (vit_tiny) has no BatchNorm to re-estimate: its BN-64 column is n/a
     adapted = bn_adapt(model) if info.norm_kind == "batch" else None
 
@@ -97,8 +105,9 @@ def main() -> None:
         rows.append((domain, source, bn, len(indices)))
     eval_seconds = time.perf_counter() - start
 
-    print(f"Fashion-MNIST-C, severity {args.severity}, {info.name} ({info.norm_kind} norm), batch {args.batch_size}, "
-          f"{rows[1][3]:,} images per corruption, seed {args.seed}\n")
+    weights = f", weights {args.checkpoint}" if args.checkpoint else ""
+    print(f"Fashion-MNIST-C, severity {args.severity}, {info.name}{weights} ({info.norm_kind} norm), "
+          f"batch {args.batch_size}, {rows[1][3]:,} images per corruption, seed {args.seed}\n")
     print("| corruption | source | BN-64 |")
     print("|---|---|---|")
     for name, source, bn, _ in rows:
