@@ -1,10 +1,20 @@
-"""Shared fixtures: the small trained Fashion-MNIST CNN, the embedded ResNet-20 and a Fashion-MNIST-C batch."""
+"""Shared fixtures: the small trained Fashion-MNIST CNN, the embedded ResNet-20, a Fashion-MNIST-C batch, one thread."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module's tests: the machine's 2 cores are shared, and results then do not
+    depend on it. Modules ask for it with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

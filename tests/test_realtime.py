@@ -16,12 +16,7 @@ from unitta.realtime import Schedule
 SMALL = dict(dataset="fmnist-c", setting="nu11", n_per_domain=40, batch_size=32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_schedule_with_k_3_adapts_one_batch_in_three():
