@@ -83,7 +83,7 @@ def _one_batch(method, x, schedule: Schedule, device):
         schedule.skipped()
         return method.predict(x)
     forwards, backwards = method.cost.forwards, method.cost.backwards
-    measured = schedule.protocol == "realtime" and schedule.cost == "measured"
+    measured = schedule.timed
     if measured and device.type == "cuda":
         torch.cuda.synchronize(device)  # the measured cost model times each batch: syncs are its price
     t0 = time.perf_counter()

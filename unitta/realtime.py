@@ -45,6 +45,11 @@ class Schedule:
     def adapts(self) -> bool:
         return self.protocol == "online" or self.busy == 0
 
+    @property
+    def timed(self) -> bool:
+        """Whether k comes from each adapted batch's seconds (and so the batch must be timed)."""
+        return self.protocol == "realtime" and self.cost == "measured" and not self.never_adapts
+
     def units(self, forwards: int, backwards: int, seconds: float) -> int:
         """k for one adapted batch under the cost model."""
         if self.never_adapts:
