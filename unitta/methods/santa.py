@@ -156,5 +156,6 @@ class SANTA(TTAMethod):
         """SupCon over the projected, L2-normalised (B, 3, C) views (the reference's ``contrastive_loss`` with mode
         'all', no labels; temperature / base temperature = 1): the other views of an image are its positives."""
         b, n, _ = views.shape
-        z = F.normalize(self.projector(torch.cat(views.unbind(dim=1), dim=0)), p=2, dim=1)  # (n B, d) view-major
+        # projected view-major, as the reference does (and as SANTA's recorded numbers were), then back to (B, n, d)
+        z = F.normalize(self.projector(torch.cat(views.unbind(dim=1), dim=0)), p=2, dim=1)
         return multiview_contrastive_loss(z.reshape(n, b, -1).transpose(0, 1), self.cfg.temperature)
