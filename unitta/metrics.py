@@ -44,13 +44,20 @@ def error(correct: np.ndarray) -> float:
     return float(100.0 * (1.0 - np.mean(correct)))
 
 
+def _group_errors(groups: np.ndarray, correct: np.ndarray, n_groups: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, error %) per group id 0 .. max(n_groups, largest id + 1) - 1; the error of an empty group is
+    NaN (callers leave it out)."""
+    groups = np.asarray(groups, dtype=np.int64)
+    counts = np.bincount(groups, minlength=n_groups)
+    hits = np.bincount(groups, weights=np.asarray(correct, dtype=np.float64), minlength=len(counts))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return counts, 100.0 * (1.0 - hits / counts)
+
+
 def _per_class_errors(labels: np.ndarray, correct: np.ndarray) -> np.ndarray:
     """Error (%) of every class present in ``labels`` (classes that never occur are left out)."""
-    labels = np.asarray(labels, dtype=np.int64)
-    counts = np.bincount(labels)
-    hits = np.bincount(labels, weights=np.asarray(correct, dtype=np.float64), minlength=len(counts))
-    present = counts > 0
-    return 100.0 * (1.0 - hits[present] / counts[present])
+    counts, errors = _group_errors(labels, correct)
+    return errors[counts > 0]
 
 
 def balanced_error(labels: np.ndarray, correct: np.ndarray) -> float:
@@ -84,10 +91,8 @@ def negative_log_likelihood(true_log_prob: np.ndarray) -> float:
 
 def domain_errors(domains: np.ndarray, correct: np.ndarray, num_domains: int) -> list[float | None]:
     """Error (%) per true domain id 0 .. num_domains - 1; None for a domain with no stream position."""
-    domains = np.asarray(domains, dtype=np.int64)
-    counts = np.bincount(domains, minlength=num_domains)
-    hits = np.bincount(domains, weights=np.asarray(correct, dtype=np.float64), minlength=num_domains)
-    return [None if c == 0 else float(100.0 * (1.0 - h / c)) for c, h in zip(counts, hits)]
+    counts, errors = _group_errors(domains, correct, num_domains)
+    return [None if c == 0 else float(e) for c, e in zip(counts, errors)]
 
 
 def error_curve(correct: np.ndarray, parts: int = CURVE_PARTS) -> list[float | None]:
