@@ -111,9 +111,9 @@ class GridPlanner:
     """A fixed list of cells (the sweep's grid): every one without an 'ok' file, all at once."""
 
     def __init__(self, cells: list[Cell], finished: set[str]) -> None:
-        self.todo = [c for c in cells if c.cell_id() not in finished]
+        self.members = [c.cell_id() for c in cells]  # each id once: it resolves the method's config and hashes
+        self.todo = [c for c, cell_id in zip(cells, self.members) if cell_id not in finished]
         self.n_cells, self.n_skipped = len(cells), len(cells) - len(self.todo)
-        self.members = [c.cell_id() for c in cells]
         self.added_members: list[str] = []
         self.outbox: list[tuple[dict[str, Any], str]] = []
         # rows from before the model weights were part of a cell's identity cannot say which weights they
