@@ -28,8 +28,8 @@ import time
 import numpy as np
 import torch
 
+from unitta.contract import check_source
 from unitta.methods import get_method, list_methods, method_class
-from unitta.methods.contract import check_source
 
 TARGET_UNITTA_RATIO = 3.5  # UniTTA may cost at most 3.5x TEST on the CPU (docs/benchmarks.md)
 

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.tune_plan",
         "unitta.recommend",
         "unitta.recommend_inputs",
+        "unitta.contract",
     ),
     ("analysis",),
 ]

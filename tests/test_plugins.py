@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from unitta.config import load_config, parse_config
-from unitta.methods import base as registry
+from unitta.methods.parts import registry
 from unitta.schema import ConfigError
 from unitta.tune_config import parse_tune_config
 
@@ -212,7 +212,7 @@ def test_entry_points_register_methods_and_a_broken_one_is_one_warning(tmp_path,
     _install_entry_point(tmp_path, "zz-bad", "zz_ep_broken", "zz_ep_bad", "raise ImportError('needs CUDA 13')")
     monkeypatch.syspath_prepend(str(tmp_path))
     registry._builtins_loaded = False  # as in a fresh process with these packages installed
-    with caplog.at_level(logging.WARNING, logger="unitta.methods.base"):
+    with caplog.at_level(logging.WARNING, logger="unitta.methods.parts.registry"):
         names = registry.list_methods()
     assert "zz_ep_bn" in names and "tent" in names and "zz_ep_broken" not in names
     warnings = [r.getMessage() for r in caplog.records]

@@ -8,9 +8,9 @@ import torch
 from tests.methods.fmnist_cnn import grey_shift
 from tests.methods.test_contract import FAST
 from unitta.cell import Cell
+from unitta.contract import check_source
 from unitta.evaluate import evaluate
 from unitta.methods import get_method, list_methods, method_class
-from unitta.methods.contract import check_source
 from unitta.realtime import Schedule
 
 SMALL = dict(dataset="fmnist-c", setting="nu11", n_per_domain=40, batch_size=32)

@@ -284,7 +284,7 @@ def _clean_error(predict, clean, batch_size: int, device) -> float:
     """Error (%) of ``predict`` (the source model, or a method's non-adapting ``predict``) on clean images."""
     import torch
 
-    from unitta.methods.source_batches import take_source
+    from unitta.methods.parts.source_batches import take_source
 
     wrong = 0
     with torch.no_grad():

@@ -15,7 +15,7 @@ Ray workers import them too: ``runtime_env`` ships the files and package directo
 module name (``import_on_worker``) before it builds a cell's method. A file ``my_method.py`` is imported
 as the top-level module ``my_method`` everywhere, the name under which Ray's ``py_modules`` makes it
 importable on the workers. Installed packages declare their methods in the ``unitta.methods`` entry-point
-group instead (``unitta.methods.base``); they must be installed on every node.
+group instead (``unitta.methods.parts.registry``); they must be installed on every node.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from types import ModuleType
 
 from unitta.schema import ConfigError
 
-__all__ = ["Plugin", "resolve", "load", "module_name", "import_on_worker", "runtime_env", "methods_of"]
+__all__ = ["Plugin", "resolve", "load", "module_name", "import_on_worker", "runtime_env"]
 
 
 @dataclass(frozen=True)
@@ -154,15 +154,6 @@ def _ship_installed_or_local(plugin: Plugin, module: ModuleType) -> Plugin:
     return Plugin(plugin.spec, plugin.module, location)
 
 
-def methods_of(module: str) -> list[str]:
-    """Names of the registered methods whose class is defined in ``module`` or one of its submodules."""
-    from unitta.methods.base import _REGISTRY
-
-    return sorted(
-        name for name, cls in _REGISTRY.items() if cls.__module__ == module or cls.__module__.startswith(module + ".")
-    )
-
-
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -191,7 +182,8 @@ def load(specs: Sequence[str], base_dir: str | Path | None = None, source: str |
     or a plugin that registers no method. Loading the same plugin again is a no-op. ``source`` (the config file)
     starts each message, which then names the entry as ``plugins[i] (spec)``; None: ``plugin <spec>``.
     """
-    from unitta.methods.base import TTAMethod, build_config, list_methods
+    from unitta.methods.parts.registry import build_config, list_methods, methods_of
+    from unitta.methods.parts.tta_method import TTAMethod
 
     list_methods()  # the built-ins (and entry points) register first: a plugin cannot take their names
     if isinstance(specs, str) or not isinstance(specs, Sequence):
@@ -215,7 +207,7 @@ def load(specs: Sequence[str], base_dir: str | Path | None = None, source: str |
             raise ConfigError(
                 f"{where}: registers no method (decorate a TTAMethod subclass with @register_method('name'))"
             )
-        from unitta.methods.base import method_class
+        from unitta.methods.parts.registry import method_class
 
         for name in names:
             cls = method_class(name)
@@ -237,7 +229,7 @@ def import_on_worker(specs: Sequence[str]) -> None:
     The files and directories arrive through ``runtime_env`` (``py_modules``), which puts them on the worker's
     import path; modules already imported (a reused worker, ``--local``) are not imported again.
     """
-    from unitta.methods.base import list_methods
+    from unitta.methods.parts.registry import list_methods
 
     list_methods()
     for spec in specs:

@@ -1,4 +1,4 @@
-"""The names of the method profiles (which variant of each method a cell runs; ``unitta.methods.profiles``).
+"""The names of the method profiles (which variant of each method a cell runs; ``unitta.methods.parts.profiles``).
 
 Kept apart from the method registry so that ``unitta.cell`` and the config schemas know them without torch.
 """

@@ -304,7 +304,7 @@ def check_methods(
     the zoo's table, no model is built).
     """
     from unitta.methods import list_methods, resolved_config
-    from unitta.methods.base import entry_point_errors
+    from unitta.methods.parts.registry import entry_point_errors
 
     registered = list_methods()
     for label, name, overrides in entries:

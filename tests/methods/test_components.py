@@ -11,12 +11,12 @@ import pytest
 import torch
 from torch import nn
 
-from unitta.methods.augment import TTAugment, cotta_augment, device_generator, rotta_strong_augment
-from unitta.methods.ema import ema_update_, make_teacher
-from unitta.methods.memory import CSTUMemory, PBRSMemory
 from unitta.methods.norm.iabn import InstanceAwareBN
 from unitta.methods.norm.robust_bn import RobustBN
-from unitta.methods.optim import make_optimizer
+from unitta.methods.parts.augment import TTAugment, cotta_augment, device_generator, rotta_strong_augment
+from unitta.methods.parts.ema import ema_update_, make_teacher
+from unitta.methods.parts.memory import CSTUMemory, PBRSMemory
+from unitta.methods.parts.optim import make_optimizer
 
 
 def _bn(channels: int = 4, seed: int = 0) -> nn.BatchNorm2d:
@@ -96,7 +96,7 @@ def test_augmentation_matches_torchvision_ops():
     tvf = pytest.importorskip("torchvision.transforms.functional")
     from torchvision.transforms import InterpolationMode
 
-    from unitta.methods import augment
+    from unitta.methods.parts import augment
 
     x = torch.rand(2, 3, 24, 24, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(augment._shift_hue(x, 0.05), tvf.adjust_hue(x, 0.05), atol=1e-5)

@@ -1,4 +1,4 @@
-"""The method contract (``unitta/methods/contract.py``) for every registered method.
+"""The method contract (``unitta/contract/__init__.py``) for every registered method.
 
 On the embedded ResNet-20 and Fashion-MNIST-C images: finite scores at B = 64 and B = 1, ``reset()``
 restores the source exactly, the source model passed in is never modified, a fixed seed is deterministic,
@@ -15,9 +15,9 @@ import torch
 
 import unitta.methods
 from tests.methods.fmnist_cnn import error, grey_shift, shift
+from unitta.contract import CHECKS, check_source, run_checks
 from unitta.methods import build_config, get_method, list_methods, method_class
-from unitta.methods.base import BUILTIN_MODULES
-from unitta.methods.contract import CHECKS, check_source, run_checks
+from unitta.methods.parts.registry import builtin_modules
 
 # Short runs: fewer augmented teacher passes for CoTTA, and memory updates every 16 samples for RoTTA and
 # NOTE so that they adapt within the checks' two batches of 8 (what is checked does not depend on these values).
@@ -93,13 +93,13 @@ def test_small_cnn_is_a_real_classifier(fmnist_cnn):
 
 
 def test_every_method_module_is_a_builtin():
-    """A module that registers a method must be listed in BUILTIN_MODULES, or the registry never loads it."""
-    registering = set()
-    for module in pkgutil.iter_modules(unitta.methods.__path__):
-        if module.ispkg or module.name == "base":
-            continue
-        source = (unitta.methods.__path__[0] + f"/{module.name}.py")
-        with open(source) as f:
-            if "@register_method(" in f.read():
-                registering.add(f"unitta.methods.{module.name}")
-    assert registering == set(BUILTIN_MODULES)
+    """Every module directly in unitta/methods/ registers a method, and the registry finds each of them."""
+    modules = [m.name for m in pkgutil.iter_modules(unitta.methods.__path__) if not m.ispkg and m.name[0] != "_"]
+    not_methods = []
+    for name in modules:
+        with open(unitta.methods.__path__[0] + f"/{name}.py") as f:
+            if "@register_method(" not in f.read():
+                not_methods.append(name)
+    assert not not_methods, f"modules in unitta/methods/ that register no method: {not_methods}"
+    registering = {f"unitta.methods.{name}" for name in modules}
+    assert registering == set(builtin_modules())

@@ -9,8 +9,8 @@ import torch
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.evaluate import Cell, run_cell
 from unitta.methods import get_method
-from unitta.methods.augment import patch_shuffle
 from unitta.methods.deyo import excluded
+from unitta.methods.parts.augment import patch_shuffle
 
 
 def test_patch_shuffle_moves_whole_patches():

@@ -13,8 +13,8 @@ from torch.utils.data import TensorDataset
 
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.methods import get_method
-from unitta.methods.entropy_filter import SampleFilter, entropy_margin, weighted_entropy
-from unitta.methods.losses import softmax_entropy
+from unitta.methods.parts.entropy_filter import SampleFilter, entropy_margin, weighted_entropy
+from unitta.methods.parts.losses import softmax_entropy
 
 K = 10
 E0 = entropy_margin(K, 0.4)  # 0.4 ln 10 = 0.921

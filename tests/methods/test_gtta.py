@@ -12,7 +12,7 @@ from torch.utils.data import TensorDataset
 from tests.methods.fmnist_cnn import grey_shift, run_stream, source_set
 from unitta.evaluate import Cell, run_cell
 from unitta.methods import get_method
-from unitta.methods.source_batches import SourceBatches
+from unitta.methods.parts.source_batches import SourceBatches
 
 # a learning rate at which three batches visibly change the predictions (the default 1e-5 barely moves them)
 FAST_LR = {"lr": 1e-3}

@@ -1,10 +1,10 @@
-"""unitta/methods/host_sync.py: which operations count as host synchronisations, and where they were asked for."""
+"""unitta/contract/host_sync.py: which operations count as host synchronisations, and where they were asked for."""
 
 from __future__ import annotations
 
 import torch
 
-from unitta.methods.host_sync import HostSyncRecorder
+from unitta.contract.host_sync import HostSyncRecorder
 
 
 def _ops(fn) -> list[str]:

@@ -13,9 +13,9 @@ from PIL import Image, ImageOps
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.evaluate import Cell, run_cell
 from unitta.methods import get_method
-from unitta.methods.augmix import AugMix, _affine_pixels, _autocontrast, _equalize, _posterize, _solarize
-from unitta.methods.losses import marginal_entropy
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
+from unitta.methods.parts.augmix import AugMix, _affine_pixels, _autocontrast, _equalize, _posterize, _solarize
+from unitta.methods.parts.losses import marginal_entropy
 
 
 def test_marginal_entropy_values():

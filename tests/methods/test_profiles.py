@@ -1,4 +1,4 @@
-"""``profile: reference`` (``unitta/methods/profiles.py``; docs/methods.md, "Profiles").
+"""``profile: reference`` (``unitta/methods/parts/profiles.py``; docs/methods.md, "Profiles").
 
 The table names only registered methods and existing Config fields with valid values for every dataset
 family, changes the resolved config exactly by its values, yields to user overrides, reaches cells through
@@ -18,7 +18,7 @@ from unitta.cell import Cell
 from unitta.config import ConfigError, load_config, parse_config
 from unitta.methods import build_config, get_method, list_methods, method_class, resolved_config
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
-from unitta.methods.profiles import PROFILES, REFERENCE, profile_values
+from unitta.methods.parts.profiles import PROFILES, REFERENCE, profile_values
 from unitta.tune_config import parse_tune_config, trial_cells
 
 FAMILIES = {"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}

@@ -11,8 +11,8 @@ import torch
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.evaluate import Cell, run_cell
 from unitta.methods import get_method
-from unitta.methods.losses import generalized_cross_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
+from unitta.methods.parts.losses import generalized_cross_entropy
 
 
 def test_gce_on_known_probabilities():

@@ -13,9 +13,9 @@ from torch.utils.data import TensorDataset
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.evaluate import Cell, run_cell
 from unitta.methods import get_method
-from unitta.methods.heads import FeatureModel
-from unitta.methods.losses import aug_cross_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
+from unitta.methods.parts.heads import FeatureModel
+from unitta.methods.parts.losses import aug_cross_entropy
 
 
 @pytest.fixture(scope="module")

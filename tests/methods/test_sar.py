@@ -11,8 +11,8 @@ import torchvision
 
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.methods import get_method
-from unitta.methods.entropy_filter import entropy_margin
-from unitta.methods.losses import softmax_entropy
+from unitta.methods.parts.entropy_filter import entropy_margin
+from unitta.methods.parts.losses import softmax_entropy
 from unitta.methods.sar import sar_frozen_layers
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms

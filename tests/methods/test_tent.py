@@ -7,7 +7,7 @@ import torch
 
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.methods import get_method
-from unitta.methods.losses import softmax_entropy
+from unitta.methods.parts.losses import softmax_entropy
 
 
 def test_cost_one_forward_and_one_backward_per_batch(fmnist_cnn):

@@ -3,9 +3,9 @@ benchmark implements it (md ``methods/adacontrast.py``, built on the authors' co
 
 What adapts: every weight and bias of the model (BatchNorms in train mode: batch statistics, running statistics
 updated with the model's BN momentum). A key encoder (the "momentum model", an EMA of the model's parameters,
-``unitta/methods/ema.py``) fills a MoCo queue of K keys with their pseudo-labels; a feature bank of the key
+``unitta/methods/parts/ema.py``) fills a MoCo queue of K keys with their pseudo-labels; a feature bank of the key
 encoder's features and probabilities refines the pseudo-labels by k nearest neighbours. Per test batch x, with
-views x_w = random flip (weak), x_q, x_k = MoCo-v2-light (strong; ``unitta/methods/augment.py``):
+views x_w = random flip (weak), x_q, x_k = MoCo-v2-light (strong; ``unitta/methods/parts/augment.py``):
 
     z_w, f_w = model(x_w)                                     (train mode)
     pseudo-labels y = argmax softmax(z_w) for the first 1024 samples of the stream, afterwards
@@ -47,13 +47,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.augment import MoCoAugment, device_generator, random_hflip
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.contrastive import class_aware_instance_loss, moco_logits
-from unitta.methods.ema import ema_update_, make_teacher
-from unitta.methods.heads import SplitModel
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.methods.parts.augment import MoCoAugment, device_generator, random_hflip
+from unitta.methods.parts.contrastive import class_aware_instance_loss, moco_logits
+from unitta.methods.parts.ema import ema_update_, make_teacher
+from unitta.methods.parts.heads import SplitModel
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 
 __all__ = ["AdaContrast"]
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
-from unitta.methods.validate import check_interval, check_probability
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
 

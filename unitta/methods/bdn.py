@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from unitta.methods.base import register_method
+from unitta.methods.parts.registry import register_method
 from unitta.methods.unitta import BDNFramework, check_bdn_config
 
 # the reference's configs/adapter/<dataset>/unitta_bdn.yaml; GAMMA there is ignored (hard-coded 0).

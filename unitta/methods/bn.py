@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.batch_stats import BatchStatsNorm
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
 from unitta.nn.batchnorm import replace_batchnorms
 
 

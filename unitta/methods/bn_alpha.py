@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
-from unitta.methods.validate import check_probability
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_probability
 from unitta.nn.batchnorm import set_submodule
 from unitta.nn.norms import norm_kind
 

@@ -46,13 +46,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from unitta.methods.augment import TTAugment, device_generator
-from unitta.methods.base import register_method
-from unitta.methods.ema import ema_tensors_
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.optim import optimizer_from_config
+from unitta.methods.parts.augment import TTAugment, device_generator
+from unitta.methods.parts.ema import ema_tensors_
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.methods.roid import ROID
-from unitta.methods.validate import check_at_least, check_positive, check_probability
 
 __all__ = ["CMF", "PARAM_SCALE"]
 

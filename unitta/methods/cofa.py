@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.heads import FeatureModel
 from unitta.methods.norm.stats import constant
+from unitta.methods.parts.heads import FeatureModel
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
 
 
 class FeatureAverager:

@@ -43,13 +43,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from unitta.methods.augment import cotta_augment, device_generator
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.ema import ema_update_, make_teacher
-from unitta.methods.losses import symmetric_cross_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_optional_size, check_positive, check_probability
+from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.ema import ema_update_, make_teacher
+from unitta.methods.parts.losses import symmetric_cross_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["CoTTA"]

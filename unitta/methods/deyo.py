@@ -41,12 +41,13 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.augment import patch_shuffle
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_interval, check_positive
+from unitta.methods.parts.augment import patch_shuffle
+from unitta.methods.parts.losses import masked_mean, softmax_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_interval, check_positive
 
 __all__ = ["DeYO", "EXCLUDE"]
 

@@ -36,10 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.base import register_method
 from unitta.methods.eta import ETA, ETA_PRESETS
-from unitta.methods.source_batches import take_source
-from unitta.methods.validate import check_at_least, check_optional_size
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.source_batches import take_source
+from unitta.methods.parts.validate import check_at_least, check_optional_size
 
 __all__ = ["EATA"]
 

@@ -31,11 +31,12 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.entropy_filter import SampleFilter, entropy_margin, weighted_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_interval, check_positive, check_probability
+from unitta.methods.parts.entropy_filter import SampleFilter, entropy_margin, weighted_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_interval, check_positive, check_probability
 from unitta.nn.norms import NORM_KINDS
 
 __all__ = ["ETA"]

@@ -41,11 +41,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.source_batches import SourceBatches
-from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.source_batches import SourceBatches
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["GTTA"]

@@ -28,9 +28,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.heads import FeatureModel
-from unitta.methods.validate import check_at_least
+from unitta.methods.parts.heads import FeatureModel
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least
 
 # fiveai/LAME: u = -log(p + 1e-10), at most 100 steps, stop at relative energy change 1e-8.
 _LOG_EPS = 1e-10

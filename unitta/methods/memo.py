@@ -4,7 +4,7 @@
 starting from the source model each time (paper sec. 3; docs/methods.md "MEMO"):
 
     restore the source weights and a fresh optimiser
-    x_1..x_V = V AugMix views of the image x                   (``unitta/methods/augmix.py``)
+    x_1..x_V = V AugMix views of the image x                   (``unitta/methods/parts/augmix.py``)
     one step on H( mean_v softmax(f(x_v)) )                    the marginal entropy, paper eq. 1
     predict f(x)
 
@@ -44,12 +44,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from unitta.methods.augmix import AugMix
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.losses import marginal_entropy
 from unitta.methods.norm.alpha_bn import convert_to_alpha_bn
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.methods.parts.augmix import AugMix
+from unitta.methods.parts.losses import marginal_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 
 __all__ = ["MEMO"]
 

@@ -32,12 +32,13 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.losses import softmax_entropy
-from unitta.methods.memory import PBRSMemory, split_at_updates
 from unitta.methods.norm.iabn import InstanceAwareBN
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.methods.parts.losses import softmax_entropy
+from unitta.methods.parts.memory import PBRSMemory, split_at_updates
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
 __all__ = ["NOTE"]

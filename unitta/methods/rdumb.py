@@ -23,10 +23,10 @@ from typing import Literal  # noqa: F401 - build_config resolves the inherited E
 
 from torch import Tensor
 
-from unitta.methods.base import register_method
 from unitta.methods.eta import ETA, ETA_PRESETS
-from unitta.methods.snapshot import Snapshot
-from unitta.methods.validate import check_at_least
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.snapshot import Snapshot
+from unitta.methods.parts.validate import check_at_least
 
 __all__ = ["RDumb"]
 

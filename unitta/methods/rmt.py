@@ -2,7 +2,7 @@
 
 What adapts: every weight and bias of the student (the model with batch-statistic BatchNorms; LayerNorm /
 GroupNorm models adapt as they are) and a projector MLP; the teacher is an EMA of the student
-(``unitta/methods/ema.py``). Source data (``needs_source``): class prototypes, a warm-up and replay.
+(``unitta/methods/parts/ema.py``). Source data (``needs_source``): class prototypes, a warm-up and replay.
 
 Set-up (``setup()``, or at the first batch when ``source_batch_size`` is None, see below):
 
@@ -62,16 +62,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.augment import cotta_augment, device_generator
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.contrastive import Projector, multiview_contrastive_loss
-from unitta.methods.ema import ema_update_, make_teacher
-from unitta.methods.heads import SplitModel
-from unitta.methods.losses import symmetric_cross_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.source_batches import SourceBatches, take_source
-from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.contrastive import Projector, multiview_contrastive_loss
+from unitta.methods.parts.ema import ema_update_, make_teacher
+from unitta.methods.parts.heads import SplitModel
+from unitta.methods.parts.losses import symmetric_cross_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.source_batches import SourceBatches, take_source
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["RMT"]

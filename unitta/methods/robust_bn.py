@@ -23,10 +23,11 @@ import torch
 from torch import Tensor
 
 from unitta.methods.balanced_bn import BalancedBN
-from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.robust_bn import RobustBN
-from unitta.methods.validate import check_interval, check_probability
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["RobustBNMethod"]

@@ -42,13 +42,14 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.augment import cotta_augment, device_generator
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.norm.unmixtns import UnMixTNS2d, convert_to_unmixtns
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_positive, check_probability
+from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import train_affine
 
 

@@ -34,13 +34,14 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from unitta.methods.augment import device_generator, rotta_strong_augment
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.ema import ema_update_, make_teacher
-from unitta.methods.memory import CSTUMemory, split_at_updates
 from unitta.methods.norm.robust_bn import RobustBN
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_optional_size, check_positive, check_probability
+from unitta.methods.parts.augment import device_generator, rotta_strong_augment
+from unitta.methods.parts.ema import ema_update_, make_teacher
+from unitta.methods.parts.memory import CSTUMemory, split_at_updates
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
 __all__ = ["RoTTA"]

@@ -30,11 +30,12 @@ from typing import Literal
 
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.losses import generalized_cross_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_interval, check_positive
+from unitta.methods.parts.losses import generalized_cross_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_interval, check_positive
 
 __all__ = ["RPL"]
 

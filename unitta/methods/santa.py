@@ -44,16 +44,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.augment import cotta_augment, device_generator
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.contrastive import Projector, multiview_contrastive_loss
-from unitta.methods.ema import make_teacher
-from unitta.methods.heads import FeatureModel
-from unitta.methods.losses import aug_cross_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.source_batches import SourceBatches
-from unitta.methods.validate import check_at_least, check_positive
+from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.contrastive import Projector, multiview_contrastive_loss
+from unitta.methods.parts.ema import make_teacher
+from unitta.methods.parts.heads import FeatureModel
+from unitta.methods.parts.losses import aug_cross_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.source_batches import SourceBatches
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_positive
 
 __all__ = ["SANTA"]
 

@@ -41,13 +41,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.entropy_filter import entropy_margin
-from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.sam import SAM, SAM_RHO
-from unitta.methods.snapshot import Snapshot
-from unitta.methods.validate import check_at_least, check_interval, check_positive, check_probability
+from unitta.methods.parts.entropy_filter import entropy_margin
+from unitta.methods.parts.losses import masked_mean, softmax_entropy
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.sam import SAM, SAM_RHO
+from unitta.methods.parts.snapshot import Snapshot
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.norms import NORM_KINDS
 
 __all__ = ["SAR", "sar_frozen_layers"]

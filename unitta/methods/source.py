@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
 
 
 @register_method("test")

@@ -29,13 +29,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from unitta.methods.augment import cotta_augment, device_generator
-from unitta.methods.base import TTAMethod, register_method
-from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
-from unitta.methods.optim import optimizer_from_config
-from unitta.methods.validate import check_at_least, check_interval, check_positive, check_probability
+from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.losses import masked_mean, softmax_entropy
+from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
 

@@ -25,12 +25,13 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.cofa import FeatureAverager
-from unitta.methods.heads import FeatureModel
 from unitta.methods.norm.bdn import BalancedDomainNorm2d
 from unitta.methods.norm.groups import ClassGroups, SlotGroups
-from unitta.methods.validate import check_at_least, check_interval, check_probability
+from unitta.methods.parts.heads import FeatureModel
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least, check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
 # Hyper-parameters of the reference's configs/adapter/<dataset>/unitta.yaml. Defaults are CIFAR-10's.

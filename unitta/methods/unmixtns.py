@@ -18,9 +18,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.unmixtns import convert_to_unmixtns
-from unitta.methods.validate import check_at_least
+from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.validate import check_at_least
 
 
 @register_method("unmixtns")

@@ -1,4 +1,7 @@
-"""The method contract as checks: what every registered TTA method must do (``base.py`` states it).
+"""The method contract as checks: what every registered TTA method must do (``unitta/methods/parts/tta_method.py``
+states it). The package also holds ``host_sync`` (the recorder of host synchronisations the checks use) and
+``command`` (``unitta methods`` = ``python -m unitta.methods``: check a method, list the methods); it sits in
+the command layer, above the cells, evaluation and the run layer it uses (docs/layout.md).
 
 Each check builds the method by name, runs it on the batches it is given and returns a ``CheckResult``
 (passed or not, and why), so that the test suite (``tests/methods/test_contract.py``) and a command
@@ -18,7 +21,7 @@ line checker for new methods can share them. The contract:
 and two warnings, which a method passes with a reason to read: a method that should adapt (``adapts``) whose
 outputs on the check's shifted images equal the source model's on every batch ("never adapts"), and a
 ``forward`` that synchronises with the host (``.item()``, ``.cpu()``, ``.tolist()``, ``bool(tensor)``,
-``nonzero``, boolean-mask indexing; ``unitta.methods.host_sync``), forbidden by docs/adding_a_method.md
+``nonzero``, boolean-mask indexing; ``unitta.contract.host_sync``), forbidden by docs/adding_a_method.md
 unless unavoidable and documented.
 
 ``run_checks`` gives every check its own deep copy of the model, so that a method which modifies the model
@@ -41,8 +44,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
-from unitta.methods.base import TTAMethod, build_config, get_method, method_class, resolved_hints
-from unitta.methods.host_sync import HostSyncRecorder
+from unitta.contract.host_sync import HostSyncRecorder
+from unitta.methods.parts.registry import build_config, get_method, method_class, resolved_hints
+from unitta.methods.parts.tta_method import TTAMethod
 from unitta.models.info import ModelInfo
 
 __all__ = [

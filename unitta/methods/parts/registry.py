@@ -1,5 +1,5 @@
 """The method registry and per-dataset hyper-parameter presets; re-exports the TTA method contract
-(``TTAMethod``, ``MethodCost``: ``unitta/methods/method.py``).
+(``TTAMethod``, ``MethodCost``: ``unitta/methods/parts/tta_method.py``).
 
 Every method is one class in one file under ``unitta/methods/``, registered by name::
 
@@ -27,11 +27,11 @@ construction; subclasses put all their state-building in ``setup()``.
 The output of ``forward`` is a (B, K) score tensor whose argmax is the prediction (logits or
 probabilities, whichever the method naturally produces; the paper's metric only uses the argmax).
 
-The built-in method modules are listed in ``BUILTIN_MODULES`` and imported on the first registry
-access, so importing ``unitta.methods`` (or anything that needs only the contract) loads no method; the
+The built-in method modules (every module directly in ``unitta/methods/``) are imported on the first
+registry access, so importing ``unitta.methods`` (or anything that needs only the contract) loads no method; the
 ``unitta.methods`` entry points of installed packages are imported right after them. Methods outside the
 package are plugins (``unitta/plugins.py``, docs/adding_a_method.md).
-``unitta/methods/contract.py`` holds the checks every registered method must pass.
+``unitta/contract/__init__.py`` holds the checks every registered method must pass.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import difflib
 import importlib
 import logging
 import numbers
+import pkgutil
 import re
 import sys
 import types
@@ -50,13 +51,11 @@ from typing import Any, Literal, get_args, get_origin
 import numpy as np
 from torch import nn
 
-from unitta.methods.method import MethodCost, TTAMethod, norm_kind_problem
+from unitta.methods.parts.tta_method import TTAMethod
 from unitta.models.info import ModelInfo
 from unitta.streams.settings import DATASET_ALIASES, canonical_dataset
 
 __all__ = [
-    "TTAMethod",
-    "MethodCost",
     "register_method",
     "get_method",
     "list_methods",
@@ -65,43 +64,25 @@ __all__ = [
     "build_config",
     "resolved_config",
     "resolved_hints",
-    "norm_kind_problem",
-    "BUILTIN_MODULES",
+    "builtin_modules",
+    "methods_of",
     "ENTRY_POINT_GROUP",
     "entry_point_errors",
 ]
 
-# The modules that register the built-in methods, imported on the first registry access.
-BUILTIN_MODULES = (
-    "unitta.methods.source",
-    "unitta.methods.bn",
-    "unitta.methods.tent",
-    "unitta.methods.cotta",
-    "unitta.methods.rotta",
-    "unitta.methods.robust_bn",
-    "unitta.methods.note",
-    "unitta.methods.lame",
-    "unitta.methods.tribe",
-    "unitta.methods.roid",
-    "unitta.methods.unmixtns",
-    "unitta.methods.balanced_bn",
-    "unitta.methods.cofa",
-    "unitta.methods.bdn",
-    "unitta.methods.unitta",
-    "unitta.methods.bn_alpha",
-    "unitta.methods.eta",
-    "unitta.methods.eata",
-    "unitta.methods.rdumb",
-    "unitta.methods.sar",
-    "unitta.methods.deyo",
-    "unitta.methods.rpl",
-    "unitta.methods.memo",
-    "unitta.methods.santa",
-    "unitta.methods.cmf",
-    "unitta.methods.rmt",
-    "unitta.methods.adacontrast",
-    "unitta.methods.gtta",
-)
+# The built-in methods: every module directly in unitta/methods/ (docs/layout.md), imported on the first
+# registry access. pkgutil lists the folder without importing anything.
+def builtin_modules() -> tuple[str, ...]:
+    """The modules that register the built-in methods: every module directly in ``unitta/methods/``."""
+    import unitta.methods
+
+    return tuple(
+        f"unitta.methods.{m.name}"
+        for m in pkgutil.iter_modules(unitta.methods.__path__)
+        if not m.ispkg and not m.name.startswith("_")
+    )
+
+
 _builtins_loaded = False
 
 # Installed packages register their methods here (pyproject.toml: [project.entry-points."unitta.methods"]
@@ -173,7 +154,7 @@ def _ensure_loaded() -> None:
     global _builtins_loaded
     if _builtins_loaded:
         return
-    for module in BUILTIN_MODULES:
+    for module in builtin_modules():
         importlib.import_module(module)
     _builtins_loaded = True  # before the entry points: one that lists the methods while importing must not recurse
     _load_entry_points()
@@ -205,6 +186,13 @@ def entry_point_errors() -> dict[str, str]:
     return dict(_ENTRY_POINT_ERRORS)
 
 
+def methods_of(module: str) -> list[str]:
+    """Names of the registered methods whose class is defined in ``module`` or one of its submodules."""
+    return sorted(
+        name for name, cls in _REGISTRY.items() if cls.__module__ == module or cls.__module__.startswith(module + ".")
+    )
+
+
 def list_methods() -> list[str]:
     """Names of all registered methods, sorted."""
     _ensure_loaded()
@@ -228,9 +216,9 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str 
     """The method's Config: class defaults, the dataset preset, the profile's values, then checked overrides.
 
     profile: 'default' (each method as its own paper describes it) or 'reference' (the reference
-    implementation's code paths, ``unitta.methods.profiles``; docs/methods.md, "Profiles").
+    implementation's code paths, ``unitta.methods.parts.profiles``; docs/methods.md, "Profiles").
     """
-    from unitta.methods.profiles import profile_values
+    from unitta.methods.parts.profiles import profile_values
 
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
     values: dict[str, Any] = dict(cls.presets.get(preset_key(dataset), {}))

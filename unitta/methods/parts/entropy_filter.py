@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.losses import masked_mean, softmax_entropy
+from unitta.methods.parts.losses import masked_mean, softmax_entropy
 
 __all__ = ["PROBS_MOMENTUM", "entropy_margin", "SampleFilter", "weighted_entropy"]
 

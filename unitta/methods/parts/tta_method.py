@@ -1,5 +1,5 @@
 """The TTA method contract: ``TTAMethod``, the base class every method subclasses, and ``MethodCost``, what
-adapting has cost so far (the registry and per-dataset presets are in ``unitta/methods/base.py``).
+adapting has cost so far (the registry and per-dataset presets are in ``unitta/methods/parts/registry.py``).
 
 A method sees only images in stream order, never labels or true domains. ``reset()`` rebuilds the
 method from a pristine deep copy of the source model, so restoring the source is exact by
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.heads import FeatureModel
+from unitta.methods.parts.heads import FeatureModel
 from unitta.models.info import ModelInfo
 from unitta.nn.norms import norm_kind
 

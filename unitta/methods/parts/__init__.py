@@ -1,0 +1,12 @@
+"""What the registered methods are made of (``unitta/methods/`` itself holds only the methods, one module each).
+
+- ``tta_method``: the base class every method subclasses (``TTAMethod``, ``MethodCost``);
+- ``registry``: ``register_method``, ``get_method``, the per-dataset presets and the built-in methods found
+  in the ``unitta/methods/`` folder; ``profiles``: the method profiles (``default``, ``reference``);
+- building blocks shared by several methods, never copied between them: augmentations (``augment``,
+  ``augmix``), losses (``losses``, ``contrastive``, ``entropy_filter``), teachers and memories (``ema``,
+  ``memory``, ``snapshot``), optimisation (``optim``, ``sam``), heads and validation (``heads``, ``validate``),
+  labelled source batches (``source_batches``).
+
+The normalisation layers are the sibling package ``unitta/methods/norm/``.
+"""
