@@ -27,10 +27,10 @@ from pathlib import Path
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from unitta.config import parse_config  # noqa: E402
 from unitta.results import load_results  # noqa: E402
 from unitta.streams.settings import SETTING_CODES_24 as SETTINGS_24  # noqa: E402
 from unitta.sweep import run_sweep  # noqa: E402
+from unitta.sweep.config import parse_config  # noqa: E402
 
 
 def _config(args, name: str):

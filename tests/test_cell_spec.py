@@ -1,4 +1,4 @@
-"""One cell schema (unitta.cell_spec): a bad cell value is the same one-line exit-2 error in a sweep and a tune."""
+"""One cell schema (unitta.cell.spec): a bad cell value is the same one-line exit-2 error in a sweep and a tune."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from unitta import sweep, tune
-from unitta.cell_spec import CellSpec
+from unitta.cell.spec import CellSpec
 
 SWEEP = {"name": "s", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"]}
 TUNE = {"name": "t", "cell": {"dataset": "fmnist-c"}, "methods": ["test"], "space": {"domain_alpha": [0.9]}}

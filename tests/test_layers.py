@@ -1,55 +1,38 @@
-"""The import graph of unitta/ and analysis/ (read with ``ast``) against the layer order of docs: streams/data ->
-models -> methods -> cell/evaluate -> run -> sweep/tune/recommend -> analysis. Downward imports only (imports
-inside functions count too), no import circle, and command-line entry points (``__main__.py`` modules)
-import the library, never the reverse."""
+"""The import graph of unitta/ and analysis/ (read with ``ast``) against the layer order of docs/layout.md.
+
+Every module is in exactly one layer (its longest listed package prefix; ``__main__`` modules are the
+command layer on top), ``__main__`` modules included, with no exemption: imports run downwards only (imports
+inside functions count too), the packages of one layer do not import each other, no import circle, and
+nothing imports a command-line module."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# lowest first; a module may import its own layer and the ones below
+# lowest first; a module may import its own package, and the layers below its own
 LAYERS: list[tuple[str, ...]] = [
-    (
-        "unitta.streams",
-        "unitta.data",
-        "unitta.nn",
-        "unitta.paper",
-        "unitta.realtime",
-        "unitta.metrics",
-        "unitta.files",
-        "unitta.profile_names",
-    ),
-    ("unitta.models",),
+    ("unitta", "unitta.files", "unitta.nn", "unitta.profile_names"),  # ``unitta``: the root __init__ only
+    ("unitta.data",),
+    ("unitta.streams",),
+    ("unitta.paper", "unitta.models"),
     ("unitta.methods",),
-    (
-        "unitta.cell",
-        "unitta.adapt",
-        "unitta.evaluate",
-        "unitta.schema",
-        "unitta.cell_spec",
-        "unitta.results",
-        "unitta.membership",
-        "unitta.plugins",
-    ),
+    ("unitta.schema",),
+    ("unitta.plugins",),
+    ("unitta.cell",),
+    ("unitta.evaluate",),
+    ("unitta.results",),
     ("unitta.run",),
-    (
-        "unitta.config",
-        "unitta.tune_config",
-        "unitta.sweep",
-        "unitta.tune",
-        "unitta.tune_plan",
-        "unitta.recommend",
-        "unitta.recommend_inputs",
-        "unitta.contract",
-    ),
+    ("unitta.sweep", "unitta.tune", "unitta.recommend", "unitta.contract"),
     ("analysis",),
 ]
-ENTRY_POINTS = ("unitta.__main__",)
+COMMANDS = "commands: every __main__ module"  # the top layer, above LAYERS
+DOC = ROOT / "docs" / "layout.md"
 
 
 def _module_name(path: Path) -> str:
@@ -99,29 +82,44 @@ def _graph() -> dict[str, set[str]]:
 
 
 def _entry_point(name: str) -> bool:
-    return name in ENTRY_POINTS or name.endswith(".__main__")
+    return name == "unitta.__main__" or name.endswith(".__main__")
+
+
+def _home(name: str) -> str:
+    """The LAYERS entry ``name`` belongs to: the longest listed package prefix (``unitta`` holds only itself)."""
+    if _entry_point(name):
+        return COMMANDS
+    entries = [top for layer in LAYERS for top in layer]
+    found = [top for top in entries if name == top or (top != "unitta" and name.startswith(top + "."))]
+    assert found, f"{name} is in no layer of LAYERS: add it where it belongs (and to docs/layout.md)"
+    return max(found, key=len)
 
 
 def _rank(name: str) -> int:
-    for rank, layer in enumerate(LAYERS):
-        if any(name == top or name.startswith(top + ".") for top in layer):
-            return rank
-    raise AssertionError(f"{name} is in no layer of LAYERS: add it where it belongs")
+    home = _home(name)
+    if home == COMMANDS:
+        return len(LAYERS)
+    return next(rank for rank, layer in enumerate(LAYERS) if home in layer)
 
 
 def test_every_import_runs_downwards() -> None:
     upward = []
     for name, targets in _graph().items():
-        if name in ("unitta", "analysis"):
-            continue
         for target in targets:
-            if target in ("unitta", "analysis"):
-                continue
             if _entry_point(target):
-                upward.append(f"{name} -> {target} (an entry point)")
-            elif not _entry_point(name) and _rank(target) > _rank(name):
+                upward.append(f"{name} -> {target} (a command-line module)")
+            elif _rank(target) > _rank(name):
                 upward.append(f"{name} -> {target}")
-    assert not upward, "imports that run upwards:\n" + "\n".join(sorted(upward))
+            elif _rank(target) == _rank(name) and _home(target) != _home(name) and not _entry_point(name):
+                upward.append(f"{name} -> {target} (a sibling package of the same layer)")
+    assert not upward, "imports that do not run downwards:\n" + "\n".join(sorted(upward))
+
+
+def test_layers_are_the_documented_ones() -> None:
+    """docs/layout.md lists the same layers, in the same order, as LAYERS (its table's first column)."""
+    rows = re.findall(r"^\| *(\d+) *\| *([^|]+?) *\|", DOC.read_text(), flags=re.M)
+    documented = [tuple(re.findall(r"`([\w.]+)`", packages)) for _, packages in rows]
+    assert documented == [*LAYERS, ("__main__",)]
 
 
 def test_no_import_circle() -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from unitta.config import load_config, parse_config
 from unitta.methods.parts import registry
 from unitta.schema import ConfigError
-from unitta.tune_config import parse_tune_config
+from unitta.sweep.config import load_config, parse_config
+from unitta.tune.config import parse_tune_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {"datasets": ["fmnist-c"], "settings": ["i111", "nui1"], "n_per_domain": 200, "S": 5, "seeds": [425]}

@@ -12,8 +12,8 @@ import math
 import pytest
 
 from unitta.cell import Cell
-from unitta.config import parse_config
 from unitta.evaluate import evaluate
+from unitta.sweep.config import parse_config
 
 SMALL = dict(dataset="fmnist-c", n_per_domain=200, S=5, setting="nui1", num_threads=1)
 

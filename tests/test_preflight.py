@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 import unitta.run.preflight as preflight
-from unitta.config import load_config, parse_config
 from unitta.data import fashion_mnist
 from unitta.data.source import source_problem
 from unitta.sweep import main
+from unitta.sweep.config import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

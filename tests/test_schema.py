@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from unitta.config import load_config, parse_config
 from unitta.schema import ConfigError, read_yaml_file
-from unitta.tune_config import load_tune_config
+from unitta.sweep.config import load_config, parse_config
+from unitta.tune.config import load_tune_config
 
 SWEEP = "name: t\ndatasets: [fmnist-c]\nmethods: [test]\nsettings: [i111]\n"
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from unitta.adapt import Adapted, adapt_stream, device_batch, precision_mode
 from unitta.cell import DEFAULT_MODELS, Cell
-from unitta.metrics import stream_metrics
-from unitta.realtime import Schedule
+from unitta.cell.adapt import Adapted, adapt_stream, device_batch, precision_mode
+from unitta.cell.metrics import stream_metrics
+from unitta.cell.realtime import Schedule
 
 __all__ = ["Cell", "DEFAULT_MODELS", "DatasetUnavailable", "load_cell_dataset",
            "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
@@ -132,7 +132,7 @@ def result_row(
     wall_start: float,
     forgetting: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    """The result row of a finished cell: its coordinates, the metrics (``unitta.metrics``), the protocol,
+    """The result row of a finished cell: its coordinates, the metrics (``unitta.cell.metrics``), the protocol,
     the forgetting check's errors, the cost and the versions."""
     import torch
 

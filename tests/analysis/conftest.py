@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from unitta.config import parse_config
 from unitta.sweep import run_sweep
+from unitta.sweep.config import parse_config
 
 SEEDED_METHODS = ("test", "bn", "tent")
 SEEDED_SETTINGS = ("i111", "n111", "nu11")

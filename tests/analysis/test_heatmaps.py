@@ -14,10 +14,10 @@ import polars as pl
 import pytest
 
 from analysis.heatmaps import main
-from unitta.config import parse_config
 from unitta.evaluate import failed_row
 from unitta.results import cell_path, load_results, write_cell_result
 from unitta.sweep import run_sweep
+from unitta.sweep.config import parse_config
 
 SETTINGS = ("i111", "n1i1", "nuiu")
 FAILED = ("bn", "n1i1")
@@ -116,7 +116,7 @@ def test_cells_csv_keeps_failed_and_missing(analysed: Path) -> None:
 def test_tune_rows_get_factor_and_layer_plots(tmp_path: Path) -> None:
     """Tune rows (from real trials run in-process) give the factor-line and layer-bar figures."""
     from unitta.tune import trial_rows
-    from unitta.tune_config import parse_tune_config
+    from unitta.tune.config import parse_tune_config
 
     cell = {"dataset": "fmnist-c", "setting": "nunu", "n_per_domain": 20, "S": 5}
     out = tmp_path / "tune"

@@ -13,11 +13,11 @@ from scipy import stats
 from analysis.common import AnalysisError
 from analysis.compare_paper import main
 from analysis.reference_tables import compare_reference
-from unitta.config import parse_config
 from unitta.paper import load_reference_table
 from unitta.paper.reference import REFERENCE_METHODS, protocol_of
 from unitta.results import load_results
 from unitta.sweep import run_sweep
+from unitta.sweep.config import parse_config
 
 METHODS = ("test", "bn", "tent", "lame")
 

@@ -9,8 +9,8 @@ import pytest
 
 from analysis import compare_paper, heatmaps, report
 from analysis.common import AnalysisError, load_dirs
-from unitta.config import parse_config
 from unitta.sweep import run_sweep
+from unitta.sweep.config import parse_config
 
 
 @pytest.fixture(scope="module")

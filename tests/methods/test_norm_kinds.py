@@ -12,12 +12,12 @@ import torch
 
 from tests.methods.test_contract import FAST
 from unitta.cell import Cell
-from unitta.config import ConfigError, parse_config
 from unitta.contract import CHECKS, run_checks
 from unitta.evaluate import run_cell
 from unitta.methods import get_method, list_methods, method_class
 from unitta.models import load_model
 from unitta.schema import check_methods
+from unitta.sweep.config import ConfigError, parse_config
 
 SUPPORTED = [m for m in list_methods() if "layer" in method_class(m).norm_kinds]
 UNSUPPORTED = [m for m in list_methods() if "layer" not in method_class(m).norm_kinds]

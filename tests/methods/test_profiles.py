@@ -15,11 +15,11 @@ import torch
 import yaml
 
 from unitta.cell import Cell
-from unitta.config import ConfigError, load_config, parse_config
 from unitta.methods import build_config, get_method, list_methods, method_class, resolved_config
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.parts.profiles import PROFILES, REFERENCE, profile_values
-from unitta.tune_config import parse_tune_config, trial_cells
+from unitta.sweep.config import ConfigError, load_config, parse_config
+from unitta.tune.config import parse_tune_config, trial_cells
 
 FAMILIES = {"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from unitta.config import SweepConfig, parse_config
+from unitta.sweep.config import SweepConfig, parse_config
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from unitta.config import load_config
+from unitta.sweep.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,10 +18,10 @@ import yaml
 
 from tests.sweep.conftest import SMALL, small_config
 from unitta.cell import Cell
-from unitta.config import ConfigError, load_config, parse_config
 from unitta.methods import method_class
 from unitta.results import CORRUPT_DIR, cells_dir, consolidate, load_results, write_cell_result
 from unitta.sweep import main, run_sweep
+from unitta.sweep.config import ConfigError, load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"], **SMALL}
@@ -179,7 +179,7 @@ def test_yaml_exponent_floats_and_names(tmp_path):
     for bad in ("..", ".", "../x", "a/b", ""):
         with pytest.raises(ConfigError, match="name: must be one word"):
             parse_config({**BASE, "name": bad})
-    from unitta.tune_config import parse_tune_config
+    from unitta.tune.config import parse_tune_config
 
     with pytest.raises(ConfigError, match="name: must be one word"):
         parse_tune_config({"name": "../../x", "cell": {}, "methods": ["bn"], "space": {"domain_beta": [1.0]}})

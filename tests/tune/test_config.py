@@ -9,7 +9,7 @@ import yaml
 
 from unitta.cell import Cell
 from unitta.tune import expand_grid, infeasibility, main, trial_cells
-from unitta.tune_config import ConfigError, RangeSpec, base_cell, load_tune_config, parse_tune_config
+from unitta.tune.config import ConfigError, RangeSpec, base_cell, load_tune_config, parse_tune_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "methods": ["test"], "space": {"domain_alpha": [0.9]}}
@@ -107,7 +107,7 @@ def test_feasibility_is_the_samplers_own() -> None:
 def test_feasible_only_maps_every_point_into_the_feasible_region() -> None:
     import numpy as np
 
-    from unitta.tune_config import map_feasible, unmap_feasible
+    from unitta.tune.config import map_feasible, unmap_feasible
 
     raw = {"name": "s", "cell": {"setting": "nunu", "sampler": "exact", "length": 100},
            "space": {"domain_alpha": {"low": 0.5, "high": 0.99}, "domain_beta": {"low": 1.0, "high": 20.0},

@@ -1,5 +1,10 @@
 """``Cell``: the coordinates of one benchmark result and their identity.
 
+The cell package: ``Cell`` (this module), the checks of its values (``spec``), the adaptation loop that
+feeds a method a stream (``adapt``), the metrics of a stream's predictions (``metrics``) and the rules of the
+real-time protocol (``realtime``). ``unitta.evaluate`` runs a cell.
+
+
 A cell is one (dataset, model, method, setting, factors, sampler (delta), seed, batch size) tuple plus how it
 is computed (precision, compilation, profile). Its identity (``identity()``, ``config_hash()``,
 ``cell_id()``) covers everything that determines the result: the cell's fields without the placement
@@ -25,9 +30,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from unitta.cell.realtime import COST_MODELS, PROTOCOLS
 from unitta.data.records import RECORDS
 from unitta.profile_names import PROFILES
-from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.streams import SAMPLERS
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS
@@ -79,7 +84,7 @@ class Cell:
     precision: 'fp32' | 'tf32' | 'bf16' (PRECISIONS). compile: torch.compile the adapted model.
     profile: 'default' | 'reference' (PROFILES): which variant of each method runs.
     trust_checkpoints: allow unpickling checkpoints that the safe loader refuses (opt-in).
-    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.realtime``);
+    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.cell.realtime``);
     cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
     clean source images after the stream (docs/results.md, "Forgetting").
     """

@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import field_validator, model_validator
 
 from unitta.cell import Cell
-from unitta.cell_spec import CellFields, check_dataset
+from unitta.cell.spec import CellFields, check_dataset
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
@@ -69,7 +69,7 @@ class MethodSpec(Strict):
 class SweepConfig(RunConfig, CellFields):
     """A validated sweep config. ``cells()`` expands it into the grid of ``Cell`` s.
 
-    The fields every cell shares (sampler, severity, precision, ...) are ``unitta.cell_spec.CellFields``',
+    The fields every cell shares (sampler, severity, precision, ...) are ``unitta.cell.spec.CellFields``',
     the same model a tune config's ``cell`` has; the gridded ones are lists here.
     """
 

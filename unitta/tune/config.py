@@ -1,6 +1,6 @@
 """The YAML schema of ``python -m unitta.tune`` (pydantic), validated once at load time.
 
-A tune config names a base cell (``unitta.cell_spec.CellSpec``: every Cell field but the method, checked
+A tune config names a base cell (``unitta.cell.spec.CellSpec``: every Cell field but the method, checked
 by the same model as a sweep's cell fields), the methods, the search space (the four stream factors of
 docs/streams.md and the BDN domain-prediction layer of docs/unitta.md), the search algorithm and the
 objective. Example (``sweeps/tune_factors.yaml``)::
@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from unitta.cell import Cell
-from unitta.cell_spec import CellSpec
+from unitta.cell.spec import CellSpec
 from unitta.schema import ConfigError, RunConfig, Strict, read_yaml_file, validate
 from unitta.streams.settings import FACTOR_KEYS
 

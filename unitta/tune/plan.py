@@ -4,7 +4,7 @@ A trial is one point of the search space and runs one cell per method (two for a
 methods on the same stream). The planner hands the executor the cells of at most ``search.max_concurrent``
 trials at a time; when a trial's cells are all back it computes the objective, adds the trial columns
 (docs/analysis.md) to the rows and releases them to the executor's writer, and (Optuna) tells the study.
-Grid searches walk ``unitta.tune_config.grid_trials``; Optuna searches use Ray Tune's Optuna searcher through
+Grid searches walk ``unitta.tune.config.grid_trials``; Optuna searches use Ray Tune's Optuna searcher through
 its suggest / on_trial_complete interface (TPE, seeded by ``search.seed``), warm-started from the trials already
 done in the output directory.
 
@@ -25,7 +25,7 @@ from typing import Any
 from unitta.cell import Cell
 from unitta.evaluate import STATUS_OK, failed_row, run_cell
 from unitta.run.preflight import infeasibility
-from unitta.tune_config import (
+from unitta.tune.config import (
     FACTORS,
     RangeSpec,
     TuneConfig,
@@ -235,7 +235,7 @@ class _TrialPlanner:
 
 
 class GridSearch(_TrialPlanner):
-    """Every grid trial whose cells are not all done (``unitta.tune_config.grid_trials``)."""
+    """Every grid trial whose cells are not all done (``unitta.tune.config.grid_trials``)."""
 
     def __init__(self, ctx: TuneContext, trials: list[dict[str, Any]]) -> None:
         self.todo = [t for t in trials if not self._done(ctx, t)]

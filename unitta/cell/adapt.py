@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from unitta.cell import Cell
-from unitta.metrics import NLL_FLOOR
-from unitta.realtime import Schedule
+from unitta.cell.metrics import NLL_FLOOR
+from unitta.cell.realtime import Schedule
 
 __all__ = ["Adapted", "adapt_stream", "device_batch", "precision_mode"]
 
@@ -108,7 +108,7 @@ def adapt_stream(
     Predictions and a finiteness flag stay on the device and come back to the host every
     ``_CHECK_EVERY`` batches (and at the end): the host never waits for a batch to finish before
     queueing the next one. A non-finite output raises ``FloatingPointError`` naming the stream range.
-    ``schedule`` (default: online) says which batches the method adapts on (``unitta.realtime``).
+    ``schedule`` (default: online) says which batches the method adapts on (``unitta.cell.realtime``).
     """
     import torch
 

@@ -1,5 +1,9 @@
 """Which TTA method to deploy for a stream like yours: ``python -m unitta.recommend``.
 
+The recommend package: the recommendation and its command (this module; ``__main__`` runs it) and what
+a stream is compared with (``inputs``: a sweep's results, a Tune sweep's factor points, the paper's table).
+
+
 Examples::
 
     python -m unitta.recommend --classes labels.npy --domains domains.npy --paper cifar10-c
@@ -28,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from unitta.paper.stream_lengths import PAPER_STREAM_LENGTHS  # noqa: F401 (re-exported: tests import it here)
-from unitta.recommend_inputs import (
+from unitta.recommend.inputs import (
     RANK_METRICS,
     RATE_METRICS,
     SEEDS_BASIS,
@@ -383,7 +387,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(format_report(rec))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

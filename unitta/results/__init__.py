@@ -1,5 +1,9 @@
 """The Parquet result schema, atomic per-cell files, resume bookkeeping and consolidation.
 
+The results package: the Parquet result schema and its files (this module) and which cells each sweep
+wrote into a shared output directory (``membership``).
+
+
 Layout of a sweep's output directory (docs/results.md)::
 
     <out>/cells/<cell_id>.parquet     one row per finished cell, written atomically (temp file + rename)
@@ -26,7 +30,7 @@ import pyarrow.parquet as pq
 
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
 from unitta.files import write_atomically
-from unitta.membership import add_to_membership, sweep_cell_ids, sweep_names, write_membership
+from unitta.results.membership import add_to_membership, sweep_cell_ids, sweep_names, write_membership
 
 __all__ = [
     "CORRUPT_DIR",
@@ -144,7 +148,7 @@ SCHEMA = pa.schema(
     ]
 )
 
-# Columns other writers add to SCHEMA's, with their types: Tune's trial columns (unitta/tune.py TRIAL_COLUMNS).
+# Columns other writers add to SCHEMA's, with their types: Tune's trial columns (unitta/tune/__init__.py TRIAL_COLUMNS).
 # A null there is written with this type, so that every cell file of a folder has the same schema and any
 # Parquet reader reads the folder (``polars.read_parquet("<out>/cells")``); an unknown extra column that is
 # null is written as a string column.

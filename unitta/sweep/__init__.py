@@ -1,5 +1,9 @@
 """`python -m unitta.sweep CONFIG.yaml`: expand a sweep config into cells, run them on Ray, write Parquet.
 
+The sweep package: the grid planner and its command (this module; ``__main__`` runs it) and the schema of
+a sweep config (``config``). Cells run on the executor of ``unitta/run/``.
+
+
 Examples::
 
     python -m unitta.sweep sweeps/quick.yaml                     # local Ray on this machine
@@ -27,7 +31,6 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from unitta.config import SweepConfig, load_config
 from unitta.evaluate import STATUS_FAILED
 from unitta.results import load_results
 from unitta.run import GridPlanner, RunOptions, RunOutcome, execute_plan, exits
@@ -36,6 +39,7 @@ from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.outdir import check_output_dir
 from unitta.run.summary import summary_table
+from unitta.sweep.config import SweepConfig, load_config
 
 __all__ = ["run_sweep", "SweepOutcome", "TASK_NAME", "main"]
 
@@ -133,10 +137,3 @@ def main(argv: Iterable[str] | None = None) -> int:
         return _report(cfg, outcome)
 
     return run_command(body)
-
-
-if __name__ == "__main__":
-    # import under the package name so Ray ships tasks by reference to unitta.sweep, not by value
-    from unitta.sweep import main as _main
-
-    sys.exit(_main())

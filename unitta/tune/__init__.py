@@ -1,5 +1,9 @@
 """Ray Tune over the stream factors and the BDN domain-prediction layer: ``python -m unitta.tune CONFIG.yaml``.
 
+The tune package: the Tune front end and its command (this module; ``__main__`` runs it), the search
+plan (``plan``) and the schema of a tune config (``config``).
+
+
 Examples::
 
     python -m unitta.tune sweeps/tune_factors.yaml                 # paper figure 3 on the embedded fmnist-c
@@ -9,7 +13,7 @@ Examples::
 Each trial is one point of the search space (correlation factor alpha_1 and imbalance factor beta of
 domains and classes, paper Cor. 1, docs/streams.md; the BDN prediction layer, docs/unitta.md) and runs
 one cell per method (two cells for a 'gap' objective: both methods on the same stream). The search is a
-planner (``unitta.tune_plan``) of the executor the sweep uses (``unitta.run``), so a tune run has the
+planner (``unitta.tune.plan``) of the executor the sweep uses (``unitta.run``), so a tune run has the
 sweep's guarantees: one run per output folder, ``--dry-run``, ``--local``, the checks before the first
 cell, every cell's row (with the trial columns, ``docs/analysis.md``) written as
 ``<out>/cells/<cell_id>.parquet`` by the sweep's writer, per-cell logs, and resume: re-running skips the
@@ -20,7 +24,7 @@ ValueError, paper Cor. 1) are not run: their rows are written with status 'faile
 ``error_text`` that starts with 'infeasible:' and ``tune_feasible = False``, and the trial reports
 a NaN objective (Optuna then records the trial as failed and moves on; it logs "The value nan is
 not acceptable"). ``search.feasible_only`` keeps an Optuna search inside the feasible region
-instead (``unitta.tune_config.map_feasible``).
+instead (``unitta.tune.config.map_feasible``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.outdir import check_output_dir
 from unitta.run.preflight import DATASET_SHAPES, infeasibility
 from unitta.schema import check_methods
-from unitta.tune_config import (
+from unitta.tune.config import (
     ConfigError,
     TuneConfig,
     base_cell,
@@ -48,11 +52,11 @@ from unitta.tune_config import (
     trial_cells,
     with_method,
 )
-from unitta.tune_plan import TRIAL_COLUMNS, GridSearch, OptunaSearch, TuneContext, trial_rows
+from unitta.tune.plan import TRIAL_COLUMNS, GridSearch, OptunaSearch, TuneContext, trial_rows
 
 __all__ = [
     "TRIAL_COLUMNS",
-    "expand_grid",  # re-exported from unitta.tune_config
+    "expand_grid",  # re-exported from unitta.tune.config
     "trial_cells",
     "infeasibility",
     "trial_rows",
@@ -218,9 +222,3 @@ def main(argv: list[str] | None = None) -> int:
         return exits.EXIT_OK
 
     return run_command(body)
-
-
-if __name__ == "__main__":
-    from unitta.tune import main as _main
-
-    sys.exit(_main())
