@@ -16,14 +16,12 @@ from pathlib import Path
 
 import polars as pl
 
-from unitta.streams.settings import CLASS_HALVES, DOMAIN_HALVES, SETTING_CODES_36
+from unitta.streams.settings import SETTING_CODES_36
 
 __all__ = [
     "AnalysisError",
     "REQUIRED_COLUMNS",
     "SETTING_ORDER",
-    "CLASS_HALVES",
-    "DOMAIN_HALVES",
     "SETTING_CAPTION",
     "Panel",
     "load_dirs",

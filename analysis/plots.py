@@ -21,9 +21,10 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from analysis.common import CLASS_HALVES, DOMAIN_HALVES, SETTING_CAPTION, half_notation  # noqa: E402
+from analysis.common import SETTING_CAPTION, half_notation  # noqa: E402
 from analysis.stats import uncertainty  # noqa: E402
 from analysis.tables import PaperTable  # noqa: E402
+from unitta.streams.settings import CLASS_HALVES, DOMAIN_HALVES  # noqa: E402
 
 __all__ = ["heatmap", "setting_grids", "factor_lines", "layer_bars", "FACTOR_LABELS"]
 

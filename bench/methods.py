@@ -243,8 +243,9 @@ TABLE_SETTINGS = ("i111", "i1i1", "n111", "nu11", "n1n1", "nunu")
 
 def error_table(args) -> None:
     """Fashion-MNIST-C error (%) per setting and method, official sampler, via evaluate(Cell(...))."""
+    from unitta.cell import Cell
     from unitta.data import load_dataset
-    from unitta.evaluate import Cell, evaluate
+    from unitta.evaluate import evaluate
     from unitta.models import load_model
 
     torch.set_num_threads(args.threads)

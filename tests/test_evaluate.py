@@ -11,8 +11,9 @@ import pytest
 import torch
 from torch import nn
 
+from unitta.cell import Cell
 from unitta.data.base import CorruptedDataset
-from unitta.evaluate import Cell, evaluate
+from unitta.evaluate import evaluate
 from unitta.models.info import ModelInfo
 from unitta.streams import make_stream
 

@@ -148,3 +148,71 @@ def test_import_unitta_cell_does_not_import_torch() -> None:
     code = "import sys, unitta.cell; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------------- one name per thing (docs/layout.md)
+# Packages whose __init__ is a documented public API (docs/unitta.md): other packages may import from it.
+PUBLIC_FACADES = ("unitta.data", "unitta.models", "unitta.methods", "unitta.streams", "unitta.nn", "unitta.paper")
+
+
+def _defined(path: Path) -> set[str]:
+    """Names a module defines at its top level (functions, classes, assignments), not those it imports."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(sub.name)
+            elif isinstance(sub, (ast.Assign, ast.AnnAssign)):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _from_imports(modules: dict[str, Path]):
+    """(importing module, imported module, name) for every ``from unitta... import name`` of ours."""
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module in modules:
+                for alias in node.names:
+                    yield name, node.module, alias.name
+
+
+def test_names_are_imported_from_their_home() -> None:
+    """No re-export: a name comes from the module that defines it (a public API package's __init__ excepted,
+    for importers outside that package)."""
+    modules = _modules()
+    defined = {name: _defined(path) for name, path in modules.items()}
+    found = sorted(
+        f"{importer} imports {name} from {module}, which does not define it"
+        for importer, module, name in _from_imports(modules)
+        if name not in defined[module]
+        and f"{module}.{name}" not in modules
+        and not (module in PUBLIC_FACADES and not importer.startswith(module + "."))
+    )
+    assert not found, "\n".join(found)
+
+
+def test_no_private_name_is_used_by_another_module() -> None:
+    modules = _modules()
+    found = [
+        f"{importer} imports {module}.{name}"
+        for importer, module, name in _from_imports(modules)
+        if name.startswith("_") and not name.startswith("__") and f"{module}.{name}" not in modules
+        and importer != module
+    ]
+    for importer, path in modules.items():
+        tree = ast.parse(path.read_text())
+        aliases = {
+            alias.asname or alias.name: f"{node.module}.{alias.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module
+            for alias in node.names
+            if f"{node.module}.{alias.name}" in modules
+        }
+        found += [
+            f"{importer} uses {aliases[node.value.id]}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+            and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != importer
+        ]
+    assert not found, "\n".join(sorted(found))

@@ -225,7 +225,7 @@ def test_entry_points_register_methods_and_a_broken_one_is_one_warning(tmp_path,
 
 # ---------------------------------------------------------------------- python -m unitta.methods check
 def test_check_passes_the_example_and_fails_a_reset_that_keeps_the_adapted_model(tmp_path, clean_registry, capsys):
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
 
     assert main(["check", str(ROOT / "examples" / "my_method" / "my_method.py:pseudo_label")]) == 0
     out = capsys.readouterr().out
@@ -309,7 +309,7 @@ def _check_lines(capsys) -> dict[str, str]:
 
 
 def test_check_fails_a_plugin_that_modifies_the_source_model(tmp_path, clean_registry, capsys):
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
 
     _write(tmp_path / "zz_mutating.py", MUTATING_PLUGIN)
     assert main(["check", f"{tmp_path / 'zz_mutating.py'}:zz_mutating"]) == 1
@@ -320,7 +320,7 @@ def test_check_fails_a_plugin_that_modifies_the_source_model(tmp_path, clean_reg
 
 
 def test_check_warns_on_a_host_sync_and_on_a_method_that_never_adapts(tmp_path, clean_registry, capsys):
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
 
     _write(tmp_path / "zz_syncing.py", SYNCING_PLUGIN)
     assert main(["check", f"{tmp_path / 'zz_syncing.py'}:zz_syncing"]) == 0  # warnings do not fail the check
@@ -335,7 +335,7 @@ def test_check_warns_on_a_host_sync_and_on_a_method_that_never_adapts(tmp_path, 
 
 
 def test_check_usage_errors_exit_2(tmp_path, clean_registry, capsys):
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
 
     _write(tmp_path / "zz_other.py", BN_PLUGIN.format(name="zz_other"))
     assert main(["check", f"{tmp_path / 'zz_other.py'}:zz_missing"]) == 2
@@ -346,7 +346,7 @@ def test_check_usage_errors_exit_2(tmp_path, clean_registry, capsys):
 
 
 def test_check_refuses_a_method_name_that_escapes_the_output_folder(tmp_path, clean_registry, capsys):
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
 
     _write(tmp_path / "zz_evil.py", BN_PLUGIN.format(name="../../evil"))
     assert main(["check", str(tmp_path / "zz_evil.py")]) == 2
@@ -355,7 +355,7 @@ def test_check_refuses_a_method_name_that_escapes_the_output_folder(tmp_path, cl
 
 
 def test_check_suggests_the_registered_name_meant(capsys):
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
 
     assert main(["check", "tnet"]) == 2
     err = capsys.readouterr().err

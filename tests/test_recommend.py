@@ -10,7 +10,9 @@ import polars as pl
 import pytest
 
 from unitta.paper import load_paper_table
-from unitta.recommend import PAPER_STREAM_LENGTHS, benchmark_table, main, recommend
+from unitta.paper.stream_lengths import PAPER_STREAM_LENGTHS
+from unitta.recommend import main, recommend
+from unitta.recommend.inputs import benchmark_table
 from unitta.streams import estimate_factors, make_stream, synthetic_labels
 from unitta.streams.settings import default_factors
 

@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from unitta.cell import DEFAULT_MODELS, Cell
+from unitta.cell import Cell
 from unitta.cell.adapt import Adapted, adapt_stream, device_batch, precision_mode
 from unitta.cell.metrics import stream_metrics
 from unitta.cell.realtime import Schedule
 
-__all__ = ["Cell", "DEFAULT_MODELS", "DatasetUnavailable", "load_cell_dataset",
-           "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
+__all__ = ["DatasetUnavailable", "load_cell_dataset",
+           "evaluate", "run_cell", "failed_row", "build_stream",
            "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED"]
 
 STATUS_OK = "ok"

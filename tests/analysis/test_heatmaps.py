@@ -115,8 +115,8 @@ def test_cells_csv_keeps_failed_and_missing(analysed: Path) -> None:
 
 def test_tune_rows_get_factor_and_layer_plots(tmp_path: Path) -> None:
     """Tune rows (from real trials run in-process) give the factor-line and layer-bar figures."""
-    from unitta.tune import trial_rows
     from unitta.tune.config import parse_tune_config
+    from unitta.tune.plan import trial_rows
 
     cell = {"dataset": "fmnist-c", "setting": "nunu", "n_per_domain": 20, "S": 5}
     out = tmp_path / "tune"

@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.methods.fmnist_cnn import grey_shift
-from unitta.evaluate import Cell, run_cell
+from unitta.cell import Cell
+from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.parts.contrastive import class_aware_instance_loss, moco_logits, multiview_contrastive_loss
 

@@ -7,7 +7,8 @@ import math
 import torch
 
 from tests.methods.fmnist_cnn import grey_shift
-from unitta.evaluate import Cell, run_cell
+from unitta.cell import Cell
+from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.deyo import excluded
 from unitta.methods.parts.augment import patch_shuffle

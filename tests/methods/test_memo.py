@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from PIL import Image, ImageOps
 
 from tests.methods.fmnist_cnn import grey_shift
-from unitta.evaluate import Cell, run_cell
+from unitta.cell import Cell
+from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
 from unitta.methods.parts.augmix import AugMix, _affine_pixels, _autocontrast, _equalize, _posterize, _solarize

@@ -16,8 +16,8 @@ from unitta.contract import CHECKS, run_checks
 from unitta.evaluate import run_cell
 from unitta.methods import get_method, list_methods, method_class
 from unitta.models import load_model
-from unitta.schema import check_methods
-from unitta.sweep.config import ConfigError, parse_config
+from unitta.schema import ConfigError, check_methods
+from unitta.sweep.config import parse_config
 
 SUPPORTED = [m for m in list_methods() if "layer" in method_class(m).norm_kinds]
 UNSUPPORTED = [m for m in list_methods() if "layer" not in method_class(m).norm_kinds]
@@ -99,7 +99,7 @@ def test_tent_adapts_only_the_layernorm_affine_parameters(vit, fmnist_c_images):
 
 
 def test_the_check_command_refuses_a_method_on_a_model_of_another_kind(capsys):
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
 
     assert main(["check", "bn", "--model", "vit_tiny"]) == 2
     err = capsys.readouterr().err.strip()

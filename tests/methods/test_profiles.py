@@ -17,8 +17,10 @@ import yaml
 from unitta.cell import Cell
 from unitta.methods import build_config, get_method, list_methods, method_class, resolved_config
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
-from unitta.methods.parts.profiles import PROFILES, REFERENCE, profile_values
-from unitta.sweep.config import ConfigError, load_config, parse_config
+from unitta.methods.parts.profiles import REFERENCE, profile_values
+from unitta.profile_names import PROFILES
+from unitta.schema import ConfigError
+from unitta.sweep.config import load_config, parse_config
 from unitta.tune.config import parse_tune_config, trial_cells
 
 FAMILIES = {"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}

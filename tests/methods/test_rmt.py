@@ -10,7 +10,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from tests.methods.fmnist_cnn import grey_shift, run_stream, source_set
-from unitta.evaluate import Cell, run_cell
+from unitta.cell import Cell
+from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.nn.batchnorm import replace_batchnorms

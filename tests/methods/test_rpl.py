@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.methods.fmnist_cnn import grey_shift
-from unitta.evaluate import Cell, run_cell
+from unitta.cell import Cell
+from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.losses import generalized_cross_entropy

@@ -11,7 +11,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from tests.methods.fmnist_cnn import grey_shift
-from unitta.evaluate import Cell, run_cell
+from unitta.cell import Cell
+from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.heads import FeatureModel

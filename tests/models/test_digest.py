@@ -8,31 +8,31 @@ import torch
 
 from unitta.models import digest as digest_module
 from unitta.models import load_model
-from unitta.models.digest import bytes_digest, file_digest
+from unitta.models.digest import bytes_digest, checkpoint_digest
 from unitta.models.zoo import EMBEDDED_CHECKPOINT, weights_digest
 
 
 def test_the_digest_is_cached_per_file_and_recomputed_when_the_file_changes(tmp_path, monkeypatch):
     path = tmp_path / "w.pt"
     path.write_bytes(b"first weights")
-    first = file_digest(path)
+    first = checkpoint_digest(path)
     assert first == bytes_digest(b"first weights")
     reads = []
     real_open = open
     monkeypatch.setattr(digest_module, "open", lambda *a, **k: reads.append(a) or real_open(*a, **k), raising=False)
-    assert file_digest(path) == first and reads == []  # cached: the file is not read again
+    assert checkpoint_digest(path) == first and reads == []  # cached: the file is not read again
     replacement = tmp_path / "new.pt"
     replacement.write_bytes(b"other weights")
     os.replace(replacement, path)  # what `python -m unitta.models train fmnist --out PATH` amounts to
-    assert file_digest(path) == bytes_digest(b"other weights") and len(reads) == 1
+    assert checkpoint_digest(path) == bytes_digest(b"other weights") and len(reads) == 1
     path.write_bytes(b"other weightz")  # rewritten in place, same size
-    assert file_digest(path) == bytes_digest(b"other weightz")
-    assert file_digest(tmp_path / "missing.pt") is None
+    assert checkpoint_digest(path) == bytes_digest(b"other weightz")
+    assert checkpoint_digest(tmp_path / "missing.pt") is None
 
 
 def test_load_model_reports_the_digest_of_the_bytes_it_loaded():
     _, info = load_model("fmnist-c")
-    assert info.extra["weights_digest"] == file_digest(EMBEDDED_CHECKPOINT) == weights_digest("fmnist-c")
+    assert info.extra["weights_digest"] == checkpoint_digest(EMBEDDED_CHECKPOINT) == weights_digest("fmnist-c")
 
 
 def test_weights_digest_follows_the_checkpoint_dir(tmp_path):
@@ -47,7 +47,7 @@ def test_weights_digest_follows_the_checkpoint_dir(tmp_path):
 def test_reference_weights_are_the_shipped_file_and_torchvisions_r50():
     from unitta.models.zoo import is_reference_weights
 
-    assert is_reference_weights("fmnist-c", None, file_digest(EMBEDDED_CHECKPOINT))
+    assert is_reference_weights("fmnist-c", None, checkpoint_digest(EMBEDDED_CHECKPOINT))
     assert is_reference_weights("imagenet-c", "Standard_R50", "0676ba61" + "0" * 56)
     assert not is_reference_weights("imagenet-c", "Standard_R50", "1676ba61" + "0" * 56)
     assert not is_reference_weights("cifar10-c", "Standard", bytes_digest(b"anything"))

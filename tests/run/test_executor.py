@@ -8,7 +8,7 @@ import pytest
 
 from unitta.cell import Cell
 from unitta.results import cells_dir, load_results
-from unitta.run import GridPlanner, RunOptions, execute_plan
+from unitta.run.executor import GridPlanner, RunOptions, execute_plan
 from unitta.schema import RunConfig
 
 CELLS = [Cell(method=m, setting="i111", n_per_domain=20, S=2, batch_size=50) for m in ("test", "bn")]

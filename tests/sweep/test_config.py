@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from unitta.schema import ConfigError
 from unitta.streams import SETTING_CODES_24 as SETTINGS_24
 from unitta.streams import SETTING_CODES_36 as SETTINGS_36
 from unitta.streams import SETTINGS_24 as STREAM_SETTINGS_24
 from unitta.streams import SETTINGS_36 as STREAM_SETTINGS_36
 from unitta.sweep import main
-from unitta.sweep.config import ConfigError, load_config, parse_config
+from unitta.sweep.config import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"]}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.sweep.conftest import small_config
-from unitta.results import load_results, sweep_names
+from unitta.results import load_results
+from unitta.results.membership import sweep_names
 from unitta.sweep import run_sweep
 
 

@@ -105,8 +105,8 @@ def test_polars_reads_a_sweep_folder_and_a_tune_folder_of_cell_files(tmp_path):
     """Every cell file of a folder has one schema: a plain Parquet reader reads the folder (typed nulls)."""
     from tests.sweep.conftest import small_config
     from unitta.sweep import run_sweep
-    from unitta.tune import trial_rows
     from unitta.tune.config import parse_tune_config
+    from unitta.tune.plan import trial_rows
 
     sweep_out = tmp_path / "sweep"
     run_sweep(small_config(settings=("i111",), n_per_domain=20), sweep_out, local=True, progress=False)

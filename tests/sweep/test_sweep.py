@@ -15,7 +15,8 @@ import pytest
 from unitta.cell import Cell
 from unitta.evaluate import run_cell
 from unitta.results import load_results
-from unitta.sweep import TASK_NAME, run_sweep
+from unitta.run.capture import TASK_NAME
+from unitta.sweep import run_sweep
 
 from . import _procs
 from .conftest import REFERENCE_SETTINGS, metric_rows, small_config

@@ -20,8 +20,9 @@ from tests.sweep.conftest import SMALL, small_config
 from unitta.cell import Cell
 from unitta.methods import method_class
 from unitta.results import CORRUPT_DIR, cells_dir, consolidate, load_results, write_cell_result
+from unitta.schema import ConfigError
 from unitta.sweep import main, run_sweep
-from unitta.sweep.config import ConfigError, load_config, parse_config
+from unitta.sweep.config import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"], **SMALL}

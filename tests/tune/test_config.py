@@ -8,8 +8,10 @@ import pytest
 import yaml
 
 from unitta.cell import Cell
-from unitta.tune import expand_grid, infeasibility, main, trial_cells
-from unitta.tune.config import ConfigError, RangeSpec, base_cell, load_tune_config, parse_tune_config
+from unitta.run.preflight import infeasibility
+from unitta.schema import ConfigError
+from unitta.tune import main
+from unitta.tune.config import RangeSpec, base_cell, expand_grid, load_tune_config, parse_tune_config, trial_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "methods": ["test"], "space": {"domain_alpha": [0.9]}}

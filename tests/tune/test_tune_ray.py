@@ -14,8 +14,8 @@ import pytest
 
 from unitta.evaluate import run_cell
 from unitta.results import load_results
-from unitta.tune import run_tune, trial_cells
-from unitta.tune.config import parse_tune_config
+from unitta.tune import run_tune
+from unitta.tune.config import parse_tune_config, trial_cells
 
 CELL = {"dataset": "fmnist-c", "setting": "nunu", "sampler": "exact", "length": 200, "n_per_domain": 20,
         "factors": {"domain_beta": 5.0}, "batch_size": 50}

@@ -12,9 +12,10 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
+from unitta.cell import PRECISIONS, Cell, check_device
 from unitta.cell.realtime import COST_MODELS, PROTOCOLS
 from unitta.data.records import DATASETS
+from unitta.profile_names import PROFILES
 from unitta.schema import Strict, hint
 from unitta.streams import SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta

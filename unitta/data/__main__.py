@@ -22,7 +22,9 @@ import time
 
 import numpy as np
 
-from unitta.data import DATASETS, load_dataset, prepare_fmnist_c
+from unitta.data import load_dataset
+from unitta.data.fmnist_c import prepare_fmnist_c
+from unitta.data.records import CORRUPTIONS, DATASETS
 
 
 def _severities(text: str) -> list[int]:
@@ -40,7 +42,7 @@ def _severities(text: str) -> list[int]:
 def _prepare(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.dataset == "imagenet-c":
-        from unitta.data import CORRUPTIONS, default_data_dir
+        from unitta.data import default_data_dir
         from unitta.data.prepared import prepare_imagenet_c
 
         data_dir = args.data_dir or default_data_dir()

@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from unitta.data.records import CORRUPTIONS
-
-__all__ = ["CORRUPTIONS", "CorruptedDataset"]
+__all__ = ["CorruptedDataset"]
 
 @dataclass
 class CorruptedDataset(ABC):

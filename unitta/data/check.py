@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from unitta.data.base import CORRUPTIONS
 from unitta.data.cifar_c import IMAGE_SHAPE, ROWS_PER_SEVERITY, SOURCES
 from unitta.data.download import file_digest
+from unitta.data.records import CORRUPTIONS
 
 SEVERITIES = 5
 IMAGENET_CLASSES = 1000
@@ -156,8 +156,6 @@ def _check_fmnist_sums(folder: Path, meta: dict, names: Sequence[str], fix: str,
     """The sha256 sums meta.json stored when the cache was built, checked always (the loader refuses a file
     that differs, so ``check`` must not call it ok); files without a sum (an older unitta's cache, which the
     loader sums on first use) are a problem only when ``strict`` (--md5)."""
-    from unitta.data.fmnist_c import _sha256
-
     sums, meta_path = meta.get("sha256", {}), folder / "meta.json"
     problems = []
     for name in names:
@@ -165,7 +163,7 @@ def _check_fmnist_sums(folder: Path, meta: dict, names: Sequence[str], fix: str,
         if name not in sums:
             if strict:
                 problems.append(f"{path}: no sha256 recorded in {meta_path} (built by an older unitta); {fix}")
-        elif path.is_file() and _sha256(path) != sums[name]:
+        elif path.is_file() and file_digest(path, "sha256") != sums[name]:
             problems.append(f"{path}: sha256 differs from {meta_path} (damaged or modified); {fix}")
     return problems
 

@@ -36,21 +36,21 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from unitta.data.base import CORRUPTIONS
 from unitta.data.image_ops import (
-    _FROST_CHOICES,
+    FROST_CHOICES,
     Rngs,
-    _apply_hw_operator,
-    _clipped_zoom_operator,
-    _disk_kernel,
-    _frost_pictures,
-    _gaussian_hw,
-    _line_blur,
-    _per_image,
-    _plasma,
-    _plasma_draws,
-    _to_uint8,
+    apply_hw_operator,
+    clipped_zoom_operator,
+    disk_kernel,
+    frost_pictures,
+    gaussian_hw,
+    line_blur,
+    per_image,
+    plasma_draws,
+    plasma_fractal,
+    to_uint8,
 )
+from unitta.data.records import CORRUPTIONS
 
 SEVERITIES = (1, 2, 3, 4, 5)
 
@@ -94,55 +94,55 @@ _PLASMA_SIZE = 32  # make_cifar_c.py's plasma_fractal(mapsize=32)
 
 def gaussian_noise(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     sigma = PARAMS["gaussian_noise"][severity - 1]
-    noise = _per_image(rngs, lambda r: r.normal(size=x.shape[1:], scale=sigma))
-    return _to_uint8(x / 255.0 + noise)
+    noise = per_image(rngs, lambda r: r.normal(size=x.shape[1:], scale=sigma))
+    return to_uint8(x / 255.0 + noise)
 
 
 def shot_noise(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     rate = PARAMS["shot_noise"][severity - 1]
     x01 = x / 255.0
-    return _to_uint8(np.stack([rng.poisson(img * rate) for rng, img in zip(rngs, x01)]) / rate)
+    return to_uint8(np.stack([rng.poisson(img * rate) for rng, img in zip(rngs, x01)]) / rate)
 
 
 def impulse_noise(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     amount = PARAMS["impulse_noise"][severity - 1]
     # skimage random_noise(mode='s&p'): each value flipped with p=amount, to 1 or 0 with p=1/2
-    draws = _per_image(rngs, lambda r: r.random((2,) + x.shape[1:]))
+    draws = per_image(rngs, lambda r: r.random((2,) + x.shape[1:]))
     flipped, salt = draws[:, 0] < amount, draws[:, 1] < 0.5
     out = x / 255.0
     out[flipped & salt] = 1.0
     out[flipped & ~salt] = 0.0
-    return _to_uint8(out)
+    return to_uint8(out)
 
 
 def defocus_blur(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     radius, alias = PARAMS["defocus_blur"][severity - 1]
-    kernel = _disk_kernel(radius, alias)
+    kernel = disk_kernel(radius, alias)
     # cv2.filter2D's default border (reflect 101) is scipy's 'mirror'
     out = ndimage.correlate(x.astype(np.float32) / 255, kernel[None, :, :, None], mode="mirror")
-    return _to_uint8(out)
+    return to_uint8(out)
 
 
 def glass_blur(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     sigma, delta, iterations = PARAMS["glass_blur"][severity - 1]
     n, h, w = x.shape[:3]
-    out = (_gaussian_hw(x / 255.0, sigma, "nearest", 4.0) * 255).astype(np.uint8)
+    out = (gaussian_hw(x / 255.0, sigma, "nearest", 4.0) * 255).astype(np.uint8)
     rows, cols = range(h - delta, delta, -1), range(w - delta, delta, -1)
     # per image, per (iteration, h, w) in the reference's loop order: (dx, dy) in [-delta, delta)
-    offsets = _per_image(rngs, lambda r: r.integers(-delta, delta, size=(iterations, len(rows), len(cols), 2)))
+    offsets = per_image(rngs, lambda r: r.integers(-delta, delta, size=(iterations, len(rows), len(cols), 2)))
     images = np.arange(n)
     for it in range(iterations):
         for a, row in enumerate(rows):
             for b, col in enumerate(cols):
                 dx, dy = offsets[:, it, a, b, 0], offsets[:, it, a, b, 1]
                 out[images, row, col] = out[images, row + dy, col + dx]  # a copy, see module docstring
-    return _to_uint8(_gaussian_hw(out / 255.0, sigma, "nearest", 4.0))
+    return to_uint8(gaussian_hw(out / 255.0, sigma, "nearest", 4.0))
 
 
 def motion_blur(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     radius, sigma = PARAMS["motion_blur"][severity - 1]
-    angles = _per_image(rngs, lambda r: r.uniform(-45, 45))
-    out = _line_blur(x.astype(np.float32), radius, sigma, angles)
+    angles = per_image(rngs, lambda r: r.uniform(-45, 45))
+    out = line_blur(x.astype(np.float32), radius, sigma, angles)
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
@@ -151,13 +151,13 @@ def _zoom_blur_operator(h: int, w: int, severity: int) -> np.ndarray:
     factors = PARAMS["zoom_blur"][severity - 1]
     total = np.eye(h * w, dtype=np.float64)
     for factor in factors:
-        total += _clipped_zoom_operator(h, w, float(factor))
+        total += clipped_zoom_operator(h, w, float(factor))
     return (total / (len(factors) + 1)).astype(np.float32)
 
 
 def zoom_blur(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     op = _zoom_blur_operator(x.shape[1], x.shape[2], severity)
-    return _to_uint8(_apply_hw_operator(op, x.astype(np.float32) / 255))
+    return to_uint8(apply_hw_operator(op, x.astype(np.float32) / 255))
 
 
 def snow(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
@@ -169,24 +169,24 @@ def snow(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
         angles.append(rng.uniform(-135, -45))
     layer = np.stack(layers).astype(np.float32)
     if zoom != 1:
-        layer = _apply_hw_operator(_clipped_zoom_operator(h, w, float(zoom)), layer)
+        layer = apply_hw_operator(clipped_zoom_operator(h, w, float(zoom)), layer)
     layer[layer < threshold] = 0
-    layer = _to_uint8(layer).astype(np.float32)  # the reference round-trips the layer through a PNG
-    layer = np.clip(np.rint(_line_blur(layer, radius, sigma, np.asarray(angles))), 0, 255) / 255.0
+    layer = to_uint8(layer).astype(np.float32)  # the reference round-trips the layer through a PNG
+    layer = np.clip(np.rint(line_blur(layer, radius, sigma, np.asarray(angles))), 0, 255) / 255.0
     layer = layer[..., None].astype(np.float32)
     x01 = x.astype(np.float32) / 255
     gray = (x01 @ np.array([0.299, 0.587, 0.114], dtype=np.float32))[..., None]  # cv2 RGB2GRAY
     x01 = keep * x01 + (1 - keep) * np.maximum(x01, gray * 1.5 + 0.5)
-    return _to_uint8(x01 + layer + np.rot90(layer, k=2, axes=(1, 2)))
+    return to_uint8(x01 + layer + np.rot90(layer, k=2, axes=(1, 2)))
 
 
 def frost(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     image_weight, frost_weight = PARAMS["frost"][severity - 1]
     h, w = x.shape[1:3]
-    pictures = _frost_pictures()
+    pictures = frost_pictures()
     crops = []
     for rng in rngs:
-        picture = pictures[rng.integers(_FROST_CHOICES)]
+        picture = pictures[rng.integers(FROST_CHOICES)]
         top = rng.integers(0, picture.shape[0] - h)
         left = rng.integers(0, picture.shape[1] - w)
         crops.append(picture[top : top + h, left : left + w])
@@ -198,11 +198,11 @@ def fog(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     strength, decay = PARAMS["fog"][severity - 1]
     h, w = x.shape[1:3]
     mapsize = max(_PLASMA_SIZE, 1 << (max(h, w) - 1).bit_length())
-    uniforms = _per_image(rngs, lambda r: r.uniform(-1, 1, _plasma_draws(mapsize)))
-    plasma = _plasma(uniforms, mapsize, decay)[:, :h, :w, None]
+    uniforms = per_image(rngs, lambda r: r.uniform(-1, 1, plasma_draws(mapsize)))
+    plasma = plasma_fractal(uniforms, mapsize, decay)[:, :h, :w, None]
     x01 = x / 255.0
     max_val = x01.max(axis=(1, 2, 3), keepdims=True)
-    return _to_uint8((x01 + strength * plasma) * max_val / (max_val + strength))
+    return to_uint8((x01 + strength * plasma) * max_val / (max_val + strength))
 
 
 def brightness(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
@@ -212,14 +212,14 @@ def brightness(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     value = x01.max(axis=-1, keepdims=True)
     new_value = np.minimum(value + shift, 1.0)
     scaled = x01 * new_value / np.where(value > 0, value, 1.0)
-    return _to_uint8(np.where(value > 0, scaled, new_value))
+    return to_uint8(np.where(value > 0, scaled, new_value))
 
 
 def contrast(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
     factor = PARAMS["contrast"][severity - 1]
     x01 = x / 255.0
     means = x01.mean(axis=(1, 2), keepdims=True)
-    return _to_uint8((x01 - means) * factor + means)
+    return to_uint8((x01 - means) * factor + means)
 
 
 def elastic_transform(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
@@ -243,7 +243,7 @@ def elastic_transform(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
         warped = cv2.warpAffine(x01[i], matrix, (w, h), borderMode=cv2.BORDER_REFLECT_101)
         coords = (yy + dy[i][..., None], xx + dx[i][..., None], cc)
         out[i] = ndimage.map_coordinates(warped, coords, order=1, mode="reflect")
-    return _to_uint8(out)
+    return to_uint8(out)
 
 
 def pixelate(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:

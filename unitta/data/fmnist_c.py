@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import sys
@@ -35,9 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from unitta.data.arrays import ArrayDataset, balanced_subset
-from unitta.data.base import CORRUPTIONS
 from unitta.data.cifar_c import read_npy_domains
+from unitta.data.download import file_digest
 from unitta.data.fashion_mnist import read_fashion_mnist
+from unitta.data.records import CORRUPTIONS
 
 FOLDER = "FashionMNIST-C"
 NUM_CLASSES = 10
@@ -111,14 +111,6 @@ def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _atomic_save(path: Path, write) -> str:
     """Write via a temporary file and rename; returns the file's sha256.
 
@@ -131,7 +123,7 @@ def _atomic_save(path: Path, write) -> str:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        digest = _sha256(tmp)  # just written: read back from the page cache
+        digest = file_digest(tmp, "sha256")  # just written: read back from the page cache
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -169,7 +161,7 @@ def verify_files(folder: Path, meta: dict, names: Sequence[str]) -> list[str]:
         key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino, expected)
         if key in _VERIFIED:
             continue
-        if _sha256(path) != expected:
+        if file_digest(path, "sha256") != expected:
             raise CacheError(
                 f"{path}: contents differ from the sha256 recorded when the cache was built (damaged or modified). "
                 f"The Fashion-MNIST-C cache {folder} looks damaged: delete it and it is rebuilt on next use "
@@ -187,7 +179,7 @@ def _record_missing_sums(folder: Path, n: int, names: Sequence[str]) -> None:
             sums = meta.setdefault("sha256", {})
             for name in names:
                 if name not in sums and (folder / name).is_file():
-                    sums[name] = _sha256(folder / name)
+                    sums[name] = file_digest(folder / name, "sha256")
             _atomic_save(folder / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode()))
     except CacheError:
         print(
@@ -254,7 +246,8 @@ def prepare_fmnist_c(
             have = meta["severities"].get(corruption, [])
             old = np.load(folder / f"{corruption}.npy") if have else None
             recorded = sums.get(f"{corruption}.npy")
-            if old is not None and recorded is not None and _sha256(folder / f"{corruption}.npy") != recorded:
+            path = folder / f"{corruption}.npy"
+            if old is not None and recorded is not None and file_digest(path, "sha256") != recorded:
                 have, old = [], None  # modified since written: rebuild it
             if old is not None and (old.shape[1:] != images.shape[1:] or len(old) != len(have) * len(ids)):
                 have, old = [], None  # damaged file: rebuild it

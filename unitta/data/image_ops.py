@@ -15,22 +15,22 @@ from scipy import ndimage
 
 _FROST_SCALE = 0.2  # make_cifar_c.py shrinks the frost pictures x0.2 before cropping
 _FROST_FILES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.jpg", "frost6.jpg")
-_FROST_CHOICES = 5  # reference quirk: np.random.randint(5), frost6 never used
+FROST_CHOICES = 5  # reference quirk: np.random.randint(5), frost6 never used
 
 Rngs = Sequence[np.random.Generator]
 
 
-def _per_image(rngs: Rngs, draw: Callable[[np.random.Generator], np.ndarray]) -> np.ndarray:
+def per_image(rngs: Rngs, draw: Callable[[np.random.Generator], np.ndarray]) -> np.ndarray:
     """Stack one draw per image (each image's own generator)."""
     return np.stack([np.asarray(draw(rng)) for rng in rngs])
 
 
-def _to_uint8(x01: np.ndarray) -> np.ndarray:
+def to_uint8(x01: np.ndarray) -> np.ndarray:
     """[0, 1] floats -> uint8 by truncation, like the reference's ``np.uint8(clip(x) * 255)``."""
     return (np.clip(x01, 0, 1) * 255).astype(np.uint8)
 
 
-def _gaussian_hw(x: np.ndarray, sigma: float, mode: str, truncate: float) -> np.ndarray:
+def gaussian_hw(x: np.ndarray, sigma: float, mode: str, truncate: float) -> np.ndarray:
     """skimage.filters.gaussian over the two spatial axes of a (N, H, W[, C]) batch."""
     sigmas = (0, sigma, sigma) + (0,) * (x.ndim - 3)
     return ndimage.gaussian_filter(x, sigma=sigmas, mode=mode, truncate=truncate)
@@ -50,12 +50,12 @@ def _clipped_zoom_1d(size: int, factor: float) -> np.ndarray:
     return zoomed[trim : trim + size]
 
 
-def _clipped_zoom_operator(h: int, w: int, factor: float) -> np.ndarray:
+def clipped_zoom_operator(h: int, w: int, factor: float) -> np.ndarray:
     """The (H*W, H*W) matrix of ``clipped_zoom`` on an (H, W) image (row-major pixels)."""
     return np.kron(_clipped_zoom_1d(h, factor), _clipped_zoom_1d(w, factor))
 
 
-def _apply_hw_operator(op: np.ndarray, x: np.ndarray) -> np.ndarray:
+def apply_hw_operator(op: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Apply an (H*W, H*W) linear map to every channel of every image in a (N, H, W[, C]) batch."""
     n, h, w = x.shape[:3]
     flat = np.moveaxis(x.reshape(n, h * w, -1), 1, 0).reshape(h * w, -1)  # (HW, N*C)
@@ -63,7 +63,7 @@ def _apply_hw_operator(op: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.moveaxis(out, 0, 1).reshape(x.shape)
 
 
-def _line_blur(x: np.ndarray, radius: int, sigma: float, angles_deg: np.ndarray) -> np.ndarray:
+def line_blur(x: np.ndarray, radius: int, sigma: float, angles_deg: np.ndarray) -> np.ndarray:
     """Motion blur of a float batch (N, H, W[, C]): Gaussian-weighted one-sided shifts along each angle.
 
     Stands in for ImageMagick's MotionBlurImage (see module docstring). Edges are replicated.
@@ -88,7 +88,7 @@ def _line_blur(x: np.ndarray, radius: int, sigma: float, angles_deg: np.ndarray)
     return out
 
 
-def _disk_kernel(radius: float, alias_blur: float) -> np.ndarray:
+def disk_kernel(radius: float, alias_blur: float) -> np.ndarray:
     """make_cifar_c.py's anti-aliased disk, cropped to its non-zero support (same filter result)."""
     half = 8 if radius <= 8 else int(radius)
     coords = np.arange(-half, half + 1)
@@ -102,7 +102,7 @@ def _disk_kernel(radius: float, alias_blur: float) -> np.ndarray:
     return kernel[half - extent : half + extent + 1, half - extent : half + extent + 1]
 
 
-def _plasma(uniforms: np.ndarray, mapsize: int, decay: float) -> np.ndarray:
+def plasma_fractal(uniforms: np.ndarray, mapsize: int, decay: float) -> np.ndarray:
     """Diamond-square plasma fractal for a batch, in [0, 1]; ``uniforms`` (N, K) in [-1, 1).
 
     The same construction as make_cifar_c.py's ``plasma_fractal``, with a leading batch axis.
@@ -135,7 +135,7 @@ def _plasma(uniforms: np.ndarray, mapsize: int, decay: float) -> np.ndarray:
     return grid / grid.max(axis=(1, 2), keepdims=True)
 
 
-def _plasma_draws(mapsize: int) -> int:
+def plasma_draws(mapsize: int) -> int:
     """How many uniforms one plasma fractal of side ``mapsize`` consumes."""
     total, step = 0, mapsize
     while step >= 2:
@@ -145,7 +145,7 @@ def _plasma_draws(mapsize: int) -> int:
 
 
 @functools.cache
-def _frost_pictures() -> tuple[np.ndarray, ...]:
+def frost_pictures() -> tuple[np.ndarray, ...]:
     """The frost overlays (RGB uint8), shrunk as the reference does. Shipped by imagecorruptions-imaug."""
     spec = importlib.util.find_spec("imagecorruptions")  # locate only: importing it pulls in numba
     if spec is None or not spec.submodule_search_locations:
@@ -154,7 +154,7 @@ def _frost_pictures() -> tuple[np.ndarray, ...]:
         )
     folder = Path(list(spec.submodule_search_locations)[0]) / "frost"
     pictures = []
-    for name in _FROST_FILES[:_FROST_CHOICES]:
+    for name in _FROST_FILES[:FROST_CHOICES]:
         bgr = cv2.imread(str(folder / name))
         if bgr is None:
             raise FileNotFoundError(f"frost picture {folder / name} is missing or unreadable")

@@ -25,7 +25,7 @@ RESNET26_STD = (0.5, 0.5, 0.5)
 
 
 @dataclass(frozen=True)
-class _Entry:
+class ModelEntry:
     """One loadable model: how to build it and its metadata (docs/models.md)."""
 
     family: str  # ModelInfo.dataset
@@ -114,16 +114,18 @@ def _resnet26_gn() -> nn.Module:
 
 
 # dataset name -> {model name -> entry}; the first model of each dataset is its default.
-_ZOO: dict[str, dict[str, _Entry]] = {
+ZOO: dict[str, dict[str, ModelEntry]] = {
     "fmnist-c": {
         # BDN layer: first BN of the first block of the middle stage
-        "resnet20": _Entry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32, source="embedded"),
-        "vit_tiny": _Entry("fmnist", "fmnist", _vit_tiny, "head", None, 10, 32, norm_kind="layer", source="embedded"),
+        "resnet20": ModelEntry("fmnist", "fmnist", _resnet20, "fc", "layer2.0.bn1", 10, 32, source="embedded"),
+        "vit_tiny": ModelEntry(
+            "fmnist", "fmnist", _vit_tiny, "head", None, 10, 32, norm_kind="layer", source="embedded"
+        ),
     },
     "cifar10-c": {
-        "Standard": _Entry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
+        "Standard": ModelEntry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
         # the reference TTA benchmark's correlated CIFAR-10-C model (MODEL.ARCH resnet26_gn, ./ckpt/resnet26_gn.pth)
-        "resnet26_gn": _Entry(
+        "resnet26_gn": ModelEntry(
             "cifar10",
             "cifar10",
             _resnet26_gn,
@@ -138,12 +140,12 @@ _ZOO: dict[str, dict[str, _Entry]] = {
         ),
     },
     "cifar100-c": {
-        "Hendrycks2020AugMix_ResNeXt": _Entry(
+        "Hendrycks2020AugMix_ResNeXt": ModelEntry(
             "cifar100", "cifar100", _augmix_resnext, "classifier", "stage_2.0.bn", 100, 32
         ),
     },
     "imagenet-c": {
-        "Standard_R50": _Entry(
+        "Standard_R50": ModelEntry(
             "imagenet",
             "imagenet",
             _standard_r50,
@@ -157,7 +159,7 @@ _ZOO: dict[str, dict[str, _Entry]] = {
             source="torchvision",
         ),
         # the reference TTA benchmark's ImageNet transformers (torchvision IMAGENET1K_V1 weights)
-        "vit_b_16": _Entry(
+        "vit_b_16": ModelEntry(
             "imagenet",
             "imagenet",
             _vit_b_16,
@@ -172,7 +174,7 @@ _ZOO: dict[str, dict[str, _Entry]] = {
             sized=True,
             source="torchvision",
         ),
-        "swin_b": _Entry(
+        "swin_b": ModelEntry(
             "imagenet",
             "imagenet",
             _swin_b,

@@ -1,6 +1,6 @@
 """The digest of a checkpoint file: part of a cell's identity (docs/results.md, "Resume").
 
-``file_digest(path)`` is the SHA-256 of the file's bytes, computed once per file and then cached by
+``checkpoint_digest(path)`` is the SHA-256 of the file's bytes, computed once per file and then cached by
 (path, size, modification time, inode): replacing the file (``python -m unitta.models train fmnist``
 overwrites the embedded one) changes the key, so the digest is computed again. No torch here.
 """
@@ -11,14 +11,14 @@ import hashlib
 import os
 from pathlib import Path
 
-__all__ = ["file_digest", "bytes_digest"]
+__all__ = ["checkpoint_digest", "bytes_digest"]
 
 _CHUNK = 1 << 20
 _cache: dict[tuple[str, int, int, int], str] = {}
 
 
 def bytes_digest(data: bytes) -> str:
-    """The SHA-256 (hex) of ``data``: what ``file_digest`` gives for a file holding these bytes."""
+    """The SHA-256 (hex) of ``data``: what ``checkpoint_digest`` gives for a file holding these bytes."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -27,7 +27,7 @@ def _stat_key(path: Path) -> tuple[str, int, int, int]:
     return (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def file_digest(path: str | Path) -> str | None:
+def checkpoint_digest(path: str | Path) -> str | None:
     """The SHA-256 (hex) of the file at ``path``, or None when there is no such file."""
     path = Path(path)
     try:

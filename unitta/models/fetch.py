@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from unitta.data.download import TIMEOUT_S, Digest, DownloadError, download
+from unitta.data.robustbench_compat import import_robustbench
 from unitta.models import zoo
 
 GDRIVE_URL = "https://drive.usercontent.google.com/download?id={id}&export=download&confirm=t"
@@ -55,7 +56,7 @@ def _gdrive_url(file_id: str, timeout: float) -> str:
 def _source(dataset: str, name: str, directory: Path) -> tuple[str | None, Path, Digest | None]:
     """(URL or None for a Drive id still to resolve, target path, expected digest) for one checkpoint."""
     mirror = os.environ.get("UNITTA_CHECKPOINT_MIRROR", "").rstrip("/")
-    _, entry = zoo._entry(dataset, name)
+    _, entry = zoo.model_entry(dataset, name)
     if entry.source == "torchvision":
         import torch.hub
         import torchvision
@@ -78,20 +79,23 @@ def _source(dataset: str, name: str, directory: Path) -> tuple[str | None, Path,
 
 
 def _gdrive_id(dataset: str, name: str) -> str:
-    zoo.import_robustbench()
-    from robustbench.model_zoo import model_dicts
-    from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+    try:
+        import_robustbench()
+        from robustbench.model_zoo import model_dicts
+        from robustbench.model_zoo.enums import BenchmarkDataset, ThreatModel
+    except ImportError as err:
+        raise DownloadError(f"robustbench, which holds the Drive id of {name}, cannot be imported: {err}") from err
 
-    _, entry = zoo._entry(dataset, name)
+    _, entry = zoo.model_entry(dataset, name)
     return model_dicts[BenchmarkDataset(entry.rb_dataset)][ThreatModel.corruptions][name]["gdrive_id"]
 
 
 def _verify(dataset: str, name: str, path: Path, trust_checkpoints: bool) -> None:
     """Load ``path`` into the model's architecture (the zoo has no checksums); raises CheckpointError."""
     model, _ = zoo.build_model(dataset, name)
-    _, entry = zoo._entry(dataset, name)
+    _, entry = zoo.model_entry(dataset, name)
     try:
-        zoo._load_weights(model, zoo.read_state_dict(path, trust_checkpoints), entry, path)
+        zoo.load_weights(model, zoo.read_state_dict(path, trust_checkpoints), entry, path)
     except zoo.CheckpointError:
         raise
     except ValueError as err:
@@ -111,7 +115,7 @@ def fetch_checkpoint(
     Nothing is downloaded when the file exists or for the embedded 'fmnist-c' model. Errors: DownloadError
     (network, checksum; one line with the manual alternative) and CheckpointError (the file does not load).
     """
-    name, entry = zoo._entry(dataset, name)
+    name, entry = zoo.model_entry(dataset, name)
     if entry.source == "embedded":
         return zoo.checkpoint_path(dataset, name)
     directory = Path(directory)
@@ -137,10 +141,12 @@ def fetch_checkpoint(
     try:
         url = url or _gdrive_url(_gdrive_id(dataset, name), timeout)
         download(url, part, digest=digest, progress=progress, timeout=timeout)
-    except DownloadError as err:
+    except BaseException as err:
         if part.is_file() and not part.stat().st_size:
-            part.unlink()  # the writability probe's empty file
-        raise DownloadError(f"{err} ({manual})") from err
+            part.unlink()  # the writability probe's empty file, whatever stopped the download
+        if isinstance(err, DownloadError):
+            raise DownloadError(f"{err} ({manual})") from err
+        raise
     try:
         _verify(dataset, name, part, trust_checkpoints)
     except zoo.CheckpointError:

@@ -25,16 +25,16 @@ import torch
 from torch import nn
 
 from unitta.models.catalog import (  # noqa: F401 (the constants and Normalized: re-exported, as before the split)
-    _ZOO,
     IMAGENET_MEAN,
     IMAGENET_STD,
     RESNET26_MEAN,
     RESNET26_STD,
     TORCHVISION_R50_FILE,
+    ZOO,
+    ModelEntry,
     Normalized,
-    _Entry,
 )
-from unitta.models.digest import bytes_digest, file_digest
+from unitta.models.digest import bytes_digest, checkpoint_digest
 from unitta.models.info import ModelInfo
 from unitta.nn.batchnorm import named_batchnorms
 from unitta.nn.norms import named_norms, norm_kind
@@ -60,18 +60,19 @@ class CheckpointError(ValueError):
 
 def list_models() -> dict[str, list[str]]:
     """{dataset: [model names]}; the first name is the dataset's default."""
-    return {dataset: list(models) for dataset, models in _ZOO.items()}
+    return {dataset: list(models) for dataset, models in ZOO.items()}
 
 
 def model_norm_kind(dataset: str, name: str | None = None) -> str:
     """The normalisation kind of a zoo model ('batch', 'layer', 'group'), known without building it."""
-    return _entry(dataset, name)[1].norm_kind
+    return model_entry(dataset, name)[1].norm_kind
 
 
-def _entry(dataset: str, name: str | None) -> tuple[str, _Entry]:
-    if dataset not in _ZOO:
-        raise ValueError(f"dataset={dataset!r}: expected one of {', '.join(_ZOO)}")
-    models = _ZOO[dataset]
+def model_entry(dataset: str, name: str | None) -> tuple[str, ModelEntry]:
+    """(name, catalog entry) of a model of ``dataset`` (``name`` None: the dataset's default model)."""
+    if dataset not in ZOO:
+        raise ValueError(f"dataset={dataset!r}: expected one of {', '.join(ZOO)}")
+    models = ZOO[dataset]
     if name is None:
         name = next(iter(models))
     if name not in models:
@@ -85,7 +86,7 @@ def build_model(dataset: str, name: str | None = None, input_size: int | None = 
     input_size: another image side than the model's (e.g. a small ViT-B/16 for tests); only the ViT-B/16
     depends on it (its position embeddings), the other models take any size their pooling allows.
     """
-    name, entry = _entry(dataset, name)
+    name, entry = model_entry(dataset, name)
     model = entry.build(image_size=input_size) if entry.sized and input_size else entry.build()
     info = ModelInfo(
         name=name,
@@ -113,7 +114,7 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
     robustbench-layout file if it exists, else that file. The embedded models (``checkpoints/<name>_fmnist.pt``
     in the package) ignore ``checkpoint_dir``.
     """
-    name, entry = _entry(dataset, name)
+    name, entry = model_entry(dataset, name)
     if entry.source == "embedded":
         return EMBEDDED_DIR / f"{name}_fmnist.pt"
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
@@ -124,7 +125,7 @@ def checkpoint_path(dataset: str, name: str | None = None, checkpoint_dir: str |
 
 
 def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError:
-    _, entry = _entry(dataset, name)
+    _, entry = model_entry(dataset, name)
     rb_path = checkpoint_dir / entry.rb_dataset / "corruptions" / f"{name}.pt"
     if entry.source == "embedded":
         return FileNotFoundError(
@@ -200,7 +201,7 @@ def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[s
 
 def is_reference_weights(dataset: str, name: str | None, digest: str | None) -> bool:
     """Whether ``digest`` is of the weights ``REFERENCE_WEIGHTS`` names for this model (a prefix for R50)."""
-    reference = REFERENCE_WEIGHTS.get((dataset, name or _entry(dataset, None)[0]))
+    reference = REFERENCE_WEIGHTS.get((dataset, name or model_entry(dataset, None)[0]))
     return bool(reference and digest and digest.startswith(reference))
 
 
@@ -208,12 +209,12 @@ def weights_digest(dataset: str, name: str | None = None, checkpoint_dir: str | 
     """The SHA-256 of the checkpoint ``load_model`` would read now (cached per file), or None when it is
     missing or the dataset/model is unknown (``load_model`` then fails with the reason)."""
     try:
-        return file_digest(checkpoint_path(dataset, name, checkpoint_dir))
+        return checkpoint_digest(checkpoint_path(dataset, name, checkpoint_dir))
     except ValueError:
         return None
 
 
-def _load_weights(model: nn.Module, state: dict[str, torch.Tensor], entry: _Entry, path: Path) -> None:
+def load_weights(model: nn.Module, state: dict[str, torch.Tensor], entry: ModelEntry, path: Path) -> None:
     if entry.inner:
         # torchvision's (and resnet26_gn.pth's) file has bare keys; a robustbench-layout file of the wrapper has
         # 'model.'/'normalize.' keys.
@@ -255,12 +256,12 @@ def load_model(
     A missing checkpoint is a FileNotFoundError naming the path and how to obtain it
     (``python -m unitta.models fetch``); nothing is downloaded.
     """
-    name, entry = _entry(dataset, name)
+    name, entry = model_entry(dataset, name)
     checkpoint_dir = Path(checkpoint_dir if checkpoint_dir is not None else DEFAULT_CHECKPOINT_DIR)
     path = checkpoint_path(dataset, name, checkpoint_dir)
     if not path.is_file():
         raise _missing(dataset, name, checkpoint_dir)
     model, info = build_model(dataset, name)
     state, digest = read_checkpoint(path, trust_checkpoints)
-    _load_weights(model, state, entry, path)
+    load_weights(model, state, entry, path)
     return model.eval(), replace(info, extra={"checkpoint": str(path), "weights_digest": digest})

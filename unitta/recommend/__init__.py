@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from unitta.paper.stream_lengths import PAPER_STREAM_LENGTHS  # noqa: F401 (re-exported: tests import it here)
 from unitta.recommend.inputs import (
     RANK_METRICS,
     RATE_METRICS,
@@ -53,7 +52,7 @@ from unitta.streams.fit import drift, transition_fit
 from unitta.streams.settings import FACTOR_KEYS, default_factors
 
 __all__ = [
-    "FAR_DISTANCE", "Recommendation", "UsageError", "assess", "benchmark_table", "main", "read_labels", "recommend",
+    "FAR_DISTANCE", "Recommendation", "UsageError", "assess", "main", "read_labels", "recommend",
     "threshold_alternatives",
 ]
 

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from unitta.cell import Cell
 from unitta.evaluate import STATUS_OK, DatasetUnavailable, git_commit
-from unitta.results import add_to_membership, cells_dir, consolidate, done_cells, write_membership
+from unitta.results import cells_dir, consolidate, done_cells
+from unitta.results.membership import add_to_membership, write_membership
 from unitta.run.backends import LocalBackend, RayBackend
 from unitta.run.outdir import (
     OutputBusy,

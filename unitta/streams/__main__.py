@@ -13,7 +13,8 @@ import time
 
 import numpy as np
 
-from unitta.streams import PROTOCOL_SETTINGS, SAMPLERS, make_stream, synthetic_labels
+from unitta.streams import SAMPLERS, make_stream, synthetic_labels
+from unitta.streams.protocols import PROTOCOL_SETTINGS
 from unitta.streams.settings import DATASET_ALIASES, SETTINGS_36
 
 

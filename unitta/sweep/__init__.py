@@ -33,10 +33,11 @@ from pathlib import Path
 
 from unitta.evaluate import STATUS_FAILED
 from unitta.results import load_results
-from unitta.run import GridPlanner, RunOptions, RunOutcome, execute_plan, exits
+from unitta.run import exits
 from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
+from unitta.run.executor import GridPlanner, RunOptions, RunOutcome, execute_plan
 from unitta.run.outdir import check_output_dir
 from unitta.run.summary import summary_table
 from unitta.sweep.config import SweepConfig, load_config

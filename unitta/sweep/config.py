@@ -48,7 +48,6 @@ from unitta.streams.settings import (
 )
 
 __all__ = [
-    "ConfigError",
     "SweepConfig",
     "Resources",
     "MethodSpec",

@@ -36,33 +36,24 @@ from pathlib import Path
 
 from unitta.cell import Cell
 from unitta.results import load_results
-from unitta.run import RunOptions, execute_plan, exits
+from unitta.run import exits
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
+from unitta.run.executor import RunOptions, execute_plan
 from unitta.run.outdir import check_output_dir
-from unitta.run.preflight import DATASET_SHAPES, infeasibility
-from unitta.schema import check_methods
+from unitta.run.preflight import DATASET_SHAPES
+from unitta.schema import ConfigError, check_methods
 from unitta.tune.config import (
-    ConfigError,
     TuneConfig,
     base_cell,
-    expand_grid,
     grid_trials,
     load_tune_config,
     trial_cells,
     with_method,
 )
-from unitta.tune.plan import TRIAL_COLUMNS, GridSearch, OptunaSearch, TuneContext, trial_rows
+from unitta.tune.plan import GridSearch, OptunaSearch, TuneContext
 
-__all__ = [
-    "TRIAL_COLUMNS",
-    "expand_grid",  # re-exported from unitta.tune.config
-    "trial_cells",
-    "infeasibility",
-    "trial_rows",
-    "run_tune",
-    "main",
-]
+__all__ = ["run_tune", "main"]
 
 
 # ---------------------------------------------------------------------- the search's inputs

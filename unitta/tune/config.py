@@ -31,12 +31,11 @@ from pydantic import Field, field_validator, model_validator
 
 from unitta.cell import Cell
 from unitta.cell.spec import CellSpec
-from unitta.schema import ConfigError, RunConfig, Strict, read_yaml_file, validate
+from unitta.schema import RunConfig, Strict, read_yaml_file, validate
 from unitta.streams.settings import FACTOR_KEYS
 
 __all__ = [
     "FACTORS",
-    "ConfigError",
     "RangeSpec",
     "SearchSpec",
     "ObjectiveSpec",
