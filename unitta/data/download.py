@@ -139,6 +139,7 @@ def download(
     bar = tqdm(
         total=size, initial=have, unit="B", unit_scale=True, unit_divisor=1024, desc=part.name.removesuffix(".part"),
         file=sys.stderr, disable=not progress, mininterval=0.5 if sys.stderr.isatty() else 30,
+        delay=0.5,  # no bar for a download that fails at once (offline: the error is the one line)
     )
     attempt = 0
     try:
