@@ -43,7 +43,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import polars as pl  # noqa: E402
 from scipy.stats import rankdata  # noqa: E402
 
-from analysis import reference_tables  # noqa: E402
+from analysis import mariodoebler_tables  # noqa: E402
 from analysis.common import (  # noqa: E402
     AnalysisError,
     Panel,
@@ -471,8 +471,8 @@ def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with the paper)")
     comparisons, skipped = [], []
     for panel in panels:
-        if reference_tables.not_ulmm(panel):  # sorted / dirichlet orders: no UniTTA-paper counterpart
-            skipped.append(f"note: {panel.name}: the {reference_tables.not_ulmm(panel)} sampler's streams are not the "
+        if sampler := mariodoebler_tables.not_ulmm(panel):  # sorted / dirichlet orders: no UniTTA-paper counterpart
+            skipped.append(f"note: {panel.name}: the {sampler} sampler's streams are not the "
                            "paper's; skipped (compare them with --reference mariodoebler)")
             continue
         target = paper_dataset or panel.rows["dataset"][0]
@@ -515,15 +515,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
                         help=f"points added to our 95 %% uncertainty before a difference is highlighted "
                              f"(default {DEFAULT_TOLERANCE:g})")
-    parser.add_argument("--reference", choices=("unitta", reference_tables.REFERENCE_NAME), default="unitta",
+    parser.add_argument("--reference", choices=("unitta", mariodoebler_tables.REFERENCE_NAME), default="unitta",
                         help="unitta: the UniTTA paper's tables (default); mariodoebler: the other TTA benchmark's "
-                             "published errors, matched by protocol (analysis/reference_tables.py)")
+                             "published errors, matched by protocol (analysis/mariodoebler_tables.py)")
     add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
-    if args.reference == reference_tables.REFERENCE_NAME:
+    if args.reference == mariodoebler_tables.REFERENCE_NAME:
         try:
-            reference_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep)
+            mariodoebler_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep)
         except AnalysisError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

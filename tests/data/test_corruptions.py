@@ -10,6 +10,7 @@ import skimage
 from scipy import ndimage
 
 from unitta.data import corruptions as C
+from unitta.data import image_ops
 from unitta.data.records import CORRUPTIONS
 
 RANDOM = {"gaussian_noise", "shot_noise", "impulse_noise", "glass_blur", "motion_blur", "snow", "frost", "fog",
@@ -142,7 +143,7 @@ def test_motion_blur_kernel_matches_imagecorruptions(fmnist_small):
 
     x = fmnist_small[0][:3].astype(np.float32)
     angles = np.array([-40.0, 3.0, 44.0])
-    ours = C.line_blur(x, 9, 2.5, angles)
+    ours = image_ops.line_blur(x, 9, 2.5, angles)
     theirs = np.stack([_motion_blur(img, 9, 2.5, a) for img, a in zip(x, angles)])
     np.testing.assert_allclose(ours, theirs, atol=1e-3)
 
@@ -173,8 +174,8 @@ def test_elastic_matches_per_image_port(fmnist_small):
 def test_fog_plasma_matches_two_dimensional_construction():
     # the batch plasma equals the single-map diamond-square construction fed the same uniforms
     rng = np.random.default_rng(3)
-    u = rng.uniform(-1, 1, (2, C.plasma_draws(32)))
-    batch = C.plasma(u, 32, 1.75)
+    u = rng.uniform(-1, 1, (2, image_ops.plasma_draws(32)))
+    batch = image_ops.plasma_fractal(u, 32, 1.75)
     for k in range(2):
         grid, step, wibble, used = np.zeros((32, 32)), 32, 100.0, 0
 

@@ -1,5 +1,5 @@
 """DeYO, RPL, MEMO, SANTA and CMF on a model without BatchNorm: they adapt LayerNorm/GroupNorm affine parameters,
-as the reference TTA benchmark's ``configure_model``/``collect_params`` do (issue 23; docs/methods.md)."""
+as the mariodoebler TTA benchmark's ``configure_model``/``collect_params`` do (issue 23; docs/methods.md)."""
 
 from __future__ import annotations
 

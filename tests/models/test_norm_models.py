@@ -69,7 +69,7 @@ def test_a_checkpoint_file_loads_through_the_safe_path(tmp_path, dataset, name, 
     bare = source.model.state_dict()  # the network's own keys, as torchvision's / the reference's file has them
     path = checkpoint_path(dataset, name, tmp_path)
     assert path.parent == tmp_path  # the file of its own name, not robustbench's layout
-    # resnet26_gn.pth holds its state_dict under 'net' (the reference benchmark loads checkpoint['net'])
+    # resnet26_gn.pth holds its state_dict under 'net' (the mariodoebler benchmark loads checkpoint['net'])
     torch.save({"net": bare, "epoch": 3} if name == "resnet26_gn" else bare, path)
     loaded, loaded_info = load_model(dataset, name, checkpoint_dir=tmp_path)
     assert loaded_info == info and not loaded.training

@@ -243,7 +243,7 @@ def test_the_vit_sweep_runs_the_layernorm_methods_on_vit_tiny():
 
 
 def test_reference_protocols_sweep_covers_the_four_protocols():
-    from unitta.paper.reference import protocol_of
+    from unitta.paper.mariodoebler import protocol_of
 
     path = ROOT / "sweeps" / "fmnist_reference_protocols.yaml"
     raw = yaml.safe_load(path.read_text())

@@ -21,10 +21,10 @@ from unitta.streams import SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
 from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
 
-__all__ = ["CellFields", "CellSpec", "check_dataset", "check_setting"]
+__all__ = ["CellFields", "CellSpec", "check_dataset_name", "check_setting"]
 
 
-def check_dataset(name: str) -> str:
+def check_dataset_name(name: str) -> str:
     """``name`` if it is a known dataset, else ValueError with a 'did you mean' hint."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}{hint(name, DATASETS)}; known: {', '.join(DATASETS)}")
@@ -136,7 +136,7 @@ class CellSpec(CellFields):
     @field_validator("dataset")
     @classmethod
     def _dataset(cls, value: str) -> str:
-        return check_dataset(value)
+        return check_dataset_name(value)
 
     @field_validator("setting")
     @classmethod

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
-CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 _FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),

@@ -50,6 +50,7 @@ class DatasetRecord:
     source_split: str  # the labelled training split methods that need source data get
     paper_table: str | None = None  # the paper's table: its label (the model it ran), None if not in the paper
     num_domains: int = len(CORRUPTIONS)  # domains at one severity: CIFAR-10-C's 15 corruptions
+    class_major: bool = False  # a domain's images sorted by class (ImageNet-C), else label j mod num_classes
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -137,6 +138,7 @@ RECORDS: dict[str, DatasetRecord] = {
             folder="ImageNet-C",
             source_split="an ImageNet train subset (<data_dir>/ImageNet/train/<wnid>/*.JPEG)",
             paper_table="Standard_R50 (ResNet-50)",
+            class_major=True,
         ),
     )
 }

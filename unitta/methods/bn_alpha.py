@@ -2,7 +2,7 @@
 
 Every BatchNorm2d becomes ``norm/alpha_bn.py``'s ``AlphaBatchNorm``: mean and variance
 (1 - alpha) * source + alpha * test batch (the batch variance unbiased, as the reference). Nothing is trained;
-the model stays in eval mode; the scores are the logits. alpha = 0.1 (the reference benchmark's ``BN.ALPHA``
+the model stays in eval mode; the scores are the logits. alpha = 0.1 (the mariodoebler benchmark's ``BN.ALPHA``
 in ``conf.py`` and every ``cfgs/*/norm_alpha.yaml``, its "BN-0.1"), the same for every dataset family.
 
 Deviations:

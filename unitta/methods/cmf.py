@@ -16,7 +16,7 @@ with Q = q * (number of trained parameters) / 38400 and P starting at 0. The los
 (``unitta/methods/roid.py``): certainty x diversity-weighted soft likelihood ratio plus a weighted symmetric-CE
 consistency to an augmented view (reflect padding, no blur, no noise), divided by the batch size; the returned
 scores are the pre-step logits multiplied by the smoothed batch class prior (the reference's prior correction on
-logits). This follows the reference TTA benchmark (mariodoebler/test-time-adaptation @ 8b2ed63,
+logits). This follows the mariodoebler TTA benchmark (mariodoebler/test-time-adaptation @ 8b2ed63,
 ``classification/methods/cmf.py``) step for step.
 
 Hyper-parameters (reference ``conf.py`` ``CMF.*``, ``ROID.*``; ``cfgs/*/cmf.yaml``): CIFAR-10/100 Adam lr 1e-3,

@@ -13,7 +13,7 @@ entropy (paper sec. 4; docs/methods.md "DeYO"):
     L = mean_{i in S2} H_i (exp(-(H_i - e0 ln K)) + exp(PLPD_i))   e0 = 0.4, both weights detached
 
 and no step when S1 or S2 is empty. The prediction returned is z (computed before the step). This follows the
-reference TTA benchmark (mariodoebler/test-time-adaptation @ 8b2ed63, ``classification/methods/deyo.py``):
+mariodoebler TTA benchmark (mariodoebler/test-time-adaptation @ 8b2ed63, ``classification/methods/deyo.py``):
 same filters, weights, parameter selection and order of operations. The shuffled forward sees only the
 images of S1, so BatchNorm normalises it with S1's statistics, as in the reference.
 

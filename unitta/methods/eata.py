@@ -9,17 +9,17 @@ over the adapted parameters theta, theta^0 their source values and F the diagona
 once before the first update from ``num_source_samples`` source images drawn at random (the method's seeded
 generator) from ``get_method(..., source=DATASET)``: in batches of ``fisher_batch_size`` through the configured
 model (BatchNorm with batch statistics), F_i = mean over batches of (d CE(z, argmax z) / d theta_i)^2, the
-cross-entropy taken to the model's own predictions, as in EATA's code and the reference benchmark (the source
+cross-entropy taken to the model's own predictions, as in EATA's code and the mariodoebler benchmark (the source
 labels are not used).
 
-Hyper-parameters (reference TTA benchmark ``classification/cfgs/*/eata.yaml``, ``conf.py``): CIFAR-10-C Adam
+Hyper-parameters (mariodoebler TTA benchmark ``classification/cfgs/*/eata.yaml``, ``conf.py``): CIFAR-10-C Adam
 lr 1e-3, d_margin 0.4, fisher_alpha 1, 2000 source samples; CIFAR-100-C the same with d_margin 0.1; ImageNet-C
 SGD lr 2.5e-4 (momentum 0.9, Nesterov), d_margin 0.05, fisher_alpha 2000, 2000 samples. The Fisher batch size
 is the reference's ``TEST.BATCH_SIZE``, i.e. the test batch size: by default the size of the first test batch.
 
 Deviations:
 - From the paper: fisher_alpha 2000 and d_margin 0.05 on every dataset, Fisher from clean validation images;
-  the defaults here are the reference benchmark's CIFAR values (fisher_alpha 1, d_margin 0.4 / 0.1) and its
+  the defaults here are the mariodoebler benchmark's CIFAR values (fisher_alpha 1, d_margin 0.4 / 0.1) and its
   source split (the model's training images); the paper's values are the ImageNet preset.
 - From the reference: the Fisher is estimated at the first forward (before the first update, from the same
   source model, so the same values) rather than in the constructor, because its batch size is the stream's;

@@ -8,7 +8,7 @@ filter |cos(m, p)| < ``d_margin`` against the moving-average prediction m (eq. 4
 exp(-(H - E_0)) (eq. 6), averaged over the kept samples. One optimisation step per batch, taken only when at
 least one sample is kept; the scores returned are the logits computed before that step.
 
-Hyper-parameters (reference TTA benchmark, mariodoebler/test-time-adaptation ``classification/cfgs/*/eta.yaml``
+Hyper-parameters (mariodoebler TTA benchmark, mariodoebler/test-time-adaptation ``classification/cfgs/*/eta.yaml``
 and ``conf.py``): CIFAR-10-C Adam lr 1e-3, d_margin 0.4; CIFAR-100-C Adam lr 1e-3, d_margin 0.1;
 ImageNet-C SGD lr 2.5e-4 (momentum 0.9, Nesterov), d_margin 0.05; E_0 = 0.4 ln K everywhere.
 
@@ -41,7 +41,7 @@ from unitta.nn.norms import NORM_KINDS
 
 __all__ = ["ETA"]
 
-# The reference benchmark's per-family values (cfgs/{cifar100_c,imagenet_c}/eta.yaml), shared with EATA.
+# The mariodoebler benchmark's per-family values (cfgs/{cifar100_c,imagenet_c}/eta.yaml), shared with EATA.
 ETA_PRESETS = {
     "cifar100": {"d_margin": 0.1},  # cfgs/cifar100_c/eta.yaml EATA.D_MARGIN
     "imagenet": {"optimizer": "sgd", "lr": 2.5e-4, "d_margin": 0.05},  # cfgs/imagenet_c/eta.yaml

@@ -1,5 +1,5 @@
 """GTTA: gradual test-time adaptation by self-training and style transfer (Marsden, Döbler, Yang; WACV'24), as the
-reference TTA benchmark runs it on CIFAR (md ``methods/gtta.py``, ``GTTA.USE_STYLE_TRANSFER False``).
+mariodoebler TTA benchmark runs it on CIFAR (md ``methods/gtta.py``, ``GTTA.USE_STYLE_TRANSFER False``).
 
 What adapts: every weight and bias of the model (BatchNorms with test-batch statistics; LayerNorm / GroupNorm
 models as they are). Source data (``needs_source``): one labelled source batch per test batch, mixed with the test

@@ -11,7 +11,7 @@ starting from the source model each time (paper sec. 3; docs/methods.md "MEMO"):
 Every weight and bias of the model adapts (the reference's default ``collect_params``: all parameters named
 ``weight``/``bias``), and every BatchNorm normalises with (1 - 0.1) x source + 0.1 x current-batch statistics
 (``norm/alpha_bn.py``): the V views form the batch of the adaptation step, the single image the batch of the
-prediction. This follows the reference TTA benchmark (mariodoebler/test-time-adaptation @ 8b2ed63,
+prediction. This follows the mariodoebler TTA benchmark (mariodoebler/test-time-adaptation @ 8b2ed63,
 ``classification/methods/memo.py``, ``MODEL.EPISODIC: True``, ``TEST.BATCH_SIZE: 1``).
 
 What a batch means here: MEMO's protocol is batch size 1. A batch of B images is B such episodes, run in stream

@@ -6,7 +6,7 @@ whose model, optimiser state and moving-average prediction m go back to their in
 ``reset_every``-th batch (counted whether or not the batch's step was taken, as the reference counts its
 ``performed_updates``); the batch that triggers the reset still returns the scores it computed before.
 
-Hyper-parameters (reference TTA benchmark ``classification/cfgs/*/rdumb.yaml``: ``MODEL.ADAPTATION eata`` with
+Hyper-parameters (mariodoebler TTA benchmark ``classification/cfgs/*/rdumb.yaml``: ``MODEL.ADAPTATION eata`` with
 ``EATA.FISHER_ALPHA 0`` and ``MODEL.RESET_AFTER_NUM_UPDATES 1000``): CIFAR-10-C and CIFAR-100-C Adam lr 1e-3,
 d_margin 0.4; ImageNet-C SGD lr 2.5e-4 (momentum 0.9, Nesterov), d_margin 0.05; E_0 = 0.4 ln K; reset every
 1000 batches. The RDumb paper resets every T = 1000 steps too.

@@ -1,4 +1,4 @@
-"""RMT: robust mean teacher (Döbler, Marsden, Yang; CVPR'23), as the reference TTA benchmark implements it.
+"""RMT: robust mean teacher (Döbler, Marsden, Yang; CVPR'23), as the mariodoebler TTA benchmark implements it.
 
 What adapts: every weight and bias of the student (the model with batch-statistic BatchNorms; LayerNorm /
 GroupNorm models adapt as they are) and a projector MLP; the teacher is an EMA of the student

@@ -8,7 +8,7 @@ pseudo-labels,
     L = mean_i (1 - p_i[y_i]^q) / q,   y_i = argmax_c z_i,c,   q = 0.8,
 
 which down-weights low-confidence (likely wrong) pseudo-labels compared with the cross-entropy. The prediction
-returned is the one computed *before* the step. This follows the reference TTA benchmark
+returned is the one computed *before* the step. This follows the mariodoebler TTA benchmark
 (mariodoebler/test-time-adaptation @ 8b2ed63, ``classification/methods/rpl.py``; docs/methods.md "RPL").
 
 Hyper-parameters (reference ``cfgs/{cifar10_c,cifar100_c,imagenet_c}/rpl.yaml``, ``conf.py`` ``RPL.Q``):

@@ -13,7 +13,7 @@ adapt by one step per batch on (paper sec. 3; docs/methods.md "SANTA"):
                     projected and L2-normalised, temperature 0.1, the views of one image positives
     L = 1 * L_st + 1 * L_con
 
-The prediction returned is z (before the step). This follows the reference TTA benchmark
+The prediction returned is z (before the step). This follows the mariodoebler TTA benchmark
 (mariodoebler/test-time-adaptation @ 8b2ed63, ``classification/methods/santa.py``): the prototypes are the
 class means of the source features computed by the *configured* model (BatchNorm with the statistics of each
 shuffled source batch of ``TEST.BATCH_SIZE`` images), over at most the first batches that bring the count past

@@ -2,7 +2,7 @@
 
 What adapts: the affine weight and bias of the normalisation layers (BatchNorm with test-batch statistics,
 LayerNorm, GroupNorm; ``norm/affine.py``) except those of the top of the network, which SAR leaves alone (paper
-sec. 5; the reference TTA benchmark's ``collect_params``): every layer whose dotted name contains ``layer4``
+sec. 5; the mariodoebler TTA benchmark's ``collect_params``): every layer whose dotted name contains ``layer4``
 (ResNet-50's last stage), ``blocks.9``, ``blocks.10``, ``blocks.11`` (timm ViT-B's last three blocks) or
 ``norm.``, or is named ``norm`` (timm's final norm), and, for torchvision's ViT, the same blocks
 ``encoder_layer_9``..``encoder_layer_11`` and the final ``encoder.ln``. The CIFAR models have none of these.

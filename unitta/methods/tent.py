@@ -2,7 +2,7 @@
 
 Every BatchNorm normalises with the current batch's statistics (running statistics dropped) and only
 the normalisation layers' affine parameters (gamma, beta) adapt (on LayerNorm / GroupNorm models their
-affine parameters, as the reference TTA benchmark's ``tent.configure_model``; ``norm/affine.py``), by one
+affine parameters, as the mariodoebler TTA benchmark's ``tent.configure_model``; ``norm/affine.py``), by one
 optimisation step per batch on the mean prediction entropy H(softmax(z)) (paper sec. 3; docs/methods.md
 "TENT"). The prediction returned is the one computed *before* the step (TENT's online protocol, as in the
 original tent.py; with ``steps`` > 1, the output of the last forward, as the original). Everything else is

@@ -18,7 +18,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # torchvision's file for resnet50(pretrained=True) == ResNet50_Weights.IMAGENET1K_V1, which robustbench's
 # Standard_R50 uses (docs/models.md).
 TORCHVISION_R50_FILE = "resnet50-0676ba61.pth"
-# The GroupNorm ResNet-26's input normalisation (the reference TTA benchmark's models/resnet26.py MEAN/STD,
+# The GroupNorm ResNet-26's input normalisation (the mariodoebler TTA benchmark's models/resnet26.py MEAN/STD,
 # from MEMO's CIFAR-10 pipeline).
 RESNET26_MEAN = (0.5, 0.5, 0.5)
 RESNET26_STD = (0.5, 0.5, 0.5)
@@ -42,7 +42,7 @@ class ModelEntry:
     sized: bool = False  # the architecture depends on the input size (ViT's position embeddings)
     # where the weights come from: 'robustbench' (its layout under checkpoint_dir), 'embedded' (shipped in the
     # package), 'torchvision' (torchvision's file, or a robustbench-layout state_dict when present) or 'file'
-    # (weights_file under checkpoint_dir, e.g. the reference benchmark's resnet26_gn.pth)
+    # (weights_file under checkpoint_dir, e.g. the mariodoebler benchmark's resnet26_gn.pth)
     source: str = "robustbench"
 
 
@@ -124,7 +124,7 @@ ZOO: dict[str, dict[str, ModelEntry]] = {
     },
     "cifar10-c": {
         "Standard": ModelEntry("cifar10", "cifar10", _wrn28_10, "fc", "block2.layer.0.bn1", 10, 32),
-        # the reference TTA benchmark's correlated CIFAR-10-C model (MODEL.ARCH resnet26_gn, ./ckpt/resnet26_gn.pth)
+        # the mariodoebler TTA benchmark's correlated CIFAR-10-C model (MODEL.ARCH resnet26_gn, ./ckpt/resnet26_gn.pth)
         "resnet26_gn": ModelEntry(
             "cifar10",
             "cifar10",
@@ -158,7 +158,7 @@ ZOO: dict[str, dict[str, ModelEntry]] = {
             inner="model",
             source="torchvision",
         ),
-        # the reference TTA benchmark's ImageNet transformers (torchvision IMAGENET1K_V1 weights)
+        # the mariodoebler TTA benchmark's ImageNet transformers (torchvision IMAGENET1K_V1 weights)
         "vit_b_16": ModelEntry(
             "imagenet",
             "imagenet",

@@ -1,4 +1,4 @@
-"""The GroupNorm ResNet-26 of the reference TTA benchmark's correlated CIFAR-10-C experiments (docs/models.md).
+"""The GroupNorm ResNet-26 of the mariodoebler TTA benchmark's correlated CIFAR-10-C experiments (docs/models.md).
 
 Architecture as published by mariodoebler/test-time-adaptation (``classification/models/resnet26.py``,
 ``build_resnet26``), itself TTT's / MEMO's CIFAR ResNet (Sun et al., ICML'20; Zhang et al., NeurIPS'22): a
@@ -87,5 +87,5 @@ class ResNet26GN(nn.Module):
 
 
 def resnet26_gn(num_classes: int = 10) -> ResNet26GN:
-    """ResNet-26 (n = 4) with GroupNorm(8), the reference benchmark's ``resnet26_gn``."""
+    """ResNet-26 (n = 4) with GroupNorm(8), the mariodoebler benchmark's ``resnet26_gn``."""
     return ResNet26GN(26, num_classes, groups=8)

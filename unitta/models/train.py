@@ -26,9 +26,8 @@ from tqdm import tqdm
 
 from unitta.models.resnet import CifarResNet
 from unitta.models.vit import vit_tiny
+from unitta.models.zoo import EMBEDDED_DIR
 
-CHECKPOINT_DIR = Path(__file__).parent / "checkpoints"
-DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "resnet20_fmnist.pt"
 # arch -> (optimizer, epochs, max_lr, weight_decay): the recipes of the module docstring
 RECIPES: dict[str, tuple[str, int, float, float]] = {
     "resnet20": ("sgd", 3, 0.2, 5e-4),
@@ -38,7 +37,7 @@ RECIPES: dict[str, tuple[str, int, float, float]] = {
 
 def default_checkpoint(arch: str) -> Path:
     """Where the packaged checkpoint of ``arch`` lives: ``checkpoints/<arch>_fmnist.pt``."""
-    return CHECKPOINT_DIR / f"{arch}_fmnist.pt"
+    return EMBEDDED_DIR / f"{arch}_fmnist.pt"
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""``load_model``: the embedded models, the paper's robustbench models and the reference TTA benchmark's
+"""``load_model``: the embedded models, the paper's robustbench models and the mariodoebler TTA benchmark's
 LayerNorm/GroupNorm models, offline (docs/models.md).
 
 The paper's models come from RobustBench's "corruptions" threat model. This module builds each
 architecture *without* weights (no network) and loads a local checkpoint in robustbench's layout,
 ``{checkpoint_dir}/{dataset}/corruptions/{name}.pt``, or, for the torchvision models (ResNet-50, ViT-B/16,
 Swin-B) and the GroupNorm ResNet-26, the file under its own name in ``checkpoint_dir`` (torchvision's
-``IMAGENET1K_V1`` file names; the reference benchmark's ``ckpt/resnet26_gn.pth``). robustbench is imported
+``IMAGENET1K_V1`` file names; the mariodoebler benchmark's ``ckpt/resnet26_gn.pth``). robustbench is imported
 lazily, only when a paper model is loaded, with the import fixes of docs/models.md.
 
 Every entry states its normalisation kind (``norm_kind``: 'batch', 'layer', 'group'), so that a sweep can
@@ -144,7 +144,7 @@ def _missing(dataset: str, name: str, checkpoint_dir: Path) -> FileNotFoundError
     if entry.weights_file is not None:
         file_path = checkpoint_dir / entry.weights_file
         return FileNotFoundError(
-            f"no checkpoint for {name!r}: expected the reference TTA benchmark's {entry.weights_file} at {file_path} "
+            f"no checkpoint for {name!r}: expected the mariodoebler benchmark's {entry.weights_file} at {file_path} "
             f"(or a state_dict at {rb_path}); nothing downloads it: copy the file you trained or were given "
             "there (docs/models.md)"
         )
@@ -166,7 +166,7 @@ def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[s
     Unwraps 'state_dict'/'model_state_dict' and strips 'module.' prefixes. The file is read once and
     both the digest and the weights come from those bytes, so the digest is that of the weights loaded.
     Loaded with ``torch.load(weights_only=True)``, which unpickles tensors and plain containers only.
-    A checkpoint under the key 'net' (the reference benchmark's ``resnet26_gn.pth``) is unwrapped the same way.
+    A checkpoint under the key 'net' (the mariodoebler benchmark's ``resnet26_gn.pth``) is unwrapped the same way.
     A file that needs more (arbitrary pickled objects, whose unpickling can run any code) is a
     CheckpointError unless ``trust_checkpoints`` (the explicit opt-in for files from a trusted source).
     """

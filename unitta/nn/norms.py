@@ -1,7 +1,7 @@
 """Normalisation layers of any kind: BatchNorm, LayerNorm, GroupNorm.
 
 Methods that adapt "the normalisation layers' affine parameters" (TENT, ETA/EATA, SAR, DeYO, RPL, RDumb, CMF,
-RMT, ...) do so on whatever kind a model has, as the reference TTA benchmark's ``configure_model`` /
+RMT, ...) do so on whatever kind a model has, as the mariodoebler TTA benchmark's ``configure_model`` /
 ``collect_params`` do (BatchNorm: batch statistics + affine; LayerNorm / GroupNorm: affine only).
 ``norm_kind(model)`` names a model's kind: 'batch', 'layer', 'group' (the first kind found, in that order
 of priority, among layers with parameters), or 'none'.

@@ -4,8 +4,8 @@
 Framework Towards Realistic Test-Time Adaptation") publishes for its benchmark: its appendix tables
 "Average error (%) on CIFAR10-C / CIFAR100-C / ImageNet-C within the UniTTA benchmark", one row per
 (dataset, method, setting). Columns and the two quirks of the source tables are described in docs/analysis.md
-("The paper's tables"). ``load_reference_table`` gives a second anchor, the other TTA benchmark's published
-errors (``unitta.paper.reference``).
+("The paper's tables"). ``load_mariodoebler_table`` gives a second anchor, the other TTA benchmark's published
+errors (``unitta.paper.mariodoebler``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from importlib import resources
 import polars as pl
 
 from unitta.data.records import RECORDS
-from unitta.paper.reference import load_reference_table
+from unitta.paper.mariodoebler import load_mariodoebler_table
 
-__all__ = ["PAPER_DATASETS", "PAPER_AVG_SETTING", "load_paper_table", "load_reference_table"]
+__all__ = ["PAPER_DATASETS", "PAPER_AVG_SETTING", "load_paper_table", "load_mariodoebler_table"]
 
 #: The datasets the paper publishes, with the model each was run on (paper, section 5.1).
 PAPER_DATASETS: dict[str, str] = {n: r.paper_table for n, r in RECORDS.items() if r.paper_table}

@@ -44,7 +44,6 @@ __all__ = [
     "cell_path",
     "check_cell_id",
     "write_cell_result",
-    "read_cell_result",
     "load_results",
     "done_cells",
     "cell_statuses",
@@ -242,10 +241,6 @@ def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
     path = cell_path(out_dir, row["cell_id"])
     write_atomically(path, lambda handle: pq.write_table(table, handle))
     return path
-
-
-def read_cell_result(path: str | Path) -> pa.Table:
-    return pq.read_table(path)
 
 
 def _cell_files(out_dir: str | Path) -> list[Path]:

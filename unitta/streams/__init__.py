@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from unitta.data.records import dataset_record
 from unitta.streams import exact as _exact
 from unitta.streams import official as _official
 from unitta.streams import protocols as _protocols
@@ -25,7 +26,6 @@ from unitta.streams.settings import (
     SETTINGS_24,
     SETTINGS_36,
     Setting,
-    canonical_dataset,
     default_factors,
     default_state_cap,
 )
@@ -260,16 +260,17 @@ def _exact_factors(
     return factors
 
 
-def synthetic_labels(dataset: str, num_domains: int = 15) -> tuple[np.ndarray, np.ndarray]:
-    """Labels and domain ids with the real pool sizes of a paper dataset, no images needed.
-
-    CIFAR-10-C / fmnist-c: 10,000 per domain, label j mod 10; CIFAR-100-C: j mod 100; ImageNet-C:
-    50,000 per domain, class-major, label floor(j / 50) (the reference sampler README's rules).
+def synthetic_labels(dataset: str, num_domains: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Labels and domain ids with the real pool sizes of a dataset (its record in ``unitta.data.records``),
+    no images needed: ``images_per_domain`` per domain, label j mod ``num_classes``, or for a class-major
+    record (ImageNet-C) floor(j / images per class) (the reference sampler README's rules); ``num_domains``
+    defaults to the record's.
     """
-    ds = canonical_dataset(dataset)
-    per_domain, num_classes = {"cifar10": (10_000, 10), "cifar100": (10_000, 100), "imagenet": (50_000, 1000)}[ds]
+    record = dataset_record(dataset)
+    per_domain, num_classes = record.images_per_domain, record.num_classes
+    num_domains = record.num_domains if num_domains is None else num_domains
     j = np.arange(per_domain, dtype=np.int64)
-    within = j // (per_domain // num_classes) if ds == "imagenet" else j % num_classes
+    within = j // (per_domain // num_classes) if record.class_major else j % num_classes
     labels = np.tile(within, num_domains)
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), per_domain)
     return labels, domains

@@ -65,7 +65,6 @@ __all__ = [
 # Half the 95% quantile of chi2 with 1 degree of freedom: the likelihood-ratio test at 5% for the extra
 # correlation parameter of the Markov family over the i.i.d. family.
 LR_THRESHOLD = 1.92
-_EPS = 1e-9
 # The most states (classes or domains) an estimate takes: the estimator allocates O(n) arrays, so one stray
 # label (1e8, 1e12) must be an error before anything is allocated, not gigabytes. ImageNet-21k has ~21,800
 # classes; 10^6 leaves room and costs a few MB.

@@ -42,10 +42,7 @@ from unitta.run.outdir import check_output_dir
 from unitta.run.summary import summary_table
 from unitta.sweep.config import SweepConfig, load_config
 
-__all__ = ["run_sweep", "SweepOutcome", "TASK_NAME", "main"]
-
-SweepOutcome = RunOutcome  # the name callers of run_sweep know
-
+__all__ = ["run_sweep", "TASK_NAME", "main"]
 
 def run_sweep(
     cfg: SweepConfig,

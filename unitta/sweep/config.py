@@ -35,7 +35,7 @@ from typing import Any
 from pydantic import field_validator, model_validator
 
 from unitta.cell import Cell
-from unitta.cell.spec import CellFields, check_dataset
+from unitta.cell.spec import CellFields, check_dataset_name
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
@@ -115,7 +115,7 @@ class SweepConfig(RunConfig, CellFields):
         if not value:
             raise ValueError("needs at least one dataset")
         for name in value:
-            check_dataset(name)
+            check_dataset_name(name)
         if len(set(value)) != len(value):
             raise ValueError(f"lists a dataset twice: {value}")
         return value

@@ -3,7 +3,7 @@
 ``adapt_norm_affine(model)``: everything frozen; every BatchNorm replaced by ``BatchStatsNorm`` (test-batch
 statistics, as TENT); the affine weight/bias of every BatchNorm, LayerNorm and GroupNorm made trainable, except
 layers whose dotted name starts with one of ``exclude`` (SAR leaves out the last blocks: its paper sec. 5 and
-the reference TTA benchmark's ``sar.collect_params``). This is what the reference benchmark's
+the mariodoebler TTA benchmark's ``sar.collect_params``). This is what the mariodoebler benchmark's
 ``configure_model`` + ``collect_params`` do for TENT, ETA/EATA, SAR, DeYO, RPL, RDumb and CMF.
 """
 

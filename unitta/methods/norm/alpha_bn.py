@@ -7,7 +7,7 @@ The layer normalises with
 where mu_s, sigma^2_s are the source running statistics and mu_b, sigma^2_b the current batch's per-channel mean
 and *unbiased* variance over (N, H, W); affine weight and bias unchanged. In Schneider et al.'s notation with a
 prior of N source samples and n test samples, alpha = n / (N + n). The unbiased batch variance is what the
-reference TTA benchmark's ``AlphaBatchNorm`` (after bethgelab/robustness) mixes in: it reads the running
+mariodoebler TTA benchmark's ``AlphaBatchNorm`` (after bethgelab/robustness) mixes in: it reads the running
 variance of a momentum-1 BatchNorm updated in train mode.
 
 When the batch has a single value per channel (N * H * W == 1) the unbiased variance does not exist; the layer

@@ -44,7 +44,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
-    "REFERENCE_AUG_SIZE",
     "TTAugment",
     "cotta_augment",
     "rotta_strong_augment",
@@ -54,7 +53,6 @@ __all__ = [
     "patch_shuffle",
 ]
 
-REFERENCE_AUG_SIZE = 32  # UT core/adapter/cotta.py hard-coded size; UT imagenet/rotta.yaml INPUT.SIZE
 _GRAY = (0.2989, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
 
 
@@ -212,7 +210,7 @@ def rotta_strong_augment(image_size: int | None = None) -> TTAugment:
 
 @dataclass(frozen=True)
 class MoCoAugment:
-    """AdaContrast's strong view, "moco-v2-light" (Chen et al., CVPR'22, sec. 4; the reference TTA benchmark's
+    """AdaContrast's strong view, "moco-v2-light" (Chen et al., CVPR'22, sec. 4; the mariodoebler TTA benchmark's
     ``augmentations/transforms_adacontrast.py`` on CIFAR and ImageNet-C), with independent draws per image:
 
         with probability 0.8: colour jitter (brightness, contrast, saturation in [0.6, 1.4], hue +-0.1, in a
@@ -269,7 +267,7 @@ def device_generator(source: torch.Generator, device: torch.device | str) -> tor
 
 
 def patch_shuffle(x: Tensor, patch_len: int, generator: torch.Generator) -> Tensor:
-    """DeYO's shape-destroying augmentation (Lee et al., ICLR'24, sec. 4.1; reference TTA benchmark
+    """DeYO's shape-destroying augmentation (Lee et al., ICLR'24, sec. 4.1; mariodoebler TTA benchmark
     ``methods/deyo.py``, ``AUG_TYPE: patch``): every image is cut into ``patch_len`` x ``patch_len`` patches that
     are put back in a random order of its own (``argsort`` of uniforms drawn from ``generator``).
 

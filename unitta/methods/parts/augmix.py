@@ -1,7 +1,7 @@
 """AugMix views (Hendrycks et al., ICLR'20) as batched torch ops with an explicit ``torch.Generator``: MEMO's views.
 
 MEMO (Zhang et al., NeurIPS'22, sec. 3) adapts on the marginal prediction over AugMix views of one test
-image. The reference TTA benchmark (``augmentations/transforms_augmix.py`` + ``augmix_ops.py``, used for MEMO
+image. The mariodoebler TTA benchmark (``augmentations/transforms_augmix.py`` + ``augmix_ops.py``, used for MEMO
 through ``AugMixAugmenter(..., use_augmix=True)``) builds every view from the image as a PIL image:
 
     pre-augment   32-pixel (CIFAR) images: RandomCrop(32, padding=4) + RandomHorizontalFlip

@@ -1,7 +1,7 @@
 """Contrastive pieces of the self-supervised TTA methods: RMT's projector and loss, AdaContrast's MoCo loss.
 
 - ``Projector``: RMT's two-layer MLP head (Linear -> ReLU -> Linear) that maps encoder features to the space
-  where the contrastive loss is computed (Döbler et al., CVPR'23, sec. 3.3; the reference TTA benchmark's
+  where the contrastive loss is computed (Döbler et al., CVPR'23, sec. 3.3; the mariodoebler TTA benchmark's
   ``methods/rmt.py``, ``CONTRAST.PROJECTION_DIM`` 128).
 - ``multiview_contrastive_loss``: the supervised-contrastive loss of Khosla et al. (NeurIPS'20, eq. 2) with
   positives = the other views of the same sample (RMT: source prototype, test image, augmented test image),

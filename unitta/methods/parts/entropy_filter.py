@@ -4,11 +4,11 @@ and ``rdumb``.
 Per batch of logits z (B, K):
 
 1. Reliability (paper eq. 3): keep sample i when H(softmax(z_i)) < E_0, with E_0 = ``e_factor`` * ln K
-   (0.4 ln K: the paper's and the reference TTA benchmark's ``EATA.MARGIN_E0``).
+   (0.4 ln K: the paper's and the mariodoebler TTA benchmark's ``EATA.MARGIN_E0``).
 2. Redundancy (eq. 4-5): once a moving average m of the kept samples' probability vectors exists, keep a
    reliable sample only when |cos(m, softmax(z_i))| < ``d_margin``. m is the mean probability of the first
    batch's reliable samples; afterwards m <- 0.9 m + 0.1 mean(softmax(z_kept)) over the samples kept by both
-   filters (0.9: ``update_model_probs`` of the EATA code and of the reference benchmark). A batch that keeps
+   filters (0.9: ``update_model_probs`` of the EATA code and of the mariodoebler benchmark). A batch that keeps
    nothing leaves m as it is (and no m exists until some batch had a reliable sample).
 3. Loss (eq. 6): S(x) = exp(-(H - E_0)) (detached) weights the entropy of every kept sample; the loss is the
    mean of S(x) H(x) over the kept samples.
@@ -31,7 +31,7 @@ from unitta.methods.parts.losses import masked_mean, softmax_entropy
 
 __all__ = ["PROBS_MOMENTUM", "entropy_margin", "SampleFilter", "weighted_entropy"]
 
-PROBS_MOMENTUM = 0.9  # m <- 0.9 m + 0.1 mean(p): EATA code update_model_probs; reference benchmark eata.py
+PROBS_MOMENTUM = 0.9  # m <- 0.9 m + 0.1 mean(p): EATA code update_model_probs; mariodoebler benchmark eata.py
 
 
 def entropy_margin(num_classes: int, factor: float) -> float:

@@ -31,7 +31,7 @@ class FeatureModel(nn.Module):
 
 
 class SplitModel(FeatureModel):
-    """The model as encoder + classifier (RMT, AdaContrast; the reference TTA benchmark's ``split_up_model``).
+    """The model as encoder + classifier (RMT, AdaContrast; the mariodoebler TTA benchmark's ``split_up_model``).
 
     ``forward`` gives the logits ``head(backbone(x))``, as the original model; ``encode`` the classifier's input.
     """

@@ -54,7 +54,7 @@ def generalized_cross_entropy(logits: Tensor, targets: Tensor, q: float = 0.8) -
     """GCE (Zhang & Sabuncu, NeurIPS'18) per sample: (1 - p_y^q) / q, y = ``targets`` (RPL's loss).
 
     q -> 0 gives the cross-entropy, q = 1 the MAE; RPL (Rusak et al., TMLR'22) uses q = 0.8 on hard
-    pseudo-labels (reference TTA benchmark ``utils/losses.py`` GeneralizedCrossEntropy).
+    pseudo-labels (mariodoebler TTA benchmark ``utils/losses.py`` GeneralizedCrossEntropy).
     """
     p_y = logits.softmax(dim=1).gather(1, targets.unsqueeze(1)).squeeze(1)
     return (1.0 - p_y.pow(q)) / q
@@ -73,7 +73,7 @@ def marginal_entropy(logits: Tensor) -> Tensor:
 
 
 def aug_cross_entropy(logits: Tensor, logits_aug: Tensor, logits_anchor: Tensor, alpha: float = 0.5) -> Tensor:
-    """SANTA's self-training term per sample (reference TTA benchmark ``utils/losses.py`` AugCrossEntropy):
+    """SANTA's self-training term per sample (mariodoebler TTA benchmark ``utils/losses.py`` AugCrossEntropy):
 
     -(1 - alpha) sum_c softmax(z)_c log softmax(z_anchor)_c - alpha sum_c softmax(z_aug)_c log softmax(z_anchor)_c,
     i.e. the anchor's log-probabilities weighted by the student's predictions on the image and on its

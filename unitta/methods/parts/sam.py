@@ -8,7 +8,7 @@ One SAM update is two gradient evaluations around the current weights w:
 3. ``descend()``: put the weights back to exactly w (saved copies, not w + e - e) and let the base optimiser
    step with the gradient taken at w + e; clear the gradients.
 
-rho = 0.05 and the 1e-12 guard are those of the SAM implementation that SAR's code and the reference TTA benchmark
+rho = 0.05 and the 1e-12 guard are those of the SAM implementation that SAR's code and the mariodoebler TTA benchmark
 ship (``sam.py`` after davda54/sam, non-adaptive). A parameter without a gradient is left alone in both steps.
 """
 
@@ -21,7 +21,7 @@ from torch import nn
 
 __all__ = ["SAM", "SAM_RHO"]
 
-SAM_RHO = 0.05  # neighbourhood size: SAR code / reference benchmark SAM(..., rho=0.05) default
+SAM_RHO = 0.05  # neighbourhood size: SAR code / mariodoebler benchmark SAM(..., rho=0.05) default
 _NORM_GUARD = 1e-12  # SAM's grad_norm + 1e-12
 
 

@@ -4,11 +4,11 @@ RDumb (Press et al., NeurIPS'23) and SAR's model recovery (Niu et al., ICLR'23, 
 ``restore()`` loads the saved tensors into the same modules and parameters (``load_state_dict``), so the
 optimiser keeps pointing at the model's parameters and a compiled model stays compiled; the optimiser's
 state (Adam moments, SGD momentum) goes back to what it was, which for a snapshot taken before the first
-step is empty, as for a new optimiser. This is what the reference TTA benchmark's ``reset()`` does
+step is empty, as for a new optimiser. This is what the mariodoebler TTA benchmark's ``reset()`` does
 (``load_model_and_optimizer``). A method's full ``reset()`` (a fresh deep copy of the source) also clears
 its cost counters; these resets happen inside a stream and must not.
 
-``optimizer=None`` restores the model only: SAR's recovery in SAR's code and in the reference benchmark reloads
+``optimizer=None`` restores the model only: SAR's recovery in SAR's code and in the mariodoebler benchmark reloads
 the state of its SAM wrapper, which does not hold the base SGD's momentum buffers, so the momentum survives it.
 """
 

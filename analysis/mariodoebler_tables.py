@@ -1,5 +1,5 @@
 """Our results side by side with the other TTA benchmark's published errors (``compare_paper.py --reference
-mariodoebler``; the figures: ``unitta.paper.reference``).
+mariodoebler``; the figures: ``unitta.paper.mariodoebler``).
 
 Each cell of ours (a panel's method and setting, mean over seeds) is matched with a published figure by
 
@@ -12,7 +12,7 @@ Each cell of ours (a panel's method and setting, mean over seeds) is matched wit
   ResNext-29, Standard_R50 = ResNet-50) when it is published for that protocol, else the dataset's usual one
   (WRN-28, ResNext-29, ResNet-50), else the first printed (e.g. RN-26 GN for CIFAR-10-C "Correlated"): an
   *architecture proxy*;
-* method: the registry name (``unitta.paper.reference.REFERENCE_METHODS``: Source = test, BN-1 = bn, ...);
+* method: the registry name (``unitta.paper.mariodoebler.MARIODOEBLER_METHODS``: Source = test, BN-1 = bn, ...);
   a run with hyper-parameter overrides (``tent{lr=...}``) is matched with the method's published figure.
 
 It prints ``spearman_rho=`` over every matched cell with both values and ``spearman_rho[<protocol>]=`` per
@@ -36,16 +36,16 @@ from scipy.stats import spearmanr
 from analysis.common import AnalysisError, Panel, load_dirs, method_order, split_rows, sweep_panels
 from analysis.rank_stats import spearman_p
 from analysis.tables import cell_status
-from unitta.paper.reference import (
-    REFERENCE_ARCHITECTURES,
-    REFERENCE_DATASETS,
-    REFERENCE_PROTOCOLS,
-    load_reference_table,
+from unitta.paper.mariodoebler import (
+    MARIODOEBLER_ARCHITECTURES,
+    MARIODOEBLER_DATASETS,
+    MARIODOEBLER_PROTOCOLS,
+    load_mariodoebler_table,
     protocol_of,
 )
 from unitta.streams import PROTOCOL_SAMPLERS
 
-__all__ = ["REFERENCE_NAME", "ReferenceComparison", "compare_reference", "not_ulmm", "to_markdown", "run"]
+__all__ = ["REFERENCE_NAME", "MariodoeblerComparison", "compare_mariodoebler", "not_ulmm", "to_markdown", "run"]
 
 REFERENCE_NAME = "mariodoebler"
 
@@ -73,7 +73,7 @@ _COLUMNS = {
 
 
 @dataclass
-class ReferenceComparison:
+class MariodoeblerComparison:
     """cells: one row per our cell of a reference protocol (columns _COLUMNS); rho / rho_per_protocol:
     Spearman's rho over the matched cells (nan for fewer than 3); skipped: notes on panels and cells left out."""
 
@@ -109,7 +109,7 @@ def not_ulmm(panel: Panel) -> str | None:
 def _architecture(candidates: pl.DataFrame, model: str, target: str) -> str:
     """The published architecture to compare ``model`` with (module docstring, "architecture")."""
     archs = list(dict.fromkeys(candidates["architecture"].to_list()))
-    same = [a for a in archs if REFERENCE_ARCHITECTURES.get(a) == model]
+    same = [a for a in archs if MARIODOEBLER_ARCHITECTURES.get(a) == model]
     if same:
         return same[0]
     usual = _USUAL_ARCHITECTURE.get(target)
@@ -121,7 +121,7 @@ def _panel_cells(panel: Panel, target: str, ref: pl.DataFrame) -> tuple[list[dic
     rows = panel.rows
     dataset, model = rows["dataset"][0], rows["model"][0]
     sampler, delta = _first(rows, "sampler", "official"), _first(rows, "delta")
-    ref_name = {v: k for k, v in REFERENCE_DATASETS.items()}[target]
+    ref_name = {v: k for k, v in MARIODOEBLER_DATASETS.items()}[target]
     out, other = [], 0
     for cell in cell_status(rows).iter_rows(named=True):
         protocol = protocol_of(sampler, cell["setting"], delta)
@@ -157,7 +157,7 @@ def _panel_cells(panel: Panel, target: str, ref: pl.DataFrame) -> tuple[list[dic
                 continue
         arch = _architecture(candidates, model, target)
         proxies = ["dataset"] if target != dataset else []
-        if REFERENCE_ARCHITECTURES.get(arch) != model:
+        if MARIODOEBLER_ARCHITECTURES.get(arch) != model:
             proxies.append("architecture")
         hit = candidates.filter((pl.col("architecture") == arch) & (pl.col("method_name") == method))["error"]
         row.update(ref_architecture=arch, proxy="+".join(proxies))
@@ -175,7 +175,7 @@ def _panel_cells(panel: Panel, target: str, ref: pl.DataFrame) -> tuple[list[dic
 
 def _ordered(cells: pl.DataFrame) -> pl.DataFrame:
     """Rows by protocol (the reference's order), then our panel, then method (analysis.common.method_order)."""
-    protocol_rank = {p: i for i, p in enumerate(REFERENCE_PROTOCOLS)}
+    protocol_rank = {p: i for i, p in enumerate(MARIODOEBLER_PROTOCOLS)}
     method_rank = {m: i for i, m in enumerate(method_order(cells["method"].to_list()))}
     ranks = [
         pl.col("protocol").replace_strict(protocol_rank, return_dtype=pl.Int64).alias("_p"),
@@ -185,18 +185,19 @@ def _ordered(cells: pl.DataFrame) -> pl.DataFrame:
     return cells.with_columns(ranks).sort(keys, nulls_last=True, maintain_order=True).drop("_p", "_m")
 
 
-def compare_reference(dirs: list[str | Path], paper_dataset: str | None = None,
-                      sweep: str | None = None) -> ReferenceComparison:
+def compare_mariodoebler(dirs: list[str | Path], paper_dataset: str | None = None,
+                      sweep: str | None = None) -> MariodoeblerComparison:
     """Match every sweep panel of ``dirs`` with the other benchmark's figures (module docstring)."""
-    if paper_dataset is not None and paper_dataset not in REFERENCE_DATASETS.values():
+    if paper_dataset is not None and paper_dataset not in MARIODOEBLER_DATASETS.values():
         raise AnalysisError(
-            f"--paper-dataset {paper_dataset!r}: the other benchmark publishes {', '.join(REFERENCE_DATASETS.values())}"
+            f"--paper-dataset {paper_dataset!r}: the other benchmark publishes "
+            f"{', '.join(MARIODOEBLER_DATASETS.values())}"
         )
     rows, _ = split_rows(load_dirs(dirs, sweep))
     panels = sweep_panels(rows)
     if not panels:
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with published figures)")
-    ref = load_reference_table()
+    ref = load_mariodoebler_table()
     rows, skipped = [], []
     for panel in panels:
         if "protocol" in panel.rows.columns:  # the TTA protocol of a run (unitta.cell.realtime): theirs is online
@@ -210,7 +211,8 @@ def compare_reference(dirs: list[str | Path], paper_dataset: str | None = None,
                 continue
             panel = Panel(panel.name, panel.caption, online)
         dataset = panel.rows["dataset"][0]
-        target = paper_dataset or (dataset if dataset in REFERENCE_DATASETS.values() else _PROXY_DATASET.get(dataset))
+        published = dataset in MARIODOEBLER_DATASETS.values()
+        target = paper_dataset or (dataset if published else _PROXY_DATASET.get(dataset))
         if target is None:
             skipped.append(
                 f"{panel.name}: the other benchmark publishes no {dataset} figures; "
@@ -237,14 +239,14 @@ def compare_reference(dirs: list[str | Path], paper_dataset: str | None = None,
         per_protocol[protocol] = (_rho(sub["ours"].to_list(), sub["reference"].to_list()), sub.height)
     rho = _rho(both["ours"].to_list(), both["reference"].to_list())
     p_value, p_kind = spearman_p(both["ours"].to_list(), both["reference"].to_list())
-    return ReferenceComparison(cells, rho, both.height, per_protocol, skipped, p_value, p_kind)
+    return MariodoeblerComparison(cells, rho, both.height, per_protocol, skipped, p_value, p_kind)
 
 
 def _fmt(v, digits: int = 1) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
-def to_markdown(c: ReferenceComparison) -> str:
+def to_markdown(c: MariodoeblerComparison) -> str:
     """The side-by-side table with a summary above it naming every proxy."""
     proxies = sorted({p for p in c.cells["proxy"].to_list() if p})
     lines = [
@@ -287,9 +289,9 @@ def to_markdown(c: ReferenceComparison) -> str:
 
 
 def run(dirs: list[str | Path], out: Path, paper_dataset: str | None = None, log=print,
-        sweep: str | None = None) -> ReferenceComparison:
+        sweep: str | None = None) -> MariodoeblerComparison:
     """Compare, write ``reference_mariodoebler.md`` / ``.csv`` into ``out``, print the table and the rho lines."""
-    c = compare_reference(dirs, paper_dataset, sweep)
+    c = compare_mariodoebler(dirs, paper_dataset, sweep)
     out.mkdir(parents=True, exist_ok=True)
     md = to_markdown(c)
     (out / f"reference_{REFERENCE_NAME}.md").write_text(md)

@@ -1,4 +1,4 @@
-"""RMT, AdaContrast and GTTA on a model without BatchNorm (GroupNorm + LayerNorm), as the reference TTA benchmark
+"""RMT, AdaContrast and GTTA on a model without BatchNorm (GroupNorm + LayerNorm), as the mariodoebler TTA benchmark
 runs them: every weight and bias adapts, whatever the normalisation kind."""
 
 from __future__ import annotations

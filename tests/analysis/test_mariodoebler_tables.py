@@ -12,9 +12,9 @@ from scipy import stats
 
 from analysis.common import AnalysisError
 from analysis.compare_paper import main
-from analysis.reference_tables import compare_reference
-from unitta.paper import load_reference_table
-from unitta.paper.reference import REFERENCE_METHODS, protocol_of
+from analysis.mariodoebler_tables import compare_mariodoebler
+from unitta.paper import load_mariodoebler_table
+from unitta.paper.mariodoebler import MARIODOEBLER_METHODS, protocol_of
 from unitta.results import load_results
 from unitta.sweep import run_sweep
 from unitta.sweep.config import parse_config
@@ -55,8 +55,8 @@ def compared(protocols_dir: Path, tmp_path_factory) -> tuple[Path, str]:
 
 
 def test_loader_maps_every_printed_name() -> None:
-    ref = load_reference_table()
-    assert ref.height == 338 and set(ref["method"].to_list()) == set(REFERENCE_METHODS)
+    ref = load_mariodoebler_table()
+    assert ref.height == 338 and set(ref["method"].to_list()) == set(MARIODOEBLER_METHODS)
     assert ref["method_name"].null_count() == 0 and ref["setting"].null_count() == 0
     tent = ref.filter(
         (pl.col("protocol") == "Continual") & (pl.col("dataset") == "CIFAR10-C") & (pl.col("method") == "TENT")
@@ -72,14 +72,14 @@ def test_cells_are_matched_by_protocol_dataset_architecture_and_method(protocols
     cells = pl.read_csv(out / "reference_mariodoebler.csv")
     assert cells.height == len(METHODS) * 4  # every cell of ours is in one of the four protocols
     rows = load_results(protocols_dir)
-    ref = load_reference_table().filter(pl.col("dataset") == "CIFAR10-C")
+    ref = load_mariodoebler_table().filter(pl.col("dataset") == "CIFAR10-C")
     for protocol, sampler, setting in (("Continual", "official", "i111"), ("Mixed domains", "official", "i1i1")):
         for m in METHODS:
             r = cells.filter((pl.col("protocol") == protocol) & (pl.col("method") == m)).row(0, named=True)
             ours = rows.filter(
                 (pl.col("method") == m) & (pl.col("setting") == setting) & (pl.col("sampler") == sampler)
             )["error"][0]
-            printed = {v: k for k, v in REFERENCE_METHODS.items()}[m]
+            printed = {v: k for k, v in MARIODOEBLER_METHODS.items()}[m]
             theirs = ref.filter(
                 (pl.col("protocol") == protocol) & (pl.col("architecture") == "WRN-28") & (pl.col("method") == printed)
             )["error"][0]
@@ -118,11 +118,11 @@ def test_proxies_are_said_in_the_table(compared) -> None:
 
 
 def test_settings_outside_the_protocols_are_counted_and_bad_input_refused(seeded_dir: Path, tmp_path: Path) -> None:
-    c = compare_reference([seeded_dir])  # settings i111, n111, nu11: only i111 is a protocol of the other benchmark
+    c = compare_mariodoebler([seeded_dir])  # settings i111, n111, nu11: only i111 is a protocol of the other benchmark
     assert set(c.cells["protocol"].to_list()) == {"Continual"}
     assert any("6 cell(s) in settings that are none of" in s for s in c.skipped)
     with pytest.raises(AnalysisError, match="publishes cifar10-c, cifar100-c, imagenet-c"):
-        compare_reference([seeded_dir], paper_dataset="fmnist-c")
+        compare_mariodoebler([seeded_dir], paper_dataset="fmnist-c")
     assert main([str(tmp_path / "absent"), "--reference", "mariodoebler"]) == 2
 
 

@@ -1,4 +1,4 @@
-"""One Fashion-MNIST-C cell per method of the reference TTA benchmark (bn_alpha, eta, eata, rdumb, sar), through
+"""One Fashion-MNIST-C cell per method of the mariodoebler TTA benchmark (bn_alpha, eta, eata, rdumb, sar), through
 ``run_cell`` on the embedded ResNet-20: the row is ok and the error is that of a working classifier.
 
 300 images (20 per corruption, continual i111). The source model's error on them is about 43 %; a method that
