@@ -10,8 +10,6 @@ import torch
 from torch.utils.data import TensorDataset
 
 from tests.methods.fmnist_cnn import grey_shift, run_stream, source_set
-from unitta.cell import Cell
-from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.parts.source_batches import SourceBatches
 
@@ -75,7 +73,5 @@ def test_two_steps_per_batch_and_the_output_comes_between_them(fmnist_cnn, strea
     assert not torch.equal(out, after)  # the target step came after the returned prediction
 
 
-def test_fmnist_c_cell():
-    row = run_cell(Cell(method="gtta", setting="i111", n_per_domain=10, S=2, num_threads=1))
-    assert row["status"] == "ok", row["error_text"]
-    assert 0.0 <= row["error"] <= 100.0 and row["n_samples"] > 0
+def test_fmnist_c_cell(fmnist_cell):
+    fmnist_cell("gtta", S=2)

@@ -11,8 +11,6 @@ import torch.nn.functional as F
 from PIL import Image, ImageOps
 
 from tests.methods.fmnist_cnn import grey_shift
-from unitta.cell import Cell
-from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
 from unitta.methods.parts.augmix import AugMix, _affine_pixels, _autocontrast, _equalize, _posterize, _solarize
@@ -139,15 +137,5 @@ def test_presets(fmnist_cnn):
     assert isinstance(memo.optimizer, torch.optim.SGD) and memo.optimizer.defaults["nesterov"]
 
 
-def test_fmnist_cell():
-    cell = Cell(
-        dataset="fmnist-c",
-        method="memo",
-        setting="i111",
-        n_per_domain=10,
-        num_threads=1,
-        method_kwargs={"n_augmentations": 4},
-    )
-    row = run_cell(cell)
-    assert row["status"] == "ok", row["error_text"]
-    assert math.isfinite(row["error"]) and 0.0 <= row["error"] <= 100.0  # percent
+def test_fmnist_cell(fmnist_cell):
+    fmnist_cell("memo", n_augmentations=4)

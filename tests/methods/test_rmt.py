@@ -10,8 +10,6 @@ import torch
 from torch.utils.data import TensorDataset
 
 from tests.methods.fmnist_cnn import grey_shift, run_stream, source_set
-from unitta.cell import Cell
-from unitta.evaluate import run_cell
 from unitta.methods import get_method
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.nn.batchnorm import replace_batchnorms
@@ -123,19 +121,8 @@ def test_presets_and_bad_hyper_parameters(fmnist_cnn, source):
         get_method("rmt", model, info)
 
 
-def test_fmnist_c_cell():
-    row = run_cell(
-        Cell(
-            method="rmt",
-            setting="i111",
-            n_per_domain=10,
-            S=2,
-            num_threads=1,
-            method_kwargs={"warmup_samples": 64, "prototype_samples": 256},
-        )
-    )
-    assert row["status"] == "ok", row["error_text"]
-    assert 0.0 <= row["error"] <= 100.0 and row["n_samples"] > 0
+def test_fmnist_c_cell(fmnist_cell):
+    fmnist_cell("rmt", S=2, warmup_samples=64, prototype_samples=256)
 
 
 def _batch_stats_model(model):
