@@ -1,4 +1,4 @@
-"""``profile: reference`` (``unitta/methods/parts/profiles.py``; docs/methods.md, "Profiles").
+"""``profile: reference`` (``TTAMethod.profiles``, ``unitta/methods/parts/profiles.py``; docs/methods.md, "Profiles").
 
 The table names only registered methods and existing Config fields with valid values for every dataset
 family, changes the resolved config exactly by its values, yields to user overrides, reaches cells through
@@ -17,13 +17,15 @@ import yaml
 from unitta.cell import Cell
 from unitta.methods import build_config, get_method, list_methods, method_class, resolved_config
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
-from unitta.methods.parts.profiles import REFERENCE, profile_values
+from unitta.methods.parts.profiles import profile_values
 from unitta.profile_names import PROFILES
 from unitta.schema import ConfigError
 from unitta.sweep.config import load_config, parse_config
 from unitta.tune.config import parse_tune_config, trial_cells
 
 FAMILIES = {"cifar10": "cifar10-c", "cifar100": "cifar100-c", "imagenet": "imagenet-c"}
+# method -> its reference profile's entry (``TTAMethod.profiles``, in each method's own class)
+REFERENCE = {n: e["reference"] for n in list_methods() if "reference" in (e := vars(method_class(n)).get("profiles", {}))}
 
 
 def _family_values(name: str) -> dict[str, dict]:

@@ -48,6 +48,7 @@ from unitta.methods.parts.augment import cotta_augment, device_generator
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.losses import symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.profiles import UT_AUG_SIZE
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
@@ -96,6 +97,16 @@ class CoTTA(TTAMethod):
             "anchor_threshold": 0.1,
             "loss": "symmetric",
         },
+    }
+    # UT configs/adapter/<dataset>/cotta.yaml + core/adapter/cotta.py: 32-pixel augmentation everywhere;
+    # on ImageNet no OPTIM.METHOD/LR override, so Adam at configs/dataset/imagenet's LR 5e-4, and the
+    # plain teacher->student CE (the official CoTTA ImageNet code, our preset, uses SGD 0.01 + symmetric).
+    profiles = {
+        "reference": {
+            "cifar10": {"aug_size": UT_AUG_SIZE},
+            "cifar100": {"aug_size": UT_AUG_SIZE},
+            "imagenet": {"optimizer": "adam", "lr": 5e-4, "loss": "ce", "aug_size": UT_AUG_SIZE},
+        }
     }
 
     def setup(self) -> None:

@@ -70,6 +70,9 @@ class NOTE(TTAMethod):
             check_at_least("skip_threshold", self.skip_threshold, 0)
 
     presets: dict = {}  # the same values on every dataset (UT and original)
+    # UT configs/adapter/<dataset>/note.yaml: SGD lr 1e-4 (momentum 0.9, Nesterov); core/adapter/note.py
+    # updates on the memory once per incoming batch (NOTE's Adam, every 64 samples, is the default).
+    profiles = {"reference": {"optimizer": "sgd", "update_every": 0}}
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

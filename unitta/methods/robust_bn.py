@@ -51,6 +51,9 @@ class RobustBNMethod(TTAMethod):
         "cifar100": {"eta": 0.05},  # UT configs/adapter/cifar100/rotta_rbn.yaml (reference variant)
         "imagenet": {"eta": 0.5},  # UT configs/adapter/imagenet/rotta_rbn.yaml (reference variant)
     }
+    # UT configs/adapter/<dataset>/rotta_rbn.yaml: NAME tribe_bbn, GAMMA 1.0, ETA 0.01/0.05/0.5 (the
+    # presets above), i.e. TRIBE's Balanced BN with gamma 1, not RoTTA's Robust BN.
+    profiles = {"reference": {"variant": "reference"}}
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

@@ -87,6 +87,13 @@ class ROID(TTAMethod):
         # UT configs/adapter/imagenet/roid.yaml: SGD 1e-3 (md: SGD 2.5e-4), momentum 0.9, Nesterov
         "imagenet": {"optimizer": "sgd", "lr": 1e-3},
     }
+    # UT core/adapter/roid.py: the prior correction scales the logits (outputs * smoothed_prior); the same for
+    # roid_unmixtns (UT configs/adapter/<dataset>/roid_unmixtns.yaml: the same roid.py with USE_UNMIXTNS).
+    # Not here, because it changes no prediction: UT's ROID divides its loss by the configured TEST.BATCH_SIZE
+    # and UT's UnMix-TNS fixes its momentum from it. Both differ from the actual batch size only on a stream's
+    # last, short batch, whose step (or component update) comes after its own prediction, and nothing is
+    # predicted after it. A fixed 64 (``loss_batch_size``) would be wrong for cells run at another batch size.
+    profiles = {"reference": {"prior_on": "logits"}}
 
     # ------------------------------------------------------------------ set-up
     def configure(self) -> list[nn.Parameter]:
@@ -227,6 +234,7 @@ class ROIDUnMixTNS(ROID):
             check_at_least("max_batch_size", self.max_batch_size, 1)
 
     presets = ROID.presets  # UT: ROID's learning rates on every dataset
+    profiles = ROID.profiles  # UT: the same core/adapter/roid.py
     norm_kinds = ("batch",)  # UnMix-TNS replaces BatchNorm statistics
 
     def configure(self) -> list[nn.Parameter]:

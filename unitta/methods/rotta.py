@@ -39,6 +39,7 @@ from unitta.methods.parts.augment import device_generator, rotta_strong_augment
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.memory import CSTUMemory, split_at_updates
 from unitta.methods.parts.optim import optimizer_from_config
+from unitta.methods.parts.profiles import UT_AUG_SIZE
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
@@ -77,6 +78,8 @@ class RoTTA(TTAMethod):
             check_optional_size("aug_size", self.aug_size)
 
     presets: dict = {}  # RoTTA uses the same values on CIFAR-10, CIFAR-100 and ImageNet
+    # UT configs/adapter/<dataset>/rotta.yaml INPUT.SIZE (32, 32): 32x32 strong views, also on ImageNet.
+    profiles = {"reference": {"aug_size": UT_AUG_SIZE}}
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

@@ -70,6 +70,11 @@ class TTAMethod:
         pass
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    # profile name -> the values that profile sets, for every dataset family ({"reference": {"lr": 1e-4}}) or per
+    # family like ``presets``; applied after the preset, before the user's overrides (``parts/profiles.py``).
+    # With the Config defaults and ``presets``, every value a method can run with is in its own class. Unlike
+    # ``presets``, a subclass does not inherit it: a method derived from another states its own.
+    profiles: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, model: nn.Module, cfg: Any, info: ModelInfo, seed: int = 0, source: Any = None):
         if self.needs_source and source is None:
