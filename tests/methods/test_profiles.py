@@ -29,7 +29,7 @@ REFERENCE = {n: e["reference"] for n in list_methods() if "reference" in (e := v
 
 
 def _family_values(name: str) -> dict[str, dict]:
-    return {family: profile_values(name, family, "reference") for family in FAMILIES}
+    return {family: profile_values(method_class(name), family, "reference") for family in FAMILIES}
 
 
 # ---------------------------------------------------------------------- the table itself
@@ -52,7 +52,7 @@ def test_reference_changes_the_resolved_config_exactly_by_the_table(name, family
     dataset = FAMILIES[family]
     default = resolved_config(name, dataset)
     reference = resolved_config(name, dataset, profile="reference")
-    values = profile_values(name, family, "reference")
+    values = profile_values(method_class(name), family, "reference")
     assert reference == {**default, **values}
     changed = {key for key in default if default[key] != reference[key]}
     assert changed == set(values), f"{name}/{family}: reference values equal to the default are dead entries"
@@ -75,9 +75,9 @@ def test_the_table_holds_the_reference_values():
 
 def test_default_profile_sets_nothing_and_an_unknown_profile_is_refused():
     assert PROFILES == ("default", "reference")
-    assert all(profile_values(name, "cifar10", "default") == {} for name in list_methods())
+    assert all(profile_values(method_class(name), "cifar10", "default") == {} for name in list_methods())
     with pytest.raises(ValueError, match="profile='paper': expected one of default, reference"):
-        profile_values("roid", "cifar10", "paper")
+        profile_values(method_class("roid"), "cifar10", "paper")
     with pytest.raises(ValueError, match="profile='paper'"):
         Cell(method="roid", profile="paper")
 
@@ -158,7 +158,7 @@ def _distinct_paths() -> list[tuple[str, str]]:
 def test_every_reference_path_runs_on_real_images(name, family, embedded_model, fmnist_c_images):
     model, info = embedded_model
     method = get_method(name, model, info, dataset=FAMILIES[family], seed=1, profile="reference", **FAST.get(name, {}))
-    for key, value in profile_values(name, family, "reference").items():
+    for key, value in profile_values(method_class(name), family, "reference").items():
         assert getattr(method.cfg, key) == value
     outputs = [method(batch) for batch in fmnist_c_images[:32].split(16)]
     assert all(o.shape == (16, info.num_classes) and torch.isfinite(o).all() for o in outputs)

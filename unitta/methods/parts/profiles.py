@@ -26,15 +26,13 @@ UT_AUG_SIZE = 32
 _FAMILIES = ("cifar10", "cifar100", "imagenet")
 
 
-def profile_values(method: str, family: str, profile: str) -> dict[str, Any]:
-    """The hyper-parameter values ``profile`` sets for the registered ``method`` on a dataset ``family``."""
+def profile_values(method: type, family: str, profile: str) -> dict[str, Any]:
+    """The hyper-parameter values ``profile`` sets for the method class ``method`` on a dataset ``family``."""
     if profile not in PROFILES:
         raise ValueError(f"profile={profile!r}: expected one of {', '.join(PROFILES)}")
     if profile == "default":
         return {}
-    from unitta.methods.parts.registry import method_class
-
-    entry = vars(method_class(method)).get("profiles", {}).get(profile, {})  # the class's own: never inherited
+    entry = vars(method).get("profiles", {}).get(profile, {})  # the class's own: never inherited
     if any(key in _FAMILIES for key in entry):
         return dict(entry.get(family, {}))
     return dict(entry)

@@ -223,7 +223,7 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str 
     fields = {f.name: f for f in dataclasses.fields(cls.Config)}
     values: dict[str, Any] = dict(cls.presets.get(preset_key(dataset), {}))
     hints = resolved_hints(cls.Config)
-    for key, value in profile_values(cls.name, preset_key(dataset), profile).items():
+    for key, value in profile_values(cls, preset_key(dataset), profile).items():
         values[key] = _check_type(cls.name, key, value, hints[key])  # the profile table is checked like overrides
     for key, value in overrides.items():
         if key not in fields:
