@@ -19,12 +19,12 @@ import warnings
 import numpy as np
 from scipy import stats
 
-__all__ = ["EXACT_MAX_N", "N_PERMUTATIONS", "N_BOOTSTRAP", "SEED", "spearman_p", "bootstrap_rho_interval"]
+__all__ = ["EXACT_MAX_N", "N_PERMUTATIONS", "N_BOOTSTRAP", "RESAMPLING_SEED", "spearman_p", "bootstrap_rho_interval"]
 
 EXACT_MAX_N = 8  # 8! = 40,320 permutations: enumerated in well under a second
 N_PERMUTATIONS = 9_999  # Monte Carlo permutations above EXACT_MAX_N
 N_BOOTSTRAP = 2_000
-SEED = 0  # the resampling's fixed seed: the same results give the same p-value and interval
+RESAMPLING_SEED = 0  # the resampling's fixed seed: the same results give the same p-value and interval
 
 
 def _rho_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -37,7 +37,7 @@ def _rho_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (rx * ry).sum(-1) / np.where(den > 0, den, 1.0), np.nan)
 
 
-def spearman_p(a: list[float], b: list[float], seed: int = SEED) -> tuple[float, str]:
+def spearman_p(a: list[float], b: list[float], seed: int = RESAMPLING_SEED) -> tuple[float, str]:
     """(two-sided p-value, 'exact' | 'permutation') of Spearman's rho of the pairs (a_i, b_i); nan for n < 3.
 
     H0: every pairing of ``a`` with ``b`` is equally likely. Exact enumeration of the n! pairings up to
@@ -63,7 +63,11 @@ def spearman_p(a: list[float], b: list[float], seed: int = SEED) -> tuple[float,
 
 
 def bootstrap_rho_interval(
-    ours: np.ndarray, reference: np.ndarray, n_boot: int = N_BOOTSTRAP, seed: int = SEED, confidence: float = 0.95
+    ours: np.ndarray,
+    reference: np.ndarray,
+    n_boot: int = N_BOOTSTRAP,
+    seed: int = RESAMPLING_SEED,
+    confidence: float = 0.95,
 ) -> tuple[float, float, int]:
     """(low, high, replicates used) of the percentile interval of rho between the methods' mean errors.
 

@@ -216,3 +216,16 @@ def test_no_private_name_is_used_by_another_module() -> None:
             and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != importer
         ]
     assert not found, "\n".join(sorted(found))
+
+
+def test_no_public_name_is_defined_twice() -> None:
+    """One name per thing: a public top-level name of unitta/ is defined in one module (``main``, each command's
+    entry, excepted; command-line modules are not a library)."""
+    homes: dict[str, list[str]] = {}
+    for name, path in _modules().items():
+        if name.startswith("unitta") and not _entry_point(name):
+            for defined in _defined(path):
+                if not defined.startswith("_") and defined != "main":
+                    homes.setdefault(defined, []).append(name)
+    twice = {name: where for name, where in homes.items() if len(where) > 1}
+    assert not twice, "\n".join(f"{name}: {', '.join(sorted(where))}" for name, where in sorted(twice.items()))

@@ -25,7 +25,7 @@ from unitta.data.cifar_c import IMAGE_SHAPE, ROWS_PER_SEVERITY, SOURCES
 from unitta.data.download import file_digest
 from unitta.data.records import CORRUPTIONS
 
-SEVERITIES = 5
+NUM_SEVERITIES = 5
 IMAGENET_CLASSES = 1000
 IMAGENET_PER_CLASS = 50  # ImageNet's validation set: 50 images per class (50,000 per severity)
 
@@ -111,8 +111,8 @@ def check_cifar_c(
     fix = f"run `python -m unitta.data fetch {dataset} --dir {data_dir}` (after deleting {folder})"
     if not folder.is_dir():
         return [f"{folder}: missing; run `python -m unitta.data fetch {dataset} --dir {data_dir}`"]
-    rows = ROWS_PER_SEVERITY * SEVERITIES
-    problems = _check_labels(folder / "labels.npy", ROWS_PER_SEVERITY, num_classes, SEVERITIES, fix)
+    rows = ROWS_PER_SEVERITY * NUM_SEVERITIES
+    problems = _check_labels(folder / "labels.npy", ROWS_PER_SEVERITY, num_classes, NUM_SEVERITIES, fix)
     for corruption in corruptions:
         problem = _check_npy(folder / f"{corruption}.npy", np.dtype(np.uint8), (rows, *IMAGE_SHAPE), fix)
         if problem:
@@ -124,7 +124,7 @@ def check_cifar_c(
 
 def check_fmnist_c(data_dir: Path, md5: bool = False, n_per_domain: int | None = None) -> list[str]:
     """The Fashion-MNIST-C cache: meta.json, labels, every file it lists and its recorded sha256."""
-    from unitta.data.fmnist_c import FORMAT, cache_folder
+    from unitta.data.fmnist_c import CACHE_FORMAT, cache_folder
 
     folder = cache_folder(data_dir, n_per_domain)
     subset = f" --n-per-domain {n_per_domain}" if n_per_domain else ""
@@ -137,8 +137,8 @@ def check_fmnist_c(data_dir: Path, md5: bool = False, n_per_domain: int | None =
         return [f"{meta_path}: missing (no cache here); run {prepare}"]
     except (OSError, json.JSONDecodeError) as err:
         return [f"{meta_path}: unreadable ({err}); {fix}"]
-    if meta.get("format") != FORMAT:
-        return [f"{meta_path}: cache format {meta.get('format')}, this unitta writes {FORMAT}; {fix}"]
+    if meta.get("format") != CACHE_FORMAT:
+        return [f"{meta_path}: cache format {meta.get('format')}, this unitta writes {CACHE_FORMAT}; {fix}"]
     n = int(meta["n"])
     problems = _check_labels(folder / "labels.npy", n, 10, 1, fix)
     missing = [c for c in CORRUPTIONS if c not in meta["severities"]]

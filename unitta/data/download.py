@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TIMEOUT_S = 30.0  # per connect and per read: an unreachable host fails within a minute
-CHUNK = 1 << 20
+READ_CHUNK = 1 << 20
 USER_AGENT = "unitta-fetch (python urllib)"
 
 
@@ -50,7 +50,7 @@ def file_digest(path: Path, algorithm: str) -> str:
     """Hex digest of a file, read in 1 MiB chunks."""
     digest = hashlib.new(algorithm)
     with open(path, "rb") as handle:
-        while chunk := handle.read(CHUNK):
+        while chunk := handle.read(READ_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -108,7 +108,7 @@ def _transfer(url: str, part: Path, size: int | None, timeout: float, bar) -> in
         elif bar.total is None:
             bar.total = size
         with open(part, mode) as handle:
-            while chunk := response.read(CHUNK):
+            while chunk := response.read(READ_CHUNK):
                 handle.write(chunk)
                 bar.update(len(chunk))
     return size

@@ -41,9 +41,9 @@ from unitta.data.records import CORRUPTIONS
 
 FOLDER = "FashionMNIST-C"
 NUM_CLASSES = 10
-FORMAT = 2  # bump when the corruption code changes the pixels: old caches are then rebuilt
-SEED = 0
-CHUNK = 1000  # images per corrupt() call (progress granularity; results do not depend on it)
+CACHE_FORMAT = 2  # bump when the corruption code changes the pixels: old caches are then rebuilt
+CORRUPTION_SEED = 0
+CORRUPT_CHUNK = 1000  # images per corrupt() call (progress granularity; results do not depend on it)
 
 
 class CacheError(ValueError):
@@ -191,7 +191,10 @@ def _record_missing_sums(folder: Path, n: int, names: Sequence[str]) -> None:
 
 def _read_meta(folder: Path, n: int) -> dict:
     """The cache's meta.json, or an empty one when absent or from another format / size / seed."""
-    fresh = {"format": FORMAT, "seed": SEED, "n": n, "parameters": "CIFAR-10-C (make_cifar_c.py)", "severities": {}}
+    fresh = {
+        "format": CACHE_FORMAT, "seed": CORRUPTION_SEED, "n": n, "parameters": "CIFAR-10-C (make_cifar_c.py)",
+        "severities": {},
+    }
     try:
         meta = json.loads((folder / "meta.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
@@ -256,9 +259,11 @@ def prepare_fmnist_c(
                 if bar is not None:
                     bar.set_postfix_str(f"{corruption} {severity}")
                 block = np.empty_like(images)
-                for start in range(0, len(ids), CHUNK):
-                    stop = min(start + CHUNK, len(ids))
-                    block[start:stop] = corrupt(images[start:stop], corruption, severity, SEED, ids[start:stop])
+                for start in range(0, len(ids), CORRUPT_CHUNK):
+                    stop = min(start + CORRUPT_CHUNK, len(ids))
+                    block[start:stop] = corrupt(
+                        images[start:stop], corruption, severity, CORRUPTION_SEED, ids[start:stop]
+                    )
                     if bar is not None:
                         bar.update(stop - start)
                 blocks[severity] = block

@@ -35,7 +35,7 @@ from unitta.data.imagenet_files import IMAGE_SIZE, SOURCE, decode_image, list_do
 from unitta.files import write_atomically
 
 PREPARED_DIR = "ImageNet-C-prepared"
-FORMAT = 1  # bump when the layout or the decoding changes: older caches are then refused
+PREPARED_FORMAT = 1  # bump when the layout or the decoding changes: older caches are then refused
 CHUNK_ROWS = 256  # rows per worker task and per checksum (about 38 MB of pixels)
 _TO_UNIT = np.arange(256, dtype=np.float32) / np.float32(255.0)  # uint8 value -> float32 in [0, 1]
 _PREPARE_HINT = "rebuild it with `python -m unitta.data prepare imagenet-c --dir DATA_DIR --force`"
@@ -63,7 +63,7 @@ class Manifest:
     npy_bytes: int
     chunk_rows: int
     chunk_sha256: list[str]
-    format: int = FORMAT
+    format: int = PREPARED_FORMAT
 
     @property
     def labels(self) -> np.ndarray:
@@ -92,9 +92,9 @@ def read_manifest(data_dir: str | Path, corruption: str, severity: int) -> Manif
         raise ValueError(f"{manifest_path}: unreadable cache manifest ({err}); {_PREPARE_HINT}") from None
     if stated != _manifest_hash(body):
         raise ValueError(f"{manifest_path}: the manifest's hash does not match its content; {_PREPARE_HINT}")
-    if manifest.format != FORMAT:
+    if manifest.format != PREPARED_FORMAT:
         raise ValueError(
-            f"{manifest_path}: cache format {manifest.format}, this unitta reads {FORMAT}; {_PREPARE_HINT}"
+            f"{manifest_path}: cache format {manifest.format}, this unitta reads {PREPARED_FORMAT}; {_PREPARE_HINT}"
         )
     size = npy.stat().st_size if npy.is_file() else None
     if size != manifest.npy_bytes:

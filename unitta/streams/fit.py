@@ -32,7 +32,7 @@ __all__ = ["FIT_ALPHA", "FitCheck", "drift", "transition_fit"]
 
 FIT_ALPHA = 0.01  # a check below this p-value is a warning: 1 false warning in 100 streams that fit
 N_SIMULATIONS = 999
-SEED = 0  # the Monte Carlo's fixed seed: the same stream gets the same p-value
+MONTE_CARLO_SEED = 0  # the Monte Carlo's fixed seed: the same stream gets the same p-value
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def _g1(observed: np.ndarray, expected: np.ndarray) -> np.ndarray:
 
 
 def transition_fit(
-    seq: Any, f: AttributeFactors, *, label_error: float = 0.0, seed: int = SEED, n_sim: int = N_SIMULATIONS
+    seq: Any, f: AttributeFactors, *, label_error: float = 0.0, seed: int = MONTE_CARLO_SEED, n_sim: int = N_SIMULATIONS
 ) -> FitCheck:
     """Observed vs implied transition counts of ``seq`` under the fitted ``f`` (Monte Carlo p-values).
 
