@@ -151,3 +151,14 @@ def test_imagenet_c_reads_the_extra_folders_and_names_extra_tar_when_missing(tmp
     assert len(problems) == 1 and "spatter/5: missing" in problems[0] and "extra.tar" in problems[0]
     problem = RECORDS["imagenet-c"].data_problem(tmp_path, 5, tmp_path, corruptions=HELD_OUT_CORRUPTIONS)
     assert "extra.tar" in problem
+
+
+def test_cli_prepares_and_checks_the_held_out_corruptions(tmp_path, capsys):
+    common = ["--n-per-domain", "10", "--data-dir", str(tmp_path)]
+    assert data_main(["prepare", "fmnist-c", *common, "--corruptions", "held_out"]) == 0
+    assert data_main(["check", "fmnist-c", *common, "--corruptions", "held_out"]) == 0
+    assert data_main(["check", "fmnist-c", *common, "--corruptions", "spatter,saturate"]) == 0
+    assert data_main(["check", "fmnist-c", *common]) == 1  # the 15 are not prepared in this cache
+    assert "no motion_blur" in capsys.readouterr().err
+    assert data_main(["prepare", "fmnist-c", *common, "--corruptions", "speckle"]) == 2
+    assert "unknown speckle" in capsys.readouterr().err
