@@ -8,12 +8,14 @@ Examples::
     python -m unitta.methods check tent --model vit_tiny          # on the embedded LayerNorm ViT
     python -m unitta.methods check my_tta.py:my_tta --set steps=1 --set lr=1e-4
     python -m unitta.methods list
+    python -m unitta.methods space tent                           # the method's search space (unitta select)
 
 ``check`` runs the contract of ``unitta/contract/__init__.py`` on the embedded ResNet-20 (``--model vit_tiny``:
 the LayerNorm ViT; a method whose ``norm_kinds`` exclude the model's kind is a usage error) and Fashion-MNIST-C
 images (no downloads) and prints one line per item, PASS or FAIL with the reason: finite (B, K) scores at
 B = 64 and B = 1, ``reset()`` restores the source exactly, the same seed gives the same outputs, the Config
-refuses unknown names and wrong types, every dataset preset is a valid Config, forward/backward passes
+refuses unknown names and wrong types, every dataset preset is a valid Config, the declared search space (if any)
+lies within the Config's checks, forward/backward passes
 are counted, the source model passed in is never modified; WARN lines for a method whose outputs equal the
 source model's ("never adapts") and for host synchronisations in ``forward``. Every check runs on its own copy
 of the model. What an author runs before a sweep (docs/adding_a_method.md). Exit code 0 when every item
@@ -115,6 +117,25 @@ def _check_presets(name: str):
     return CheckResult("presets", name, True, "ok")
 
 
+def _check_space(name: str):
+    """The method's declared search space: dimensions over Config fields, every point within the Config's checks."""
+    from unitta.contract import CheckResult
+    from unitta.methods.parts.space import DIM_TYPES, check_space, method_space
+
+    space = method_space(name)
+    if not space:
+        return CheckResult("space", name, True, "ok")
+    wrong = [key for key, dim in space.items() if not isinstance(dim, DIM_TYPES)]
+    if wrong:
+        return CheckResult("space", name, False, f"space[{wrong[0]!r}] is not a LogUniform, Uniform, IntUniform or "
+                                                 "Choice (unitta.methods.parts.space)")
+    try:
+        check_space(name, space)
+    except ValueError as exc:
+        return CheckResult("space", name, False, f"the declared space is refused: {exc}")
+    return CheckResult("space", name, True, "ok")
+
+
 def check(name: str, model, info, images, **overrides: Any) -> list:
     """The contract items for method ``name`` (``contract.run_checks``, each guarded) plus the presets."""
     from unitta import contract
@@ -124,7 +145,8 @@ def check(name: str, model, info, images, **overrides: Any) -> list:
     results = contract.run_checks(name, model, info, images, guard=_guarded, **overrides)
     results = [r if r.method else dataclasses.replace(r, method=name) for r in results]
     at = [r.check for r in results].index("config_validation") + 1
-    return [*results[:at], _guarded("presets", lambda: _check_presets(name)), *results[at:]]
+    extra = [_guarded("presets", lambda: _check_presets(name)), _guarded("space", lambda: _check_space(name))]
+    return [*results[:at], *extra, *results[at:]]
 
 
 _WHAT = {
@@ -133,6 +155,7 @@ _WHAT = {
     "deterministic": "same seed -> same outputs",
     "config_validation": "Config refuses unknown names and wrong types",
     "presets": "every dataset preset is a valid Config",
+    "space": "its search space (if any) lies within the Config's checks",
     "cost": "forward/backward passes counted",
     "bf16": "finite scores under bf16 autocast (precision: bf16)",
     "source_unchanged": "the source model passed in is never modified",
@@ -202,12 +225,35 @@ def _list_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _space_command(args: argparse.Namespace) -> int:
+    from unitta import plugins
+    from unitta.methods.parts.space import space_rows
+    from unitta.schema import ConfigError
+
+    try:
+        plugins.load(args.plugins, source=None)
+        rows = space_rows(args.name)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not rows:
+        print(f"{args.name}: no hyper-parameters to search (an empty space)")
+        return EXIT_OK
+    header = ("hyper-parameter", "kind", "range", "default")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m unitta.methods",
-        description="List the registered TTA methods, or check one against the method contract.",
+        description="List the registered TTA methods, check one against the method contract, or print its "
+        "search space.",
         epilog="examples:\n  python -m unitta.methods check examples/my_method/my_method.py:pseudo_label\n"
         "  python -m unitta.methods check tent\n  python -m unitta.methods list\n"
+        "  python -m unitta.methods space tent\n"
         "exit codes: 0 all checks pass, 1 a check failed, 2 usage error or plugin that cannot be loaded\n"
         "docs: docs/adding_a_method.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -225,6 +271,11 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE_OR_FILE",
                     help="load this plugin first (repeatable)")
     ls.set_defaults(run=_list_command)
+    sp = sub.add_parser("space", help="a method's search space: hyper-parameter, kind, range, default")
+    sp.add_argument("name", help="a registered method name")
+    sp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE_OR_FILE",
+                    help="load this plugin first (repeatable)")
+    sp.set_defaults(run=_space_command)
     return p
 
 

@@ -19,15 +19,23 @@ from unitta.methods.parts.registry import (
     register_method,
     resolved_config,
 )
+from unitta.methods.parts.space import Choice, Dim, IntUniform, LogUniform, Uniform, check_space, method_space
 from unitta.methods.parts.tta_method import MethodCost, TTAMethod, norm_kind_problem
 
 __all__ = [
+    "Choice",
+    "Dim",
+    "IntUniform",
+    "LogUniform",
     "MethodCost",
     "TTAMethod",
+    "Uniform",
     "build_config",
+    "check_space",
     "get_method",
     "list_methods",
     "method_class",
+    "method_space",
     "norm_kind_problem",
     "preset_key",
     "register_method",

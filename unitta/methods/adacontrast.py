@@ -53,6 +53,7 @@ from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.heads import SplitModel
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import IntUniform, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 
@@ -97,6 +98,13 @@ class AdaContrast(TTAMethod):
             check_at_least("knn_after", self.knn_after, 0)
 
     presets: dict = {}  # md cfgs/{cifar100_c,imagenet_c}/adacontrast.yaml = the CIFAR-10 values
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": LogUniform(2e-5, 2e-3),  # published 2e-4 (SGD, md cfgs/*/adacontrast.yaml): a decade either side
+        "momentum": Uniform(0.99, 0.9999),  # published 0.999 (md M_TEACHER.MOMENTUM, the key encoder)
+        "temperature": LogUniform(0.03, 0.3),  # published 0.07 (md CONTRAST.TEMPERATURE)
+        "num_neighbors": IntUniform(1, 20),  # published 10 (md ADACONTRAST.NUM_NEIGHBORS): up to twice that
+    }
 
     def setup(self) -> None:
         self.model = SplitModel(self.model, self.info.classifier)

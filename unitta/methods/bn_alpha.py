@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_probability
 from unitta.nn.batchnorm import set_submodule
@@ -45,6 +46,12 @@ class BNAlpha(TTAMethod):
 
         def __post_init__(self) -> None:
             check_probability("alpha", self.alpha)
+
+    space = {  # docs/methods.md "Search spaces"
+        # published 0.1 (BN.ALPHA): a decade below it (nearly the source statistics) up to 1, plain batch
+        # statistics (``bn``); log scale, as alpha = n / (N + n) for a prior strength N (Schneider et al. NeurIPS'20)
+        "alpha": LogUniform(0.01, 1.0),
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

@@ -51,6 +51,7 @@ from unitta.methods.parts.augment import TTAugment, device_generator
 from unitta.methods.parts.ema import ema_tensors_
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.methods.roid import ROID
 
@@ -95,6 +96,14 @@ class CMF(ROID):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 2.5e-4},  # md cfgs/imagenet_c/cmf.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 2.5e-4 (ImageNet, SGD): md cfgs/*/cmf.yaml
+        "alpha": Uniform(0.9, 0.999),  # published 0.99 (md CMF.ALPHA)
+        "gamma": Uniform(0.9, 0.999),  # published 0.99 (md CMF.GAMMA)
+        "q": LogUniform(5e-4, 5e-2),  # published 0.005 (md CMF.Q): a decade either side
+        "momentum_probs": Uniform(0.5, 0.99),  # published 0.9 (md ROID.MOMENTUM_PROBS)
     }
 
     def setup(self) -> None:

@@ -50,6 +50,7 @@ from unitta.methods.parts.losses import symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.profiles import UT_AUG_SIZE
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
@@ -107,6 +108,13 @@ class CoTTA(TTAMethod):
             "cifar100": {"aug_size": UT_AUG_SIZE},
             "imagenet": {"optimizer": "adam", "lr": 5e-4, "loss": "ce", "aug_size": UT_AUG_SIZE},
         }
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 0.01 (ImageNet, SGD): cotta.yaml
+        "teacher_momentum": Uniform(0.99, 0.9999),  # published 0.999 (COTTA.MT, every dataset)
+        "restore_prob": LogUniform(1e-3, 0.1),  # published 0.01 (CIFAR), 0.001 (ImageNet) (COTTA.RST)
+        "anchor_threshold": Uniform(0.1, 0.95),  # published 0.92 / 0.72 / 0.1 (COTTA.AP): their span
     }
 
     def setup(self) -> None:

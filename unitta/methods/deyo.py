@@ -46,6 +46,7 @@ from unitta.methods.parts.augment import patch_shuffle
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import ADAM_LR, CONFIDENCE_MARGIN, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_positive
 
@@ -94,6 +95,13 @@ class DeYO(TTAMethod):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 2.5e-4},  # md cfgs/imagenet_c/deyo.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 2.5e-4 (ImageNet, SGD): md cfgs/*/deyo.yaml
+        "margin": Uniform(0.3, 0.7),  # published 0.5 (md DEYO.MARGIN, x ln K)
+        "margin_e0": CONFIDENCE_MARGIN,  # published 0.4 (md EATA.MARGIN_E0, x ln K)
+        "plpd_threshold": Uniform(0.0, 0.5),  # published 0.2 (md DEYO.PLPD)
     }
 
     def setup(self) -> None:

@@ -35,6 +35,7 @@ from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.entropy_filter import SampleFilter, entropy_margin, weighted_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import ADAM_LR, CONFIDENCE_MARGIN, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_interval, check_positive, check_probability
 from unitta.nn.norms import NORM_KINDS
@@ -68,6 +69,12 @@ class ETA(TTAMethod):
             check_probability("d_margin", self.d_margin)
 
     presets = ETA_PRESETS
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 2.5e-4 (ImageNet, SGD): cfgs/*/eta.yaml
+        "e_factor": CONFIDENCE_MARGIN,  # published 0.4 (EATA paper sec. 5)
+        "d_margin": Uniform(0.05, 0.5),  # published 0.4 / 0.1 / 0.05 (cfgs/*/eta.yaml EATA.D_MARGIN; paper 0.05)
+    }
 
     def setup(self) -> None:
         self.params = adapt_norm_affine(self.model)

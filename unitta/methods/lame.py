@@ -30,6 +30,7 @@ from torch import Tensor
 
 from unitta.methods.parts.heads import FeatureModel
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import Choice, IntUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least
 
@@ -56,6 +57,11 @@ class LAME(TTAMethod):
             check_at_least("max_steps", self.max_steps, 1)
 
     presets = {}  # UT uses the same values on every dataset
+
+    space = {  # docs/methods.md "Search spaces"
+        "affinity": Choice(("knn", "rbf", "linear")),  # LAME's three affinities (UT uses knn, md rbf)
+        "knn": IntUniform(1, 10),  # published 5 (UT and md): from 1 to twice that
+    }
 
     scores = "probabilities"
 

@@ -49,6 +49,7 @@ from unitta.methods.parts.augmix import AugMix
 from unitta.methods.parts.losses import marginal_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 
@@ -80,6 +81,11 @@ class MEMO(TTAMethod):
     presets = {
         # md cfgs/imagenet_c/memo.yaml: SGD 2.5e-4, 64 views; RandomResizedCrop for non-CIFAR images
         "imagenet": {"lr": 2.5e-4, "n_augmentations": 64, "preaugment": "resized_crop"},
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": LogUniform(1e-4, 5e-2),  # published 5e-3 (CIFAR), 2.5e-4 (ImageNet), SGD: md cfgs/*/memo.yaml
+        "bn_alpha": Uniform(0.0, 0.5),  # published 0.1 (md BN.ALPHA): from source statistics to half the batch's
     }
 
     def setup(self) -> None:

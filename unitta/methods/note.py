@@ -37,6 +37,7 @@ from unitta.methods.parts.losses import softmax_entropy
 from unitta.methods.parts.memory import PBRSMemory, split_at_updates
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import IntUniform, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
@@ -73,6 +74,13 @@ class NOTE(TTAMethod):
     # UT configs/adapter/<dataset>/note.yaml: SGD lr 1e-4 (momentum 0.9, Nesterov); core/adapter/note.py
     # updates on the memory once per incoming batch (NOTE's Adam, every 64 samples, is the default).
     profiles = {"reference": {"optimizer": "sgd", "update_every": 0}}
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": LogUniform(1e-5, 1e-3),  # published 1e-4 (original, UT note.yaml): a decade either side
+        "memory_size": IntUniform(16, 128),  # published 64 (original): a factor 4 below, 2 above
+        "iabn_k": Uniform(1.0, 8.0),  # published k = 4 (original and UT iabn.py)
+        "bn_momentum": LogUniform(1e-3, 0.1),  # published 0.01 (original and UT): a decade either side
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

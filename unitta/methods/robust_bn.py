@@ -26,6 +26,7 @@ from unitta.methods.balanced_bn import BalancedBN
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.robust_bn import RobustBN
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
@@ -54,6 +55,11 @@ class RobustBNMethod(TTAMethod):
     # UT configs/adapter/<dataset>/rotta_rbn.yaml: NAME tribe_bbn, GAMMA 1.0, ETA 0.01/0.05/0.5 (the
     # presets above), i.e. TRIBE's Balanced BN with gamma 1, not RoTTA's Robust BN.
     profiles = {"reference": {"variant": "reference"}}
+
+    space = {  # docs/methods.md "Search spaces"
+        # published 0.05 (ADAPTER.RoTTA.ALPHA, every dataset): a decade either side, log scale (an EMA rate)
+        "alpha": LogUniform(5e-3, 0.5),
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

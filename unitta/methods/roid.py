@@ -48,6 +48,7 @@ from unitta.methods.parts.augment import cotta_augment, device_generator
 from unitta.methods.parts.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import ADAM_LR, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import train_affine
@@ -94,6 +95,12 @@ class ROID(TTAMethod):
     # last, short batch, whose step (or component update) comes after its own prediction, and nothing is
     # predicted after it. A fixed 64 (``loss_batch_size``) would be wrong for cells run at another batch size.
     profiles = {"reference": {"prior_on": "logits"}}
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (UT/md roid.yaml, CIFAR Adam, ImageNet SGD; md ImageNet 2.5e-4)
+        "momentum_src": Uniform(0.9, 0.999),  # published 0.99 (ROID.MOMENTUM_SRC)
+        "momentum_probs": Uniform(0.5, 0.99),  # published 0.9 (ROID.MOMENTUM_PROBS)
+    }
 
     # ------------------------------------------------------------------ set-up
     def configure(self) -> list[nn.Parameter]:

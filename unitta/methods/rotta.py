@@ -41,6 +41,7 @@ from unitta.methods.parts.memory import CSTUMemory, split_at_updates
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.profiles import UT_AUG_SIZE
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.space import ADAM_LR, IntUniform, LogUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
@@ -80,6 +81,13 @@ class RoTTA(TTAMethod):
     presets: dict = {}  # RoTTA uses the same values on CIFAR-10, CIFAR-100 and ImageNet
     # UT configs/adapter/<dataset>/rotta.yaml INPUT.SIZE (32, 32): 32x32 strong views, also on ImageNet.
     profiles = {"reference": {"aug_size": UT_AUG_SIZE}}
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (UT configs/adapter/*/rotta.yaml, every dataset)
+        "memory_size": IntUniform(16, 128),  # published 64 (ADAPTER.RoTTA.MEMORY_SIZE): a factor 4 below, 2 above
+        "nu": LogUniform(1e-4, 1e-2),  # published 0.001 (ADAPTER.RoTTA.NU): a decade either side
+        "alpha": LogUniform(5e-3, 0.5),  # published 0.05 (ADAPTER.RoTTA.ALPHA): a decade either side
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

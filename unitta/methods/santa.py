@@ -53,6 +53,7 @@ from unitta.methods.parts.losses import aug_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.source_batches import SourceBatches
+from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive
 
@@ -91,6 +92,12 @@ class SANTA(TTAMethod):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 0.01, "source_batch_size": 64},  # md cfgs/imagenet_c/santa.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 0.01 (ImageNet, SGD): md cfgs/*/santa.yaml
+        "temperature": LogUniform(0.03, 0.3),  # published 0.1 (md CONTRAST.TEMPERATURE)
+        "lambda_cont": Uniform(0.0, 2.0),  # published 1 (md SANTA.LAMBDA_CONT); 0 drops the contrastive term
     }
 
     # ------------------------------------------------------------------ set-up
