@@ -33,6 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.schema",
         "unitta.cell_spec",
         "unitta.results",
+        "unitta.result_files",
+        "unitta.compaction",
         "unitta.membership",
         "unitta.plugins",
     ),

@@ -32,7 +32,10 @@ from unitta.streams import SAMPLERS
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS
 
-__all__ = ["Cell", "share_resolution", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS", "check_device"]
+__all__ = [
+    "Cell", "share_resolution", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PROFILES", "PLACEMENT_FIELDS",
+    "check_device",
+]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from unitta.cell import Cell
+from unitta.compaction import COMPACT_AT
 from unitta.config import SweepConfig, load_config
 from unitta.evaluate import STATUS_FAILED
 from unitta.results import load_results
@@ -56,15 +57,17 @@ def run_sweep(
     argv: list[str] | None = None,
     log: Callable[[str], None] | None = None,
     cells: list[Cell] | None = None,
+    compact_at: int = COMPACT_AT,
 ) -> RunOutcome:
     """Run every cell of ``cfg`` that has no 'ok' result in ``out_dir`` yet; see the module docstring.
 
     The flags are ``unitta.run.RunOptions``'; the grid goes through the one executor (``unitta.run``).
     cells: ``cfg.cells()`` when the caller planned them already (planning a large grid is done once).
+    compact_at: compact the cell files once there are this many (``unitta.compaction``; docs/results.md).
     """
     out = Path(out_dir) if out_dir is not None else cfg.output_dir()
     opts = RunOptions(local=local, fresh=fresh, address=address, num_cpus=num_cpus,
-                      wait_for_resources=wait_for_resources, progress=progress, argv=argv)
+                      wait_for_resources=wait_for_resources, progress=progress, argv=argv, compact_at=compact_at)
     cells = cfg.cells() if cells is None else cells
     return execute_plan(cfg, out, lambda finished: GridPlanner(cells, finished), opts, say=log)
 

@@ -20,7 +20,7 @@ from tests.sweep.conftest import SMALL, small_config
 from unitta.cell import Cell
 from unitta.config import ConfigError, load_config, parse_config
 from unitta.methods import method_class
-from unitta.results import CORRUPT_DIR, cells_dir, consolidate, load_results, write_cell_result
+from unitta.results import QUARANTINE_DIR, cells_dir, consolidate, load_results, write_cell_result
 from unitta.sweep import main, run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_a_corrupt_cell_file_is_moved_aside_and_the_cell_rerun(tmp_path, capsys)
     err = capsys.readouterr().err
     assert (outcome.n_ok, outcome.n_skipped) == (1, 1)
     assert "moved to" in err and len([ln for ln in err.splitlines() if "unreadable" in ln]) == 2
-    assert (cells_dir(out) / CORRUPT_DIR / victim.name).exists() and victim.exists()
+    assert (out / QUARANTINE_DIR / victim.name).exists() and victim.exists()
     assert load_results(out).height == 2
 
 
