@@ -277,7 +277,7 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sw
     those it reused from earlier sweeps, whatever their ``sweep_name`` column says (the sweep that
     computed the row). An unknown name is a ValueError naming the sweeps recorded there.
 
-    Columns follow SCHEMA (docs/results.md); extra columns written by a tool (e.g. Tune's trial_id)
+    Rows are sorted by ``cell_id``. Columns follow SCHEMA (docs/results.md); extra columns written by a tool (e.g. Tune's trial_id)
     are kept, null where absent. Unreadable files are skipped with a warning (moved aside to
     ``<out>/quarantine/`` with ``quarantine=True``, which only a writer of the directory passes).
     """
@@ -286,6 +286,8 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sw
     members = sweep_cell_ids(out_dir, sweep) if sweep is not None else None
     table = read_layers(out_dir, move_aside=quarantine, warn=warn).table
     df = pl.from_arrow(table if table.num_columns else SCHEMA.empty_table())
+    if "cell_id" in df.columns:  # the same order however the rows are laid out (cell files are read by name)
+        df = df.sort("cell_id", nulls_last=True, maintain_order=True)
     return df if members is None else df.filter(pl.col("cell_id").is_in(members))
 
 
