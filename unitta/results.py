@@ -277,8 +277,8 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sw
     those it reused from earlier sweeps, whatever their ``sweep_name`` column says (the sweep that
     computed the row). An unknown name is a ValueError naming the sweeps recorded there.
 
-    Rows are sorted by ``cell_id``. Columns follow SCHEMA (docs/results.md); extra columns written by a tool (e.g. Tune's trial_id)
-    are kept, null where absent. Unreadable files are skipped with a warning (moved aside to
+    Rows are sorted by ``cell_id``. Columns follow SCHEMA (docs/results.md); extra columns written by a tool
+    (e.g. Tune's trial_id) are kept, null where absent. Unreadable files are skipped with a warning (moved aside to
     ``<out>/quarantine/`` with ``quarantine=True``, which only a writer of the directory passes).
     """
     import polars as pl
