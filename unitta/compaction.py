@@ -4,8 +4,9 @@
 Only the directory's writer compacts, holding its lock (``unitta.run.outdir.OutputLock``), between two cell
 writes. Each step leaves the folder readable with every row exactly once (``unitta.result_files``): the
 rows are copied into a new part (written atomically, its directory synced) before their cell files are
-deleted; ``unitta.results.consolidate`` writes every row into ``results.parquet`` before it deletes the parts,
-oldest first, so the parts left after a crash are always newer than what ``results.parquet`` holds of them.
+deleted; at the end of a run ``unitta.results.consolidate`` writes every row into ``results.parquet`` before it
+deletes the parts, oldest first, and then (in a folder of ``COMPACT_AT`` rows or more) the cell files, so the
+copies left after a crash are never older than what ``results.parquet`` holds of them.
 """
 
 from __future__ import annotations
@@ -52,11 +53,15 @@ def compact(out_dir: str | Path, at_least: int = COMPACT_AT, warn=print) -> int:
     return table.num_rows
 
 
-def remove_parts(parts: list[Path], base: Path) -> None:
-    """Delete ``parts`` (their rows are in ``base`` now), oldest first, after syncing ``base``'s directory."""
+def remove_parts(parts: list[Path], base: Path, then: list[Path] = ()) -> None:
+    """Delete ``parts`` (their rows are in ``base`` now) oldest first, then the cell files ``then``, after syncing
+    ``base``'s directory. In that order what is left at any moment holds no row older than ``base``'s copy:
+    a part is only ever shadowed by a newer part or a cell file, and those go after it."""
     sync_dir(base.parent)
     for part in sorted(parts):
         part.unlink(missing_ok=True)
+    for path in then:
+        path.unlink(missing_ok=True)
 
 
 class Compactor:

@@ -154,6 +154,7 @@ class Layers:
     unreadable: set[str] = field(default_factory=set)
     n_cell_files: int = 0
     parts: list[Path] = field(default_factory=list)  # the compacted parts read (oldest first)
+    cells: list[Path] = field(default_factory=list)  # the cell files read
 
 
 def _generation(out: Path) -> tuple:
@@ -194,6 +195,7 @@ def _read_once(out: Path, columns: list[str] | None, move_aside: bool, warn, set
     files = cell_files(out)
     found = Layers(table=pa.table({}), n_cell_files=len(files), parts=parts)
     read = read_cell_files(out, files, columns, move_aside, warn, found.unreadable, settle)
+    found.cells = [path for path, _ in read]
     tables = [table for _, table in read]
     for path in [*reversed(parts), out / BASE_FILE]:
         if not path.is_file():

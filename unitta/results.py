@@ -291,13 +291,14 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sw
     return df if members is None else df.filter(pl.col("cell_id").is_in(members))
 
 
-def consolidate(out_dir: str | Path) -> Path:
+def consolidate(out_dir: str | Path, compact_at: int | None = None) -> Path:
     """Write every row of ``out_dir`` into ``<out>/results.parquet`` (atomically); returns its path.
 
     The rows are ``load_results``': the cell files, the compacted parts and the rows already in
-    ``results.parquet``, so consolidating never loses a row. The parts are deleted once ``results.parquet``
-    holds their rows (``unitta.compaction.remove_parts``); the cell files stay. Only the directory's writer
-    calls it.
+    ``results.parquet``, so consolidating never loses a row. Then the parts are deleted (their rows are in
+    ``results.parquet`` now), and with ``compact_at`` also the cell files when the folder holds at least that
+    many rows (a large folder is then one file to read; a small one keeps a file per cell). Only the
+    directory's writer calls it (``unitta.compaction`` says why a crash at any point loses nothing).
     """
     import polars as pl
 
@@ -309,6 +310,7 @@ def consolidate(out_dir: str | Path) -> Path:
         df = df.sort(keys, nulls_last=True)
     path = Path(out_dir) / BASE_FILE
     write_atomically(path, lambda handle: df.write_parquet(handle), tmp_dir=temp_dir(out_dir))
-    if layers.parts:
-        remove_parts(layers.parts, path)
+    drop = layers.cells if compact_at is not None and df.height >= compact_at else []
+    if layers.parts or drop:
+        remove_parts(layers.parts, path, then=drop)
     return path

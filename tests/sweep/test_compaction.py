@@ -47,7 +47,7 @@ def compacted(tmp_path_factory):
 def test_a_compacting_sweep_has_the_rows_of_one_that_does_not(compacted, reference):
     out, seen = compacted
     assert seen == [(3, 3, 3, 1), (3, 6, 6, 2)]  # each compaction left every row readable, once
-    assert part_files(out) == [] and len(cell_files(out)) == 2  # at the end: all in results.parquet
+    assert part_files(out) == [] and cell_files(out) == []  # at the end: all in results.parquet
     assert pl.read_parquet(out / "results.parquet").height == 8
     assert metric_rows(load_results(out)) == metric_rows(reference)
 
@@ -67,12 +67,17 @@ def test_the_analysis_scripts_read_a_compacted_folder_as_the_plain_one(compacted
     import analysis.heatmaps as heatmaps
 
     plain, layered = tmp_path / "plain", tmp_path / "layered"
-    shutil.copytree(compacted[0], layered)
-    compact(layered, at_least=1)  # now results.parquet + a part + no cell files: the state in the middle of a run
-    assert part_files(layered) and not cell_files(layered)
+    shutil.copytree(compacted[0], layered)  # every row in results.parquet
+    rows = list(load_results(compacted[0]).iter_rows(named=True))
     plain.mkdir()
-    for row in load_results(compacted[0]).iter_rows(named=True):  # one file per cell, as before compaction
+    for row in rows:  # one file per cell, as before compaction
         write_cell_result(plain, row)
+    for row in rows[:4]:  # the state in the middle of a run: copies in a part and in cell files too
+        write_cell_result(layered, row)
+    compact(layered, at_least=1)
+    for row in rows[2:5]:
+        write_cell_result(layered, row)
+    assert part_files(layered) and cell_files(layered) and (layered / "results.parquet").is_file()
     for folder in (plain, layered):
         assert heatmaps.main([str(folder), "--out", str(folder / "analysis")]) == 0
     tables = sorted(p.name for p in (plain / "analysis").iterdir() if p.suffix in (".md", ".csv", ".tex"))

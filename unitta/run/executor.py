@@ -221,7 +221,7 @@ def execute_plan(
             _run(cfg, out, planner, opts, outcome)
         outcome.n_cells, outcome.n_skipped = planner.n_cells, planner.n_skipped
         compact(out, opts.compact_at, say)
-        outcome.results_path = consolidate(out)
+        outcome.results_path = consolidate(out, compact_at=opts.compact_at)  # a large folder: results.parquet only
     outcome.seconds = time.perf_counter() - start
     return outcome
 
