@@ -14,9 +14,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from unitta.files import sync_dir, write_atomically
 from unitta.result_files import cell_files, compacted_dir, part_files, read_cell_files, temp_dir
 
@@ -41,16 +38,15 @@ def compact(out_dir: str | Path, at_least: int = COMPACT_AT, warn=print) -> int:
     files = cell_files(out)
     if not files or len(files) < at_least:
         return 0
-    read = read_cell_files(out, files, move_aside=True, warn=warn)
-    if not read:
+    read, rows = read_cell_files(out, files, move_aside=True, warn=warn)
+    if rows is None:
         return 0
-    table = pa.concat_tables([t for _, t in read], promote_options="permissive")
     part = _next_part(out)
-    write_atomically(part, lambda handle: pq.write_table(table, handle), tmp_dir=temp_dir(out))
+    write_atomically(part, lambda handle: rows.write_parquet(handle), tmp_dir=temp_dir(out))
     sync_dir(part.parent)  # the part is on disk before any of its cell files goes
-    for path, _ in read:
+    for path in read:
         path.unlink(missing_ok=True)
-    return table.num_rows
+    return rows.height
 
 
 def remove_parts(parts: list[Path], base: Path, then: list[Path] = ()) -> None:

@@ -11,8 +11,8 @@ A cell's row is taken from the first layer that has it: a writer only ever copie
 before it deletes it from a higher one, and a cell written again (a failed cell retried) is written to the
 top layer, so the first copy found is the newest and a crash between two steps never shows a row twice or
 loses one. Unreadable files are skipped with a warning, or moved to ``<out>/quarantine/`` by a writer.
-Reading is multi-threaded (Arrow's reader for the big files, a thread pool for the cell files); a reader that
-races a compaction (a part appears or goes, a cell file vanishes) reads again.
+Reading is multi-threaded (Polars' reader: all cell files in one read, each big file on several threads); a
+reader that races a compaction (a part appears or goes, a cell file vanishes) reads again.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -53,6 +54,7 @@ BASE_FILE = "results.parquet"
 _OLD_QUARANTINE = ".corrupt"  # under cells/ before the quarantine moved out (older folders)
 _THREADS = min(32, 4 * (os.cpu_count() or 1))  # reading a small file is mostly waiting on the disk
 _RETRIES = 5
+_FILE = "__unitta_file__"  # the file-name column of a multi-file read
 
 
 def cells_dir(out_dir: str | Path) -> Path:
@@ -124,35 +126,81 @@ class _Vanished(Exception):
     """A file listed a moment ago is gone: a writer compacted or merged it (the reader reads again)."""
 
 
-def _read_cell(path: Path, columns: list[str] | None) -> pa.Table:
-    try:
-        table = pq.read_table(path, columns=columns, use_threads=False)
-    except FileNotFoundError:
-        raise _Vanished(str(path)) from None
-    if "cell_id" not in table.column_names or "status" not in table.column_names:
+def _check_cell(df: pl.DataFrame, path: Path) -> pl.DataFrame:
+    if "cell_id" not in df.columns or "status" not in df.columns:
         raise ValueError("no cell_id/status columns (not a unitta cell file)")
-    if table.num_rows != 1 or table.column("cell_id")[0].as_py() != path.stem:
+    if df.height != 1 or df["cell_id"][0] != path.stem:
         raise ValueError(f"expected one row for cell {path.stem}")
-    return table
+    return df
 
 
-def _read_many(path: Path, columns: list[str] | None) -> pa.Table:
+def _read_cell(path: Path, columns: list[str] | None) -> pl.DataFrame:
+    if not path.exists():
+        raise _Vanished(str(path))
+    return _check_cell(pl.read_parquet(path, columns=columns, glob=False, hive_partitioning=False), path)
+
+
+def _read_many(path: Path, columns: list[str] | None) -> pl.DataFrame:
+    if not path.exists():
+        raise _Vanished(str(path))
+    if columns is not None:  # a base file copied from elsewhere may lack some of them
+        names = set(pq.read_schema(path).names)
+        columns = [c for c in columns if c in names]
+    return pl.read_parquet(path, columns=columns, glob=False, hive_partitioning=False)  # on several threads
+
+
+def _read_cells_at_once(files: list[Path], columns: list[str] | None) -> pl.DataFrame | None:
+    """Every file of ``files`` in one multi-threaded read (Polars'), checked to be one row each with the id of its
+    file name; None when that fails (a file unreadable, foreign, of another schema, gone): read them one by one."""
+    if not files:
+        return None
     try:
-        if columns is not None:  # a base file copied from elsewhere may lack some of them
-            names = set(pq.read_schema(path).names)
-            columns = [c for c in columns if c in names]
-        return pq.read_table(path, columns=columns)  # Arrow reads its column chunks on several threads
-    except FileNotFoundError:
-        raise _Vanished(str(path)) from None
+        df = pl.read_parquet([str(p) for p in files], columns=None if columns is None else [*columns, _FILE],
+                             glob=False, hive_partitioning=False, include_file_paths=_FILE)
+    except Exception:  # noqa: BLE001 - any failure: the careful path below finds which file and why
+        return None
+    if df.height != len(files) or "cell_id" not in df.columns or "status" not in df.columns:
+        return None
+    stems = df[_FILE].str.extract(r"([^/\\]+)\.parquet$")
+    if not (stems == df["cell_id"]).all() or stems.n_unique() != len(files):
+        return None
+    return df.drop(_FILE)
+
+
+def read_cell_files(
+    out: Path, files: list[Path], columns: list[str] | None = None, move_aside: bool = False, warn=print,
+    unreadable: set[str] | None = None, settle: bool = False,
+) -> tuple[list[Path], pl.DataFrame | None]:
+    """(the files read, their rows) of the cell files ``files``: at once when all are good, else one by one on
+    a thread pool. An unreadable file is skipped with a warning (quarantined if ``move_aside``) and its id added
+    to ``unreadable``; a file gone since it was listed raises ``_Vanished`` if ``settle`` (the caller reads
+    again), else is skipped."""
+    at_once = _read_cells_at_once(files, columns)
+    if at_once is not None:
+        return list(files), at_once
+    with ThreadPoolExecutor(_THREADS) as pool:
+        results = list(pool.map(lambda p: _try(_read_cell, p, columns), files))
+    read, frames = [], []
+    for path, result in zip(files, results):
+        if isinstance(result, _Vanished):
+            if settle:
+                raise result
+        elif isinstance(result, Exception):
+            if unreadable is not None:
+                unreadable.add(path.stem)
+            _unreadable(path, out, result, move_aside, warn)
+        else:
+            read.append(path)
+            frames.append(result)
+    return read, (pl.concat(frames, how="diagonal_relaxed") if frames else None)
 
 
 @dataclass
 class Layers:
-    """What ``read_layers`` found: every row once (``table``), and the ids of unreadable cell files."""
+    """What ``read_layers`` found: every row once (``rows``), the files read, the ids of unreadable cell files."""
 
-    table: pa.Table
+    rows: pl.DataFrame
     unreadable: set[str] = field(default_factory=set)
-    n_cell_files: int = 0
     parts: list[Path] = field(default_factory=list)  # the compacted parts read (oldest first)
     cells: list[Path] = field(default_factory=list)  # the cell files read
 
@@ -167,36 +215,11 @@ def _generation(out: Path) -> tuple:
     return stamp, tuple(p.name for p in part_files(out))
 
 
-def read_cell_files(
-    out: Path, files: list[Path], columns: list[str] | None = None, move_aside: bool = False, warn=print,
-    unreadable: set[str] | None = None, settle: bool = False,
-) -> list[tuple[Path, pa.Table]]:
-    """``(path, one-row table)`` of each readable cell file of ``files``, read on a thread pool. An unreadable
-    one is skipped with a warning (quarantined if ``move_aside``) and its id added to ``unreadable``; a file
-    gone since it was listed raises ``_Vanished`` if ``settle`` (the caller reads again), else is skipped."""
-    with ThreadPoolExecutor(_THREADS) as pool:
-        results = list(pool.map(lambda p: _try(_read_cell, p, columns), files))
-    read = []
-    for path, result in zip(files, results):
-        if isinstance(result, _Vanished):
-            if settle:
-                raise result
-        elif isinstance(result, Exception):
-            if unreadable is not None:
-                unreadable.add(path.stem)
-            _unreadable(path, out, result, move_aside, warn)
-        else:
-            read.append((path, result))
-    return read
-
-
 def _read_once(out: Path, columns: list[str] | None, move_aside: bool, warn, settle: bool = True) -> Layers:
     parts = part_files(out)  # parts before cells: a compaction writes the part before it deletes the files
-    files = cell_files(out)
-    found = Layers(table=pa.table({}), n_cell_files=len(files), parts=parts)
-    read = read_cell_files(out, files, columns, move_aside, warn, found.unreadable, settle)
-    found.cells = [path for path, _ in read]
-    tables = [table for _, table in read]
+    found = Layers(rows=pl.DataFrame(), parts=parts)
+    found.cells, cells = read_cell_files(out, cell_files(out), columns, move_aside, warn, found.unreadable, settle)
+    frames = [cells] if cells is not None else []
     for path in [*reversed(parts), out / BASE_FILE]:
         if not path.is_file():
             continue
@@ -207,8 +230,8 @@ def _read_once(out: Path, columns: list[str] | None, move_aside: bool, warn, set
         elif isinstance(result, Exception):
             _unreadable(path, out, result, move_aside, warn)
         else:
-            tables.append(result)
-    found.table = newest_first(tables)
+            frames.append(result)
+    found.rows = newest_first(frames)
     return found
 
 
@@ -217,7 +240,9 @@ def _try(read, path: Path, columns):
         return read(path, columns)
     except _Vanished as exc:
         return exc
-    except (OSError, ValueError, pa.ArrowException) as exc:
+    except FileNotFoundError:
+        return _Vanished(str(path))
+    except (OSError, ValueError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
         return exc
 
 
@@ -229,22 +254,16 @@ def _unreadable(path: Path, out: Path, exc: BaseException, move_aside: bool, war
         warn(f"warning: skipping unreadable {what} {path} ({_reason(exc)})")
 
 
-def newest_first(tables: list[pa.Table]) -> pa.Table:
-    """One table of ``tables`` (in order of precedence) with each ``cell_id`` once: its first row. Rows
+def newest_first(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """One frame of ``frames`` (in order of precedence) with each ``cell_id`` once: its first row. Rows
     without a ``cell_id`` column or value (written by another tool) are all kept."""
-    tables = [t for t in tables if t.num_rows or t.num_columns]
-    if not tables:
-        return pa.table({})
-    table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
-    if "cell_id" not in table.column_names:
-        return table
-    ids = table.column("cell_id").to_pylist()
-    seen: set[str] = set()
-    keep = []
-    for cid in ids:
-        keep.append(cid is None or cid not in seen)
-        seen.add(cid)
-    return table if all(keep) else table.filter(pa.array(keep))
+    frames = [f for f in frames if f.height or f.width]
+    if not frames:
+        return pl.DataFrame()
+    df = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
+    if "cell_id" not in df.columns or len(frames) == 1:
+        return df
+    return df.filter(pl.col("cell_id").is_null() | pl.col("cell_id").is_first_distinct())
 
 
 def read_layers(out_dir: str | Path, columns: list[str] | None = None, move_aside: bool = False, warn=print) -> Layers:

@@ -251,10 +251,10 @@ def cell_statuses(out_dir: str | Path, quarantine: bool = False, warn=_stderr) -
     A cell whose file is unreadable is left out (it runs again), even if an older layer still has its row.
     """
     layers = read_layers(out_dir, ["cell_id", "status"], move_aside=quarantine, warn=warn)
-    table = layers.table
-    if not {"cell_id", "status"} <= set(table.column_names):
+    rows = layers.rows
+    if not {"cell_id", "status"} <= set(rows.columns):
         return {}
-    statuses = zip(table.column("cell_id").to_pylist(), table.column("status").to_pylist())
+    statuses = zip(rows["cell_id"].to_list(), rows["status"].to_list())
     return {cid: status for cid, status in statuses if cid is not None and cid not in layers.unreadable}
 
 
@@ -284,8 +284,9 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sw
     import polars as pl
 
     members = sweep_cell_ids(out_dir, sweep) if sweep is not None else None
-    table = read_layers(out_dir, move_aside=quarantine, warn=warn).table
-    df = pl.from_arrow(table if table.num_columns else SCHEMA.empty_table())
+    df = read_layers(out_dir, move_aside=quarantine, warn=warn).rows
+    if not df.width:
+        df = pl.from_arrow(SCHEMA.empty_table())
     if "cell_id" in df.columns:  # the same order however the rows are laid out (cell files are read by name)
         df = df.sort("cell_id", nulls_last=True, maintain_order=True)
     return df if members is None else df.filter(pl.col("cell_id").is_in(members))
@@ -303,7 +304,7 @@ def consolidate(out_dir: str | Path, compact_at: int | None = None) -> Path:
     import polars as pl
 
     layers = read_layers(out_dir, warn=_stderr)
-    df = pl.from_arrow(layers.table if layers.table.num_columns else SCHEMA.empty_table())
+    df = layers.rows if layers.rows.width else pl.from_arrow(SCHEMA.empty_table())
     keys = [c for c in ("dataset", "model", "method", "method_kwargs", "setting", "factor_overrides",
                         "seed", "batch_size", "cell_id") if c in df.columns]
     if df.height:
