@@ -14,7 +14,7 @@ the real compaction into a part, the other parts copies of it with other ids, th
   mid-run   every 1,000 rows in a part, plus 999 cell files not compacted yet (the most a running sweep leaves);
   finished  after ``consolidate``: results.parquet alone.
 Each load runs in a fresh child process (wall and CPU of the load itself, imports excluded; peak memory
-``ru_maxrss`` of the child, imports included), against ``polars.read_parquet`` of the same rows in one file.
+``VmHWM`` of the child, imports included: about 140 MB), against ``polars.read_parquet`` of the same rows in one file.
 Targets: ``load_results`` of 10,000 cells costs at most 3x the one-file read; 100,000 cells load in under 30 s
 wall; loading 100,000 rows stays under 2 GB.
 """
@@ -118,14 +118,22 @@ def build(rows: list[dict], n: int, folder: Path) -> tuple[Path, Path]:
 
 
 # ---------------------------------------------------------------------- loading
+# Peak memory: the kernel's high-water mark of this process (VmHWM; ru_maxrss would carry the parent's over exec).
 _LOAD = """
 import json, resource, sys, time
+def peak_mb():
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 import polars as pl
 from unitta.results import load_results
+before = peak_mb()
 wall, cpu = time.perf_counter(), time.process_time()
 df = load_results(sys.argv[2]) if sys.argv[1] == "load_results" else pl.read_parquet(sys.argv[2])
 print(json.dumps({"rows": df.height, "wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
-                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "maxrss_mb": peak_mb(), "imports_mb": before}))
 """
 
 
