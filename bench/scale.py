@@ -144,7 +144,8 @@ def measure(how: str, path: Path) -> dict:
 
 
 def load(rows: list[dict], sizes: list[int], work: Path) -> dict:
-    print(f"\n{'loading: cells':>18} {'layout':>9} {'rows':>8} {'wall s':>8} {'CPU s':>8} {'us/cell':>8} {'peak MB':>8}")
+    print(f"\n{'loading: cells':>18} {'layout':>9} {'rows':>8} {'wall s':>8} {'CPU s':>8} {'us/cell':>8} "
+          f"{'peak MB':>8}")
     figures = {}
     for n in sizes:
         mid, finished = build(rows, n, work / f"load{n}")

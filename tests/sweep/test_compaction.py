@@ -179,3 +179,20 @@ def test_quarantine_and_temp_files_stay_out_of_cells(tmp_path, monkeypatch):
     move_old_quarantine(tmp_path)
     assert sorted(p.name for p in (tmp_path / QUARANTINE_DIR).iterdir()) == sorted([victim.name, "x.parquet"])
     assert pl.read_parquet(cells_dir(tmp_path)).height == 4  # polars reads the folder: good files only
+
+
+def test_a_crash_while_a_large_folder_drops_its_cell_files_keeps_every_row(tmp_path, monkeypatch):
+    victim = CELLS[0].cell_id()
+    for cell in CELLS:
+        write_cell_result(tmp_path, _row(cell, "failed" if cell.cell_id() == victim else "ok"))
+    compact(tmp_path, at_least=1)
+    for cell in CELLS[:2]:  # the victim retried (ok now), another cell written again
+        write_cell_result(tmp_path, _row(cell))
+    _crash_after(monkeypatch, 2)  # the part goes, one cell file goes, then the process dies
+    with pytest.raises(KeyboardInterrupt):
+        consolidate(tmp_path, compact_at=1)
+    monkeypatch.undo()
+    assert part_files(tmp_path) == [] and len(cell_files(tmp_path)) == 1
+    assert load_results(tmp_path).height == 4 and cell_statuses(tmp_path)[victim] == "ok"
+    consolidate(tmp_path, compact_at=1)
+    assert cell_files(tmp_path) == [] and set(cell_statuses(tmp_path).values()) == {"ok"}
