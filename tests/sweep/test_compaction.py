@@ -196,3 +196,13 @@ def test_a_crash_while_a_large_folder_drops_its_cell_files_keeps_every_row(tmp_p
     assert load_results(tmp_path).height == 4 and cell_statuses(tmp_path)[victim] == "ok"
     consolidate(tmp_path, compact_at=1)
     assert cell_files(tmp_path) == [] and set(cell_statuses(tmp_path).values()) == {"ok"}
+
+
+@pytest.mark.slow
+def test_a_sweep_on_ray_compacts_and_resumes(ray_cluster, tmp_path):
+    cfg = small_config(name="onray", methods=["test"], settings=["i111", "nui1"])
+    first = run_sweep(cfg, tmp_path, progress=False, compact_at=1)
+    assert first.n_ok == 2 and cell_files(tmp_path) == [] and part_files(tmp_path) == []
+    assert sorted(load_results(tmp_path, sweep="onray")["cell_id"]) == sorted(c.cell_id() for c in cfg.cells())
+    again = run_sweep(cfg, tmp_path, progress=False, compact_at=1)
+    assert (again.n_skipped, again.n_ok) == (2, 0)
