@@ -1,5 +1,5 @@
 """Compaction: a writer folds finished cell files into a few big Parquet files, so that reading a folder of
-100,000 cells reads a handful of files instead of 100,000 (docs/results.md, "Layout").
+100,000 cells reads a handful of files instead of 100,000 (docs/results.md, "Layout at scale").
 
 Only the directory's writer compacts, holding its lock (``unitta.run.outdir.OutputLock``), between two cell
 writes. Each step leaves the folder readable with every row exactly once (``unitta.result_files``): the

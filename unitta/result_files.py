@@ -1,6 +1,6 @@
 """Where a result directory keeps its rows, and how every row is read back fast and exactly once.
 
-Rows live in three layers (docs/results.md, "Layout"), read in this order of precedence:
+Rows live in three layers (docs/results.md, "Layout at scale"), read in this order of precedence:
 
 1. ``<out>/cells/<cell_id>.parquet``: one row per file, written atomically when a cell finishes;
 2. ``<out>/compacted/part-<N>.parquet``: many rows per file, the cell files a writer compacted
@@ -21,10 +21,13 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # Polars is imported where rows are read: a Ray worker imports this module and never reads
+    import polars as pl
 
 __all__ = [
     "CELLS_DIR",
@@ -135,12 +138,16 @@ def _check_cell(df: pl.DataFrame, path: Path) -> pl.DataFrame:
 
 
 def _read_cell(path: Path, columns: list[str] | None) -> pl.DataFrame:
+    import polars as pl
+
     if not path.exists():
         raise _Vanished(str(path))
     return _check_cell(pl.read_parquet(path, columns=columns, glob=False, hive_partitioning=False), path)
 
 
 def _read_many(path: Path, columns: list[str] | None) -> pl.DataFrame:
+    import polars as pl
+
     if not path.exists():
         raise _Vanished(str(path))
     if columns is not None:  # a base file copied from elsewhere may lack some of them
@@ -152,6 +159,8 @@ def _read_many(path: Path, columns: list[str] | None) -> pl.DataFrame:
 def _read_cells_at_once(files: list[Path], columns: list[str] | None) -> pl.DataFrame | None:
     """Every file of ``files`` in one multi-threaded read (Polars'), checked to be one row each with the id of its
     file name; None when that fails (a file unreadable, foreign, of another schema, gone): read them one by one."""
+    import polars as pl
+
     if not files:
         return None
     try:
@@ -175,6 +184,8 @@ def read_cell_files(
     a thread pool. An unreadable file is skipped with a warning (quarantined if ``move_aside``) and its id added
     to ``unreadable``; a file gone since it was listed raises ``_Vanished`` if ``settle`` (the caller reads
     again), else is skipped."""
+    import polars as pl
+
     at_once = _read_cells_at_once(files, columns)
     if at_once is not None:
         return list(files), at_once
@@ -216,6 +227,8 @@ def _generation(out: Path) -> tuple:
 
 
 def _read_once(out: Path, columns: list[str] | None, move_aside: bool, warn, settle: bool = True) -> Layers:
+    import polars as pl
+
     parts = part_files(out)  # parts before cells: a compaction writes the part before it deletes the files
     found = Layers(rows=pl.DataFrame(), parts=parts)
     found.cells, cells = read_cell_files(out, cell_files(out), columns, move_aside, warn, found.unreadable, settle)
@@ -236,6 +249,8 @@ def _read_once(out: Path, columns: list[str] | None, move_aside: bool, warn, set
 
 
 def _try(read, path: Path, columns):
+    import polars as pl
+
     try:
         return read(path, columns)
     except _Vanished as exc:
@@ -257,6 +272,8 @@ def _unreadable(path: Path, out: Path, exc: BaseException, move_aside: bool, war
 def newest_first(frames: list[pl.DataFrame]) -> pl.DataFrame:
     """One frame of ``frames`` (in order of precedence) with each ``cell_id`` once: its first row. Rows
     without a ``cell_id`` column or value (written by another tool) are all kept."""
+    import polars as pl
+
     frames = [f for f in frames if f.height or f.width]
     if not frames:
         return pl.DataFrame()
