@@ -40,7 +40,7 @@ class _Tee(io.TextIOBase):
 
 
 def _niceness() -> int | None:
-    """This process's niceness (a Ray worker's is ``resources.niceness``; docs/results.md, "Logs")."""
+    """This process's niceness (a Ray worker's is ``resources.niceness``; cluster/README.md, "Worker priority")."""
     return os.nice(0) if hasattr(os, "nice") else None
 
 
