@@ -10,7 +10,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomically"]
+__all__ = ["write_atomically", "sync_dir"]
 
 
 def _umask_mode() -> int:
@@ -19,10 +19,16 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomically(path: Path, write) -> None:
-    """``write(handle)`` into a temp file beside ``path``, fsync, give it the umask's mode, rename over ``path``."""
+def write_atomically(path: Path, write, tmp_dir: Path | None = None) -> None:
+    """``write(handle)`` into a temp file, fsync, give it the umask's mode, rename over ``path``.
+
+    tmp_dir: where the temp file lives (default: beside ``path``); on the same file system as ``path``. A
+    result folder keeps them out of ``cells/``, so that a reader of that folder never meets one.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    tmp_dir = path.parent if tmp_dir is None else tmp_dir
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=tmp_dir)
     try:
         with os.fdopen(fd, "wb") as handle:
             write(handle)
@@ -33,3 +39,12 @@ def write_atomically(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sync_dir(directory: Path) -> None:
+    """fsync a directory: the renames into it are on disk before what follows (e.g. deleting the files they replace)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

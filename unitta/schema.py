@@ -97,6 +97,16 @@ class Resources(Strict):
 
     num_cpus: float = 1.0
     num_gpus: float = 0.0
+    # the Ray workers' niceness (0-19: added to the raylet's, 0 = the same priority). Ray's own default is 15, which
+    # makes cells crawl on a node where anything else runs; unitta's is 0 (cluster/README.md, "Worker priority")
+    niceness: int = 0
+
+    @field_validator("niceness")
+    @classmethod
+    def _niceness(cls, value: int) -> int:
+        if not 0 <= value <= 19:
+            raise ValueError(f"must be 0 (full priority) to 19 (lowest), got {value}")
+        return value
 
     @field_validator("num_cpus")
     @classmethod

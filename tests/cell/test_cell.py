@@ -61,3 +61,20 @@ def test_an_unknown_device_is_refused_when_the_cell_is_made():
     with pytest.raises(ValueError, match="device='tpu': expected 'auto', 'cpu', 'cuda', 'cuda:N'"):
         Cell(device="tpu")
     assert Cell(device="cuda:1").device == "cuda:1"
+
+
+def test_a_plan_resolves_once_per_method_and_keeps_every_id():
+    """``share_resolution`` (what ``SweepConfig.cells`` does): the same ids as cells that resolve on their own."""
+    import dataclasses
+
+    from unitta.cell import share_resolution
+
+    cells = share_resolution([Cell(method=m, setting=s, seed=seed, method_kwargs=kw)
+                              for m, kw in (("test", {}), ("tent", {}), ("tent", {"lr": 1e-4}))
+                              for s in ("i111", "nui1") for seed in (1, 2)])
+    alone = [dataclasses.replace(c) for c in cells]  # a new instance resolves for itself
+    assert [c.cell_id() for c in cells] == [c.cell_id() for c in alone]
+    assert [c.identity() for c in cells] == [c.identity() for c in alone]
+    tent = [c for c in cells if c.method == "tent" and not c.method_kwargs]
+    assert all(c.method_config is tent[0].method_config for c in tent)  # resolved once for the four cells
+    assert cells[4].method_config != cells[8].method_config  # other overrides: resolved apart

@@ -19,7 +19,7 @@ import yaml
 from tests.sweep.conftest import SMALL, small_config
 from unitta.cell import Cell
 from unitta.methods import method_class
-from unitta.results import CORRUPT_DIR, cells_dir, consolidate, load_results, write_cell_result
+from unitta.results import QUARANTINE_DIR, cells_dir, consolidate, load_results, write_cell_result
 from unitta.schema import ConfigError
 from unitta.sweep import main, run_sweep
 from unitta.sweep.config import load_config, parse_config
@@ -93,7 +93,7 @@ def test_a_corrupt_cell_file_is_moved_aside_and_the_cell_rerun(tmp_path, capsys)
     err = capsys.readouterr().err
     assert (outcome.n_ok, outcome.n_skipped) == (1, 1)
     assert "moved to" in err and len([ln for ln in err.splitlines() if "unreadable" in ln]) == 2
-    assert (cells_dir(out) / CORRUPT_DIR / victim.name).exists() and victim.exists()
+    assert (out / QUARANTINE_DIR / victim.name).exists() and victim.exists()
     assert load_results(out).height == 2
 
 

@@ -37,7 +37,9 @@ from unitta.streams import SAMPLERS
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS
 
-__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PLACEMENT_FIELDS", "check_device"]
+__all__ = [
+    "Cell", "share_resolution", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PLACEMENT_FIELDS", "check_device",
+]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
@@ -175,22 +177,27 @@ class Cell:
         return weights_digest(self.dataset, self.model, self.checkpoint_dir)
 
     # ------------------------------------------------------------------ identity
-    def identity(self) -> dict[str, Any]:
-        """The fields that determine the result (placement fields excluded), JSON-ready."""
-        data = dataclasses.asdict(self)
-        for key in PLACEMENT_FIELDS:
-            data.pop(key)
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+    @cached_property
+    def _identity(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in _IDENTITY_FIELDS}
         for key in LATER_FIELDS:
-            if data[key] == defaults[key]:
+            if data[key] == _DEFAULTS[key]:
                 data.pop(key)
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version
-        if not self._reference_weights():
+        if not self._reference_weights:
             data["weights"] = self.weights
         return data
 
+    def identity(self) -> dict[str, Any]:
+        """The fields that determine the result (placement fields excluded), JSON-ready.
+
+        Computed once per cell (a cell is frozen): planning a 50,000-cell grid asks each id several times.
+        """
+        return dict(self._identity)
+
+    @cached_property
     def _reference_weights(self) -> bool:
         """The weights all rows had before the digest joined the identity (``zoo.REFERENCE_WEIGHTS``): their
         cells keep their ids, like a field of LATER_FIELDS at its default."""
@@ -198,13 +205,17 @@ class Cell:
 
         return self.dataset in DEFAULT_MODELS and is_reference_weights(self.dataset, self.model_name, self.weights)
 
+    @cached_property
+    def _config_hash(self) -> str:
+        return _hash(self._identity)
+
     def config_hash(self) -> str:
         """A stable 16-hex-digit hash of ``identity()``: equal cells give equal hashes."""
-        return _hash(self.identity())
+        return self._config_hash
 
     def cell_id(self) -> str:
         """A readable, file-name-safe id: dataset__method__setting__hash."""
-        return f"{self.dataset}__{self.method}__{self.setting}__{self.config_hash()}"
+        return f"{self.dataset}__{self.method}__{self.setting}__{self._config_hash}"
 
     def cell_id_before_weights(self) -> str:
         """The id this cell had when the weights were not yet part of its identity (docs/results.md, Resume):
@@ -244,6 +255,29 @@ class Cell:
             "forgetting": self.forgetting,
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
+_IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(Cell) if f.name not in PLACEMENT_FIELDS)
+
+
+def share_resolution(cells: list[Cell]) -> list[Cell]:
+    """``cells`` with what their identities resolve computed once per plan, not once per cell: the method's
+    config and version per (method, dataset, profile, overrides), the weights' digest per (dataset, model,
+    checkpoint_dir). Values set on a cell are those it would compute itself (cached properties), so ids are
+    unchanged; a later plan resolves afresh (a method or checkpoint changed in between is seen)."""
+    methods: dict[tuple, tuple] = {}
+    weights: dict[tuple, tuple] = {}
+    for cell in cells:
+        key = (cell.method, cell.dataset, cell.profile, json.dumps(cell.method_kwargs, sort_keys=True, default=repr))
+        if key not in methods:
+            methods[key] = (cell.method_config, cell.method_version)
+        cell.__dict__["method_config"], cell.__dict__["method_version"] = methods[key]
+        where = (cell.dataset, cell.model_name, cell.checkpoint_dir)
+        if where not in weights:
+            weights[where] = (cell.weights, cell._reference_weights)
+        cell.__dict__["weights"], cell.__dict__["_reference_weights"] = weights[where]
+    return cells
 
 
 def _hash(identity: dict[str, Any]) -> str:

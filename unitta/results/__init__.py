@@ -7,8 +7,10 @@ wrote into a shared output directory (``membership``).
 Layout of a sweep's output directory (docs/results.md)::
 
     <out>/cells/<cell_id>.parquet     one row per finished cell, written atomically (temp file + rename)
+    <out>/compacted/part-<N>.parquet  cell files compacted by the writer, 1,000 or more rows each
+    <out>/results.parquet             every row consolidated (written at the end of a run)
+    <out>/quarantine/                 unreadable result files moved aside by a writer
     <out>/logs/<cell_id>.log          what the cell printed, its timing, its traceback if it failed
-    <out>/results.parquet             every cell file consolidated (written at the end of a sweep)
     <out>/sweep.yaml, manifest.json   the validated config and the run's provenance
     <out>/sweeps/<name>.json          the cells of each sweep written here, computed or reused (membership)
 
@@ -20,7 +22,6 @@ timing, host, Ray node, CUDA_VISIBLE_DEVICES, git commit). ``per_domain`` / ``pe
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from unitta.results.compaction import remove_parts
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
 from unitta.files import write_atomically
 from unitta.results.membership import add_to_membership, sweep_cell_ids, sweep_names, write_membership
+from unitta.results.cell_files import BASE_FILE, QUARANTINE_DIR, cells_dir, read_layers, temp_dir
 
 __all__ = [
-    "CORRUPT_DIR",
+    "QUARANTINE_DIR",
     "SCHEMA",
     "EXTRA_TYPES",
     "BREAKDOWN_TYPE",
@@ -54,8 +57,6 @@ __all__ = [
     "sweep_names",
 ]
 
-
-CORRUPT_DIR = ".corrupt"  # under cells/: unreadable cell files moved aside, never read again
 
 # One entry of per_domain / per_class (evaluate._breakdown): error in percent over n images.
 BREAKDOWN_TYPE = pa.list_(
@@ -189,10 +190,6 @@ METRIC_COLUMNS = (
 )
 
 
-def cells_dir(out_dir: str | Path) -> Path:
-    return Path(out_dir) / "cells"
-
-
 def check_cell_id(cell_id: str) -> str:
     """``cell_id`` if it can name a file inside the output directory, else a ValueError."""
     if not cell_id or "/" in cell_id or "\\" in cell_id or cell_id.startswith("."):
@@ -239,36 +236,10 @@ def write_cell_result(out_dir: str | Path, row: dict[str, Any]) -> Path:
     """
     table = _to_table(row)
     path = cell_path(out_dir, row["cell_id"])
-    write_atomically(path, lambda handle: pq.write_table(table, handle))
+    write_atomically(path, lambda handle: pq.write_table(table, handle), tmp_dir=temp_dir(out_dir))
     return path
 
 
-def _cell_files(out_dir: str | Path) -> list[Path]:
-    directory = cells_dir(out_dir)
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.glob("*.parquet") if not p.name.startswith("."))
-
-
-def _read_valid(path: Path, columns: list[str] | None, quarantine: bool, warn) -> pa.Table | None:
-    """The table of a cell file, or None for an unreadable or foreign one (moved aside if ``quarantine``)."""
-    try:
-        table = pq.read_table(path, columns=columns)
-        if "cell_id" not in table.column_names or "status" not in table.column_names:
-            raise ValueError("no cell_id/status columns (not a unitta cell file)")
-        if table.num_rows != 1 or table.column("cell_id")[0].as_py() != path.stem:
-            raise ValueError(f"expected one row for cell {path.stem}")
-        return table
-    except (OSError, ValueError, pa.ArrowException) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if quarantine:
-            aside = cells_dir(path.parent.parent) / CORRUPT_DIR / path.name
-            aside.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, aside)
-            warn(f"warning: unreadable cell file {path} ({reason}) moved to {aside}; the cell will run again")
-        else:
-            warn(f"warning: skipping unreadable cell file {path} ({reason})")
-        return None
 
 
 def _stderr(text: str) -> None:
@@ -276,87 +247,72 @@ def _stderr(text: str) -> None:
 
 
 def cell_statuses(out_dir: str | Path, quarantine: bool = False, warn=_stderr) -> dict[str, str]:
-    """cell_id -> status of every readable cell file in ``out_dir`` (see ``load_results`` for ``quarantine``)."""
-    out: dict[str, str] = {}
-    unreadable: set[str] = set()  # their cells run again, even if results.parquet still has a row
-    for path in _cell_files(out_dir):
-        table = _read_valid(path, ["cell_id", "status"], quarantine, warn)
-        if table is not None:
-            out[table.column("cell_id")[0].as_py()] = table.column("status")[0].as_py()
-        else:
-            unreadable.add(path.stem)
-    consolidated = _consolidated_rows(out_dir, warn)  # rows kept only there count too
-    if consolidated is not None and {"cell_id", "status"} <= set(consolidated.column_names):
-        for cid, status in zip(consolidated.column("cell_id").to_pylist(), consolidated.column("status").to_pylist()):
-            if cid not in unreadable:
-                out.setdefault(cid, status)
-    return out
+    """cell_id -> status of every row in ``out_dir`` (see ``load_results`` for ``quarantine``).
+
+    A cell whose file is unreadable is left out (it runs again), even if an older layer still has its row.
+    """
+    layers = read_layers(out_dir, ["cell_id", "status"], move_aside=quarantine, warn=warn)
+    rows = layers.rows
+    if not {"cell_id", "status"} <= set(rows.columns):
+        return {}
+    statuses = zip(rows["cell_id"].to_list(), rows["status"].to_list())
+    return {cid: status for cid, status in statuses if cid is not None and cid not in layers.unreadable}
 
 
 def done_cells(out_dir: str | Path, include_failed: bool = False, quarantine: bool = False) -> set[str]:
-    """Ids of the cells that have a result file: status 'ok' only, or any status if ``include_failed``.
+    """Ids of the cells that have a result row: status 'ok' only, or any status if ``include_failed``.
 
     A sweep skips these on resume (with ``quarantine=True``: an unreadable file is moved aside to
-    ``cells/.corrupt/`` and its cell runs again); failed cells are run again unless ``include_failed``.
+    ``<out>/quarantine/`` and its cells run again); failed cells are run again unless ``include_failed``.
     """
     statuses = cell_statuses(out_dir, quarantine=quarantine)
     return {cid for cid, status in statuses.items() if include_failed or status == STATUS_OK}
 
 
-def _consolidated_rows(out_dir: str | Path, warn) -> pa.Table | None:
-    path = Path(out_dir) / "results.parquet"
-    if not path.is_file():
-        return None
-    try:
-        return pq.read_table(path)
-    except (OSError, pa.ArrowException) as exc:
-        warn(f"warning: skipping unreadable {path} ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})")
-        return None
-
-
 def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sweep: str | None = None):
-    """Every result row of a sweep directory as a ``polars.DataFrame``: the cell files, plus the rows of
-    ``results.parquet`` whose cell has no file (a directory may hold only a ``results.parquet``).
+    """Every result row of a sweep directory as a ``polars.DataFrame``, each cell once: its cell file, else
+    its row in the newest compacted part, else in ``results.parquet`` (a directory may hold only a
+    ``results.parquet``; ``unitta.results.cell_files`` says why this order never shows a stale row).
 
     sweep: only the rows of that sweep's grid (``<out>/sweeps/<name>.json``): the cells it computed and
     those it reused from earlier sweeps, whatever their ``sweep_name`` column says (the sweep that
     computed the row). An unknown name is a ValueError naming the sweeps recorded there.
 
-    Columns follow SCHEMA (docs/results.md); extra columns written by a tool (e.g. Tune's trial_id)
-    are kept, null where absent. Unreadable cell files are skipped with a warning (moved aside to
-    ``cells/.corrupt/`` with ``quarantine=True``, which only a writer of the directory passes).
+    Rows are sorted by ``cell_id``. Columns follow SCHEMA (docs/results.md); extra columns written by a tool
+    (e.g. Tune's trial_id) are kept, null where absent. Unreadable files are skipped with a warning (moved aside to
+    ``<out>/quarantine/`` with ``quarantine=True``, which only a writer of the directory passes).
     """
     import polars as pl
 
     members = sweep_cell_ids(out_dir, sweep) if sweep is not None else None
-    tables = [t for t in (_read_valid(p, None, quarantine, warn) for p in _cell_files(out_dir)) if t is not None]
-    have = {t.column("cell_id")[0].as_py() for t in tables}
-    consolidated = _consolidated_rows(out_dir, warn)
-    if consolidated is not None and consolidated.num_rows:
-        if "cell_id" not in consolidated.column_names:
-            tables.append(consolidated)  # rows without ids (written by another tool): nothing to match them to
-        else:
-            keep = [cid not in have for cid in consolidated.column("cell_id").to_pylist()]
-            if any(keep):
-                tables.append(consolidated.filter(pa.array(keep)))
-    if not tables:
+    df = read_layers(out_dir, move_aside=quarantine, warn=warn).rows
+    if not df.width:
         df = pl.from_arrow(SCHEMA.empty_table())
-    else:
-        df = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+    if "cell_id" in df.columns:  # the same order however the rows are laid out (cell files are read by name)
+        df = df.sort("cell_id", nulls_last=True, maintain_order=True)
     return df if members is None else df.filter(pl.col("cell_id").is_in(members))
 
 
-def consolidate(out_dir: str | Path) -> Path:
+def consolidate(out_dir: str | Path, compact_at: int | None = None) -> Path:
     """Write every row of ``out_dir`` into ``<out>/results.parquet`` (atomically); returns its path.
 
-    The rows are ``load_results``': the cell files and the rows already in ``results.parquet`` that
-    have no cell file, so consolidating never loses a row.
+    The rows are ``load_results``': the cell files, the compacted parts and the rows already in
+    ``results.parquet``, so consolidating never loses a row. Then the parts are deleted (their rows are in
+    ``results.parquet`` now), and with ``compact_at`` also the cell files when the folder holds at least that
+    many rows (a large folder is then one file to read; a small one keeps a file per cell). Only the
+    directory's writer calls it (``unitta.results.compaction`` says why a crash at any point loses nothing).
     """
-    df = load_results(out_dir)
+    import polars as pl
+
+    layers = read_layers(out_dir, warn=_stderr)
+    df = layers.rows if layers.rows.width else pl.from_arrow(SCHEMA.empty_table())
     keys = [c for c in ("dataset", "model", "method", "method_kwargs", "setting", "factor_overrides",
                         "seed", "batch_size", "cell_id") if c in df.columns]
     if df.height:
         df = df.sort(keys, nulls_last=True)
-    path = Path(out_dir) / "results.parquet"
-    write_atomically(path, lambda handle: df.write_parquet(handle))
+    path = Path(out_dir) / BASE_FILE
+    write_atomically(path, lambda handle: df.write_parquet(handle), tmp_dir=temp_dir(out_dir))
+    drop = layers.cells if compact_at is not None and df.height >= compact_at else []
+    if layers.parts or drop:
+        remove_parts(layers.parts, path, then=drop)
     return path

@@ -126,8 +126,12 @@ class RayBackend:
         runtime_env = plugins.runtime_env(plugins.load(self.cfg.plugins))
         self.ray, self.started_here = ray_cluster.connect(self.address, self.num_cpus, runtime_env=runtime_env)
         joined = ray_cluster.joined_line(self.ray)
-        if joined:
-            write(joined)
+        niceness = self.cfg.resources.niceness
+        # merged into the job's runtime_env by Ray; set also at 0, or Ray's default (15) applies
+        self.task_env = {"env_vars": {ray_cluster.WORKER_NICENESS: str(niceness)}}
+        lowered = ray_cluster.niceness_note(niceness)
+        if joined or lowered:
+            write("; ".join(line for line in (joined, lowered) if line))
         self.task = self.ray.remote(cell_task)
         need = self.cfg.resources
         # a dead node's raylet logs and Ray's retry notices: to a file, not dozens of lines on the driver's stdout
@@ -148,6 +152,7 @@ class RayBackend:
             max_retries=self.cfg.max_retries,
             retry_exceptions=False,  # run_cell turns exceptions into 'failed' rows; retries are for lost workers
             name=f"{TASK_NAME}:{cell.method}:{cell.setting}",
+            runtime_env=self.task_env,
         ).remote(cell, self.refs[key], self.extra, tuple(self.cfg.plugins))
         self.in_flight[ref] = cell
 

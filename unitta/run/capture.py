@@ -39,12 +39,18 @@ class _Tee(io.TextIOBase):
             self.original.flush()
 
 
+def _niceness() -> int | None:
+    """This process's niceness (a Ray worker's is ``resources.niceness``; cluster/README.md, "Worker priority")."""
+    return os.nice(0) if hasattr(os, "nice") else None
+
+
 def execute(cell: Cell, dataset, extra: dict[str, Any], echo: bool = True) -> tuple[dict[str, Any], str]:
     """run_cell with its stdout/stderr captured: (row, log text) for ``<out>/logs/<cell_id>.log``."""
     buffer = io.StringIO()
     buffer.write(f"cell {cell.cell_id()}\n{json.dumps(cell.identity(), sort_keys=True, default=str)}\n")
     buffer.write(
-        f"host {socket.gethostname()} pid {os.getpid()} CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}\n"
+        f"host {socket.gethostname()} pid {os.getpid()} nice {_niceness()} "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}\n"
     )
     out = _Tee(buffer, sys.stdout) if echo else buffer
     err = _Tee(buffer, sys.stderr) if echo else buffer

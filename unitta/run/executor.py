@@ -20,7 +20,9 @@ from typing import Any, Protocol
 
 from unitta.cell import Cell
 from unitta.evaluate import STATUS_OK, DatasetUnavailable, git_commit
-from unitta.results import cells_dir, consolidate, done_cells
+from unitta.results import consolidate, done_cells
+from unitta.results.cell_files import cells_dir, compacted_dir, move_old_quarantine, temp_dir
+from unitta.results.compaction import COMPACT_AT, Compactor, compact
 from unitta.results.membership import add_to_membership, write_membership
 from unitta.run.backends import LocalBackend, RayBackend
 from unitta.run.outdir import (
@@ -62,6 +64,7 @@ class RunOptions:
     wait_for_resources: float = 0.0
     progress: bool = True
     argv: list[str] | None = None
+    compact_at: int = COMPACT_AT  # cell files compacted into one part at this many (unitta.results.compaction)
 
 
 @dataclass
@@ -151,7 +154,7 @@ def _flush_members(out: Path, name: str, planner: Planner) -> None:
         planner.added_members = []
 
 
-def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutcome, name: str) -> None:
+def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutcome, name: str, compactor) -> None:
     """Submit what the planner offers, write what it releases, until it is done and nothing runs."""
     while True:
         submitted = planner.take()
@@ -162,6 +165,7 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
             record(out, row, text)
             outcome.count(row)
             bar.update(row["status"], backend.running())
+            compactor.written()
         _flush_members(out, name, planner)
         bar.grow(planner.n_cells - planner.n_skipped)
         if not backend.pending:
@@ -202,7 +206,9 @@ def execute_plan(
         return _read_only_outcome(out, make_planner, say, start)
     # one writer per directory; then any temp file left there is a dead writer's
     with removed_if_unused(out, USAGE_ERRORS), OutputLock(out):
-        remove_stale_temp_files(cells_dir(out))
+        for directory in (temp_dir(out), cells_dir(out), compacted_dir(out), out):  # older writers' beside their files
+            remove_stale_temp_files(directory)
+        move_old_quarantine(out)
         planner = make_planner(done_cells(out, quarantine=True))
         if planner.members is not None:
             write_membership(out, cfg.name, planner.members)
@@ -215,7 +221,8 @@ def execute_plan(
         if not planner.done():
             _run(cfg, out, planner, opts, outcome)
         outcome.n_cells, outcome.n_skipped = planner.n_cells, planner.n_skipped
-        outcome.results_path = consolidate(out)
+        compact(out, opts.compact_at, say)
+        outcome.results_path = consolidate(out, compact_at=opts.compact_at)  # a large folder: results.parquet only
     outcome.seconds = time.perf_counter() - start
     return outcome
 
@@ -252,7 +259,8 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
         backend.start(lambda line: bar.write(line) if bar else print(line, file=sys.stderr))
         write_manifest(out, cfg, planner.n_cells, backend.mode, opts.argv)
         bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
-        _loop(planner, backend, out, bar, outcome, cfg.name)
+        compactor = Compactor(out, opts.compact_at, warn=lambda line: bar.write(line))
+        _loop(planner, backend, out, bar, outcome, cfg.name, compactor)
         backend.finish()
     finally:
         if bar is not None:

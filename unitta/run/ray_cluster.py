@@ -280,6 +280,17 @@ def capacity(ray, num_cpus: float, num_gpus: float) -> int:
     return total
 
 
+WORKER_NICENESS = "RAY_worker_niceness"  # read by each Ray worker at start: nice() by this much (Ray's default 15)
+
+
+def niceness_note(niceness: int) -> str | None:
+    """The start-up line's note when cells run at reduced priority (``resources.niceness`` > 0), else None."""
+    if niceness <= 0:
+        return None
+    return (f"Ray workers run at reduced priority (nice +{niceness}, resources.niceness): other work on a node "
+            "comes first; 0 runs them at full priority")
+
+
 def joined_line(ray) -> str | None:
     """One line naming the running cluster this driver joined (None when it started its own local Ray):
     joining someone else's cluster (``--address auto``, RAY_ADDRESS) is said, never silent."""

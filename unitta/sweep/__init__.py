@@ -31,8 +31,10 @@ import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from unitta.cell import Cell
 from unitta.evaluate import STATUS_FAILED
 from unitta.results import load_results
+from unitta.results.compaction import COMPACT_AT
 from unitta.run import exits
 from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
@@ -56,22 +58,26 @@ def run_sweep(
     wait_for_resources: float = 0.0,
     argv: list[str] | None = None,
     log: Callable[[str], None] | None = None,
+    cells: list[Cell] | None = None,
+    compact_at: int = COMPACT_AT,
 ) -> RunOutcome:
     """Run every cell of ``cfg`` that has no 'ok' result in ``out_dir`` yet; see the module docstring.
 
     The flags are ``unitta.run.RunOptions``'; the grid goes through the one executor (``unitta.run``).
+    cells: ``cfg.cells()`` when the caller planned them already (planning a large grid is done once).
+    compact_at: compact the cell files once there are this many (``unitta.results.compaction``; docs/results.md).
     """
     out = Path(out_dir) if out_dir is not None else cfg.output_dir()
     opts = RunOptions(local=local, fresh=fresh, address=address, num_cpus=num_cpus,
-                      wait_for_resources=wait_for_resources, progress=progress, argv=argv)
-    cells = cfg.cells()
+                      wait_for_resources=wait_for_resources, progress=progress, argv=argv, compact_at=compact_at)
+    cells = cfg.cells() if cells is None else cells
     return execute_plan(cfg, out, lambda finished: GridPlanner(cells, finished), opts, say=log)
 
 
-def dry_run(cfg: SweepConfig, out: Path) -> int:
+def dry_run(cfg: SweepConfig, out: Path, cells: list[Cell] | None = None) -> int:
     """Print the cells the sweep would run (and which are already done in ``out``) without running any."""
     check_output_dir(out)
-    list_cells(cfg.name, cfg.cells(), out, cfg.resources)
+    list_cells(cfg.name, cfg.cells() if cells is None else cells, out, cfg.resources)
     return exits.EXIT_OK
 
 
@@ -92,12 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _report(cfg: SweepConfig, outcome: RunOutcome) -> int:
+def _report(cells: list[Cell], outcome: RunOutcome) -> int:
     """Print the summary table and the failed cells; the exit code (1 if any cell of the grid failed)."""
     import polars as pl
 
     df = load_results(outcome.out_dir)  # not sweep=: a read-only folder from before membership has no record
-    mine = df.filter(pl.col("cell_id").is_in([c.cell_id() for c in cfg.cells()]))
+    mine = df.filter(pl.col("cell_id").is_in([c.cell_id() for c in cells]))
     print(summary_table(mine))
     failed = mine.filter(pl.col("status") == STATUS_FAILED)
     print(
@@ -119,19 +125,20 @@ def main(argv: Iterable[str] | None = None) -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
+        cells = cfg.cells()  # planned once for the whole command
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
-            code = dry_run(cfg, out)
+            code = dry_run(cfg, out, cells)
             if not args.no_preflight:
                 sys.stdout.flush()
-                preflight(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=args.local)
+                preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local)
             return code
         if not args.no_preflight:
-            preflight(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=args.local)
+            preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local)
         opts = run_options(args)
         outcome = run_sweep(
             cfg, out, local=opts.local, fresh=opts.fresh, address=opts.address, num_cpus=opts.num_cpus,
-            wait_for_resources=opts.wait_for_resources, progress=opts.progress, argv=opts.argv,
+            wait_for_resources=opts.wait_for_resources, progress=opts.progress, argv=opts.argv, cells=cells,
         )
-        return _report(cfg, outcome)
+        return _report(cells, outcome)
 
     return run_command(body)

@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import Cell
+from unitta.cell import Cell, share_resolution
 from unitta.cell.spec import CellFields, check_dataset_name
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
@@ -288,7 +288,7 @@ class SweepConfig(RunConfig, CellFields):
                 cells.append(Cell(dataset=dataset, method=method.name, model=model,
                                   method_kwargs=dict(method.overrides), **stream, seed=seed, batch_size=batch_size,
                                   **common))
-        return cells
+        return share_resolution(cells)
 
 
 def expand_settings(value: Any) -> list[str]:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import importlib
 import logging
 import numbers
@@ -231,7 +232,7 @@ def build_config(cls: type[TTAMethod], dataset: str | None = None, profile: str 
             did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
             allowed = ", ".join(fields) or "none"
             raise ValueError(f"method {cls.name!r} has no hyper-parameter {key!r}{did_you_mean}; allowed: {allowed}")
-        values[key] = _check_type(cls.name, key, value, resolved_hints(cls.Config)[key])
+        values[key] = _check_type(cls.name, key, value, hints[key])
     try:
         return cls.Config(**values)
     except ValueError as exc:  # a range check of Config.__post_init__
@@ -257,6 +258,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+@functools.cache  # a Config class is fixed once defined; typing.get_type_hints evaluates every annotation
 def resolved_hints(config_cls: type) -> dict[str, Any]:
     module = sys.modules.get(config_cls.__module__)
     return typing.get_type_hints(config_cls, globalns=vars(module) if module else None)
