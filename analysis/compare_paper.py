@@ -455,7 +455,8 @@ def rank_plot(c: Comparison, path: Path) -> Path:
 
 
 def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
-            tolerance: float = DEFAULT_TOLERANCE, log=print, sweep: str | None = None) -> list[Comparison]:
+            tolerance: float = DEFAULT_TOLERANCE, log=print, sweep: str | None = None,
+            where: list[str] | None = None) -> list[Comparison]:
     """Compare every panel of ``dirs`` with the paper, write the outputs into ``out``; return the comparisons.
 
     ``paper_dataset`` None: each panel with its own dataset's table (panels of a dataset the paper does not
@@ -465,7 +466,7 @@ def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
         raise AnalysisError(f"--paper-dataset {paper_dataset!r}: the paper publishes {', '.join(PAPER_DATASETS)}")
     if tolerance < 0 or math.isnan(tolerance):
         raise AnalysisError(f"--tolerance {tolerance}: must be >= 0 points")
-    rows, _ = split_rows(load_dirs(dirs, sweep))
+    rows, _ = split_rows(load_dirs(dirs, sweep, where))
     panels = sweep_panels(rows)
     if not panels:
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with the paper)")
@@ -523,14 +524,14 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(args.dirs[0]) / "analysis"
     if args.reference == reference_tables.REFERENCE_NAME:
         try:
-            reference_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep)
+            reference_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep, where=args.where)
         except AnalysisError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         return 0
     try:
         comparisons = compare(args.dirs, out, args.paper_dataset, args.tolerance,
-                              log=lambda msg: print(msg, file=sys.stderr), sweep=args.sweep)
+                              log=lambda msg: print(msg, file=sys.stderr), sweep=args.sweep, where=args.where)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.methods",),
     (
         "unitta.cell",
+        "unitta.replicates",
         "unitta.adapt",
         "unitta.evaluate",
         "unitta.schema",

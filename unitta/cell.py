@@ -179,6 +179,8 @@ class Cell:
         for key in LATER_FIELDS:
             if data[key] == defaults[key]:
                 data.pop(key)
+        if self.protocol == "online":  # the cost model prices real-time adaptation only: an online cell ignores it
+            data.pop("cost", None)
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version

@@ -354,6 +354,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the result column to rank by (default error; docs/results.md, Metrics)")
     p.add_argument("--sweep", metavar="NAME",
                    help="with --results: only the cells of this sweep's grid (docs/results.md, One sweep's rows)")
+    p.add_argument("--where", metavar="KEY=VALUE", action="append",
+                   help="with --results: only the rows whose column KEY has this value, e.g. protocol=realtime "
+                        "(repeatable; needed where the results differ in such a coordinate; docs/analysis.md)")
     p.add_argument("--top", type=int, default=5, help="methods to show (default 5; --json lists all)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     return p
@@ -372,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as err:
             raise UsageError(str(err)) from None
         table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset,
-                                        metric=args.metric, sweep=args.sweep)
+                                        metric=args.metric, sweep=args.sweep, where=args.where)
         rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1), metric=args.metric)
         rec = assess(rec, table, classes, domains, label_error=args.label_error)
     except UsageError as err:
