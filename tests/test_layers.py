@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.sweep",
         "unitta.tune",
         "unitta.tune_plan",
+        "unitta.tune_replay",
         "unitta.recommend",
         "unitta.recommend_inputs",
     ),

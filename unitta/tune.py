@@ -13,7 +13,8 @@ planner (``unitta.tune_plan``) of the executor the sweep uses (``unitta.run``), 
 sweep's guarantees: one run per output folder, ``--dry-run``, ``--local``, the checks before the first
 cell, every cell's row (with the trial columns, ``docs/analysis.md``) written as
 ``<out>/cells/<cell_id>.parquet`` by the sweep's writer, per-cell logs, and resume: re-running skips the
-cells already done (an Optuna search counts the trials already done towards ``num_samples``).
+cells already done (an Optuna search replays the trials already done into its searcher and continues their
+sequence: ``unitta.tune_replay``).
 
 Points outside the feasible region (the stream sampler refuses the factors: ``make_stream`` raises
 ValueError, paper Cor. 1) are not run: their rows are written with status 'failed', an
@@ -98,13 +99,17 @@ def _layers(cfg: TuneConfig, source: str) -> tuple[list[str], list[str], str | N
     return layers
 
 
-def _done_rows(out: Path, finished: set[str]) -> dict[str, dict]:
-    """Rows of the cells already done in ``out`` (status 'ok'), keyed by cell id."""
-    if not finished:
-        return {}
+def _done_rows(out: Path, finished: set[str], name: str) -> tuple[dict[str, dict], list[dict]]:
+    """(rows of the cells already done in ``out`` (status 'ok'), keyed by cell id; every earlier trial row of the
+    tune run ``name``, any status, for an Optuna search's replay)."""
+    if not finished and not (out / "cells").is_dir():
+        return {}, []
     df = load_results(out)
-    df = df.filter(df["cell_id"].is_in(list(finished)))
-    return {row["cell_id"]: row for row in df.to_dicts()}
+    if df.height == 0:
+        return {}, []
+    done = df.filter(df["cell_id"].is_in(list(finished)))
+    history = df.filter(df["tune_name"] == name) if "tune_name" in df.columns else df.clear()
+    return {row["cell_id"]: row for row in done.to_dicts()}, history.to_dicts()
 
 
 def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str | None]):
@@ -112,7 +117,8 @@ def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str
     domains, classes, _ = DATASET_SHAPES[base_cell(cfg).dataset]
 
     def make(finished: set[str]):
-        ctx = TuneContext(cfg, domains, classes, tuple(all_layers), default_layer, _done_rows(out, finished))
+        done, history = _done_rows(out, finished, cfg.name)
+        ctx = TuneContext(cfg, domains, classes, tuple(all_layers), default_layer, done, history)
         if cfg.search.algorithm == "grid":
             return GridSearch(ctx, grid_trials(cfg, searched))
         return OptunaSearch(ctx, searched)
