@@ -38,6 +38,7 @@ from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.outdir import check_output_dir
 from unitta.run.preflight import DATASET_SHAPES, infeasibility
+from unitta.run.summary import failure_lines
 from unitta.schema import check_methods
 from unitta.tune_config import (
     ConfigError,
@@ -178,12 +179,23 @@ def summary_lines(rows, cfg: TuneConfig, top: int = 10) -> list[str]:
         lines.append(f"{infeasible.height} infeasible point(s) (not run; see error_text):")
         with pl.Config(tbl_rows=20, tbl_cols=-1, tbl_width_chars=160):
             lines.append(str(infeasible.select([c for c in ["method", *params] if c in infeasible.columns])))
-    failed = rows.filter((pl.col("status") != "ok") & pl.col("tune_feasible"))
-    if failed.height:
-        lines.append(f"{failed.height} failed cell(s):")
-        for r in failed.select("cell_id", "error_text").iter_rows():
-            lines.append(f"  {r[0]}: {str(r[1]).splitlines()[-1] if r[1] else ''}")
     return lines
+
+
+def _exit_code(rows, cfg: TuneConfig, out: Path) -> int:
+    """1 (one line per kind of failure) when a feasible trial's cell of this run failed, else 0; an infeasible
+    point is a result, not a failure."""
+    import polars as pl
+
+    if rows.height == 0 or "tune_name" not in rows.columns:
+        return exits.EXIT_OK
+    failed = rows.filter((pl.col("tune_name") == cfg.name) & (pl.col("status") != "ok") & pl.col("tune_feasible"))
+    for line in failure_lines(failed, out / "logs"):
+        print(line)
+    if failed.height:
+        print(f"exit {exits.EXIT_FAILED_CELLS}: some cells failed (see their logs)")
+        return exits.EXIT_FAILED_CELLS
+    return exits.EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="examples:\n  python -m unitta.tune sweeps/tune_factors.yaml\n"
         "  python -m unitta.tune sweeps/tune_factors.yaml --dry-run\n"
         "  python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --address local\n"
-        "exit codes: 0 ok, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
+        "exit codes: 0 ok, 1 some cells failed, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="tune YAML (sweeps/tune_*.yaml)")
@@ -221,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary_lines(rows, cfg):
             print(line)
         print(f"results: {outcome.out_dir}/cells  (python analysis/heatmaps.py {outcome.out_dir})")
-        return exits.EXIT_OK
+        return _exit_code(rows, cfg, outcome.out_dir)
 
     return run_command(body)
 

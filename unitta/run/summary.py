@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
 
-__all__ = ["summary_table"]
+__all__ = ["failure_lines", "summary_table"]
 
 
 def summary_table(df, value: str = "error") -> str:
@@ -65,3 +65,19 @@ def _column_label(df):
         with_delta = sampler + pl.when(delta.is_null()).then(pl.lit("")).otherwise(pl.lit("@") + delta)
         label = label + pl.when(plain).then(pl.lit("")).otherwise(pl.lit(":") + with_delta)
     return label.alias("column")
+
+
+def failure_lines(failed, logs_dir) -> list[str]:
+    """One line per kind of failure (the exception type of ``error_text``) among the ``failed`` rows, with how
+    many cells, the first one's message and where the logs are (docs/results.md, "Exit codes")."""
+    kinds: dict[str, list[dict]] = {}
+    for r in failed.iter_rows(named=True):
+        text = (r.get("error_text") or "no error text").strip().splitlines()[-1]
+        kinds.setdefault(text.split(":", 1)[0] if ":" in text else text, []).append({**r, "_text": text})
+    lines = []
+    for rows in sorted(kinds.values(), key=len, reverse=True):
+        first = rows[0]
+        more = f" and {len(rows) - 1} more in {logs_dir}/" if len(rows) > 1 else ""
+        log = f"{logs_dir}/{first['cell_id']}.log"
+        lines.append(f"failed: {len(rows)} cell(s) with {first['_text']} (log: {log}{more})")
+    return lines
