@@ -21,6 +21,7 @@ from unitta.streams.settings import CLASS_HALVES, DOMAIN_HALVES, SETTING_CODES_3
 
 __all__ = [
     "AnalysisError",
+    "check_dirs",
     "REQUIRED_COLUMNS",
     "SETTING_ORDER",
     "CLASS_HALVES",
@@ -105,6 +106,15 @@ def add_sweep_argument(parser) -> None:
     parser.add_argument("--where", metavar="KEY=VALUE", action="append",
                         help="only the rows whose column KEY has this value, e.g. --where protocol=realtime "
                              "(repeatable; docs/analysis.md, Replicates); default: every row, one panel per value")
+
+
+def check_dirs(dirs: list[str | Path]) -> None:
+    """AnalysisError (one line, exit 2) for a RESULTS_DIR argument that is not a directory: said before anything
+    about the output folder, which defaults to one inside it."""
+    for d in dirs:
+        if not Path(d).is_dir():
+            what = "is a file, not a result directory" if Path(d).exists() else "no such directory"
+            raise AnalysisError(f"{d}: {what}; give the folder a sweep or tune wrote")
 
 
 def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str] | None = None) -> pl.DataFrame:

@@ -29,8 +29,17 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import polars as pl  # noqa: E402
 
 from analysis import compare_paper, heatmaps, plots  # noqa: E402
-from analysis.common import AnalysisError, add_sweep_argument, load_dirs, split_rows, sweep_panels  # noqa: E402
+from analysis.common import (  # noqa: E402
+    AnalysisError,
+    add_sweep_argument,
+    check_dirs,
+    load_dirs,
+    split_rows,
+    sweep_panels,
+)
+from unitta.files import os_error_text  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
+from unitta.run.outdir import OutputError, check_output_dir  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 
@@ -217,9 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "report"
     try:
+        check_dirs(args.dirs)
+        check_output_dir(out, flag="--out")
         path = build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep, args.where)
-    except AnalysisError as exc:
+    except (AnalysisError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a read-only folder, disk full: one line, not a traceback
+        print(f"error: {os_error_text(exc)}", file=sys.stderr)
         return 2
     print(path)
     return 0

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
+from unitta.cell import PRECISIONS, PROFILES, Cell, check_device, check_seed
 from unitta.data.records import DATASETS
 from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.schema import Strict, hint
@@ -150,9 +150,7 @@ class CellSpec(CellFields):
     @field_validator("seed")
     @classmethod
     def _seed(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-        return value
+        return check_seed(value)
 
     @field_validator("batch_size", "num_threads")
     @classmethod

@@ -6,11 +6,12 @@ ImageNet-C cache's manifest (``unitta.data.prepared``).
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomically"]
+__all__ = ["os_error_text", "write_atomically"]
 
 
 def _umask_mode() -> int:
@@ -33,3 +34,14 @@ def write_atomically(path: Path, write) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def os_error_text(err: OSError) -> str:
+    """'<path>: No space left on device (ENOSPC)': an operating-system error as one line naming the path and
+    what the errno means (docs/results.md, "Exit codes"), for a user, not a traceback."""
+    code = err.errno
+    meaning = os.strerror(code) if code else (err.strerror or str(err))
+    name = f" ({errno.errorcode[code]})" if code in errno.errorcode else ""
+    paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+    where = " -> ".join(paths) + ": " if paths else ""
+    return f"{where}{meaning}{name}"

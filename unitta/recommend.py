@@ -365,6 +365,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.top < 1:
+            raise UsageError(f"--top {args.top}: must be >= 1 (the number of methods to show)")
         classes = read_labels(args.classes, "--classes")
         domains = read_labels(args.domains, "--domains") if args.domains else None
         if domains is not None and len(domains) != len(classes):
@@ -376,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(str(err)) from None
         table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset,
                                         metric=args.metric, sweep=args.sweep, where=args.where)
-        rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1), metric=args.metric)
+        rec = recommend(factors, table, source, top=None if args.json else args.top, metric=args.metric)
         rec = assess(rec, table, classes, domains, label_error=args.label_error)
     except UsageError as err:
         print(f"unitta.recommend: error: {err}", file=sys.stderr)

@@ -34,7 +34,7 @@ from unitta.run import GridPlanner, RunOptions, RunOutcome, execute_plan, exits
 from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
-from unitta.run.outdir import check_output_dir
+from unitta.run.outdir import check_output_dir, fresh_output_dir
 from unitta.run.summary import failure_lines, summary_table
 
 __all__ = ["run_sweep", "SweepOutcome", "TASK_NAME", "main"]
@@ -120,7 +120,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
-            code = dry_run(cfg, out)
+            code = dry_run(cfg, fresh_output_dir(out) if args.fresh else out)  # --fresh: the folder it would use
             if not args.no_preflight:
                 sys.stdout.flush()
                 preflight(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=args.local)

@@ -36,7 +36,7 @@ from unitta.results import load_results
 from unitta.run import RunOptions, execute_plan, exits
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
-from unitta.run.outdir import check_output_dir
+from unitta.run.outdir import check_output_dir, fresh_output_dir
 from unitta.run.preflight import DATASET_SHAPES, infeasibility
 from unitta.run.summary import failure_lines
 from unitta.schema import check_methods
@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = first_cells(cfg, layers[0])
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
             note = "" if cfg.search.algorithm == "grid" else f"; optuna picks {cfg.search.num_samples} trials' points"
-            list_cells(f"{cfg.name} (first cell of each trial)", cells, out, cfg.resources, note)
+            shown = fresh_output_dir(out) if args.fresh else out  # --fresh: the folder it would use
+            list_cells(f"{cfg.name} (first cell of each trial)", cells, shown, cfg.resources, note)
         if not args.no_preflight:  # a search's infeasible points are results, not mistakes
             sys.stdout.flush()
             preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local, feasibility=False)

@@ -40,6 +40,9 @@ def check_output_dir(out: Path, flag: str = "--output") -> None:
     parents is. Nothing is created; call it before anything is written. ``flag``: the option to name."""
     out = Path(out)
     existing = _first_existing(out)
+    if existing.is_symlink() and not existing.exists():
+        raise OutputError(f"output {out}: {existing} is a symbolic link to {os.readlink(existing)}, which does not "
+                          f"exist; create that folder or give another directory with {flag}")
     if existing == out and not out.is_dir():
         raise OutputError(f"output {out} is a file, not a directory; give a directory with {flag}")
     if not existing.is_dir():
