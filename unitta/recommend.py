@@ -241,6 +241,9 @@ def assess(rec: Recommendation, table: Any, classes: Any, domains: Any = None,
         if attr is None:
             continue
         fit = transition_fit(seq, attr, label_error=noise)
+        if "would need" in fit.detail:  # too many states to simulate: said, not silently skipped
+            need = fit.detail.removeprefix("not tested: ")
+            warnings.append(f"fit not checked for the {attr.attribute} sequence: {need}")
         if fit.warns:
             warnings.append(f"misfit: the {attr.attribute} sequence is not the ULMM that was fitted to it "
                             f"({fit.detail}); its factors, nearest setting and ranking may not transfer")
