@@ -164,3 +164,14 @@ def test_analysis_of_a_file_names_the_input_not_the_output(tmp_path, capsys):
     assert heatmaps.main([str(target)]) == 2 and report.main([str(target)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("is a file, not a result directory" in line for line in err)
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path):
+    from unitta.files import naming, os_error_text
+
+    target = tmp_path / "cells" / "x.parquet"
+    with pytest.raises(OSError) as err, naming(target), open("/dev/full", "w") as full:
+        full.write("x")
+        full.flush()
+    assert os_error_text(err.value) == f"{target}: No space left on device (ENOSPC)"

@@ -6,12 +6,14 @@ ImageNet-C cache's manifest (``unitta.data.prepared``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["os_error_text", "write_atomically"]
+__all__ = ["naming", "os_error_text", "write_atomically"]
 
 
 def _umask_mode() -> int:
@@ -20,12 +22,24 @@ def _umask_mode() -> int:
     return 0o666 & ~mask
 
 
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Give an OSError raised in the body that names no file (a write that found the disk full) ``path``, so that
+    its one-line report (``os_error_text``) says where."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise type(err)(err.errno, os.strerror(err.errno), str(path)) from err
+        raise
+
+
 def write_atomically(path: Path, write) -> None:
     """``write(handle)`` into a temp file beside ``path``, fsync, give it the umask's mode, rename over ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with naming(path), os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
