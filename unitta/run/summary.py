@@ -1,14 +1,17 @@
-"""The method x setting table a sweep prints when it ends (mean error over seeds, batch sizes, factors)."""
+"""The method x setting table a sweep prints when it ends (mean error over seeds only)."""
 
 from __future__ import annotations
 
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.replicates import METHOD_KEYS, fixed_keys, normalise, with_method_labels
 
 __all__ = ["failure_lines", "summary_table"]
 
 
 def summary_table(df, value: str = "error") -> str:
-    """Method x setting table of mean ``value`` (over seeds, batch sizes, factors), one block per dataset.
+    """Method x setting table of mean ``value`` over seeds, one block per dataset and model, and per value of any
+    other coordinate the rows differ in (batch size, factors, protocol...; ``unitta.replicates``), named in
+    the block's title. Nothing but seeds is averaged.
 
     The sorted / dirichlet orders get their own columns (e.g. ``n1i1:dirichlet@0.1``), as do the samplers of a
     sweep that lists several.
@@ -17,9 +20,15 @@ def summary_table(df, value: str = "error") -> str:
 
     if df.height == 0:
         return "(no results)"
-    df = df.with_columns(_column_label(df))
+    df = with_method_labels(normalise(df)).with_columns(_column_label(df))
+    others = [k for k in fixed_keys(df, (*METHOD_KEYS, "setting", "sampler", "delta")) if k not in ("dataset", "model")]
+    spread = [k for k in others if df[k].cast(pl.String).n_unique() > 1]
+    keys = ["dataset", "model", *spread]
     blocks = []
-    for (dataset, model), part in df.sort("dataset").group_by(["dataset", "model"], maintain_order=True):
+    for key, part in df.sort("dataset").group_by(keys, maintain_order=True):
+        dataset, model = key[0], key[1]
+        title = f"{dataset} ({model})" + "".join(f", {k}={v}" for k, v in zip(spread, key[2:]))
+        part = part.with_columns(pl.col("method_label").alias("method"))
         settings = list(dict.fromkeys(part["column"].to_list()))
         methods = list(dict.fromkeys(part["method"].to_list()))
         ok = part.filter(pl.col("status") == STATUS_OK)
@@ -33,7 +42,7 @@ def summary_table(df, value: str = "error") -> str:
         }
         width = max(6, *(len(s) for s in settings))
         mwidth = max(6, *(len(m) for m in methods))
-        lines = [f"{dataset} ({model}): {value} (%) per method x setting", ""]
+        lines = [f"{title}: {value} (%) per method x setting", ""]
         lines.append(" ".join([f"{'method':<{mwidth}}", *(f"{s:>{width}}" for s in settings), f"{'avg':>{width}}"]))
         for m in methods:
             cells = []
