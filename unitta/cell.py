@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -60,7 +61,7 @@ MAX_SEED = 2**32 - 1
 
 def check_seed(seed: int) -> int:
     """``seed`` if the samplers and the result files take it, else a one-line ValueError."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
         raise ValueError(f"seed {seed!r}: must be a whole number in 0 .. {MAX_SEED} (numpy's seed range)")
     return seed
 
