@@ -194,7 +194,7 @@ def half_notation(half: str) -> str:
 
 
 # The coordinates a caption always names (the others only where they vary or differ from the default).
-_CAPTION_KEYS = ("dataset", "model", "sampler", "delta", "batch_size", "S", "length", "n_per_domain", "severity",
+_CAPTION_KEYS = ("dataset", "model", "sampler", "delta", "batch_size", "S_cell", "length", "n_per_domain", "severity",
                  "factor_overrides")
 # A panel's axes: its rows (method variants) and columns (settings); every other coordinate is fixed in it.
 _PANEL_AXES = (*METHOD_KEYS, "setting")

@@ -20,15 +20,19 @@ from typing import Any
 
 from unitta.cell import LATER_FIELDS, PLACEMENT_FIELDS, Cell
 
-__all__ = ["METHOD_KEYS", "SEED", "apply_where", "fixed_keys", "method_label", "normalise", "replicate_keys",
+__all__ = ["METHOD_KEYS", "SEED", "S_CELL", "apply_where", "fixed_keys", "method_label", "normalise", "replicate_keys",
            "varying", "where_hint", "with_method_labels"]
 
 SEED = "seed"
 
+# The row's S column holds the cap the official sampler used, which follows the setting by default (ImageNet-C:
+# 100, 50 or 10 per setting); the cell's own S (None: that default) is derived from it (``normalise``).
+S_CELL = "S_cell"
+
 # Cell fields whose result column has another name (docs/results.md): the overrides are kept as JSON, the
 # real-time cost model is written only for the real-time protocol (an online cell's cost does not enter
 # its identity either).
-_COLUMN_OF = {"factors": "factor_overrides", "cost": "realtime_cost"}
+_COLUMN_OF = {"factors": "factor_overrides", "cost": "realtime_cost", "S": S_CELL}
 
 # Identity entries that ``Cell.identity`` resolves from the fields: what the method and the model really were.
 _RESOLVED = ("method_config", "method_version", "model_weights")
@@ -61,6 +65,7 @@ def normalise(df):
     import polars as pl
 
     defaults = _defaults()
+    df = _with_cell_s(df)
     cols = []
     for key in replicate_keys():
         if key not in df.columns:
@@ -69,6 +74,35 @@ def normalise(df):
         elif key in defaults and df.schema[key] != pl.Null:
             cols.append(pl.col(key).fill_null(pl.lit(defaults[key], dtype=df.schema[key])))
     return df.with_columns(cols) if cols else df
+
+
+def _with_cell_s(df):
+    """``df`` with ``S_cell``: the row's S where it differs from the cap its setting gets by default (the cell
+    set S), else null (the cell left S to the setting; ``unitta.evaluate.build_stream``)."""
+    import polars as pl
+
+    from unitta.data.records import RECORDS
+    from unitta.streams.settings import default_state_cap
+
+    if "S" not in df.columns:
+        return df.with_columns(pl.lit(None, dtype=pl.Int64).alias(S_CELL))
+    keys = [k for k in ("dataset", "setting", "n_per_domain", "sampler", "S") if k in df.columns]
+    combos = df.select(keys).unique()
+    cells = []
+    for row in combos.iter_rows(named=True):
+        used, default = row["S"], None
+        if row.get("sampler", "official") in (None, "official") and row.get("setting") and used is not None:
+            try:
+                default = default_state_cap(row["setting"], row["dataset"])
+            except (KeyError, ValueError):  # a dataset or setting this version does not know: keep S as it is
+                default = None
+            n, record = row.get("n_per_domain"), RECORDS.get(row["dataset"])
+            if default is not None and n is not None and record is not None:
+                default = min(default, max(1, n // record.num_classes))
+        cells.append({**row, S_CELL: None if used == default else used})
+    mapping = pl.DataFrame(cells, schema={**{k: df.schema[k] for k in keys}, S_CELL: pl.Int64})
+    out = df.drop(S_CELL) if S_CELL in df.columns else df
+    return out.join(mapping, on=keys, how="left", nulls_equal=True, maintain_order="left")
 
 
 def fixed_keys(df, free: Iterable[str] = ()) -> list[str]:

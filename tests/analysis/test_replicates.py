@@ -20,7 +20,7 @@ from unitta.cell import PLACEMENT_FIELDS, Cell
 from unitta.config import parse_config
 from unitta.models import zoo
 from unitta.recommend_inputs import UsageError, benchmark_table
-from unitta.replicates import fixed_keys, replicate_keys
+from unitta.replicates import S_CELL, fixed_keys, replicate_keys
 from unitta.results import SCHEMA
 from unitta.sweep import run_sweep
 
@@ -56,11 +56,22 @@ def test_keys_cover_every_identity_field():
     keys = set(replicate_keys())
     assert "seed" not in keys and not keys & set(PLACEMENT_FIELDS)
     cell = Cell(method="tent", protocol="realtime", cost="measured", forgetting=True, factors={"class_beta": 2.0})
-    renamed = {"factors": "factor_overrides", "cost": "realtime_cost", "weights": "model_weights"}
+    renamed = {"factors": "factor_overrides", "cost": "realtime_cost", "weights": "model_weights", "S": S_CELL}
     assert {renamed.get(k, k) for k in cell.identity()} - {"seed"} <= keys
     fields = {f.name for f in dataclasses.fields(Cell)} - set(PLACEMENT_FIELDS) - {"seed"}
     assert {renamed.get(k, k) for k in fields} <= keys
-    assert keys <= set(SCHEMA.names)
+    assert keys <= {*SCHEMA.names, S_CELL}
+
+
+def test_the_default_cap_that_follows_the_setting_is_one_coordinate():
+    """ImageNet-C's default S is 100, 50 or 10 by setting (the row holds the cap used): one panel; an explicit
+    S is its own."""
+    rows = [{"cell_id": f"c{i}", "dataset": "imagenet-c", "model": "Standard_R50", "method": "bn", "setting": st,
+             "sampler": "official", "S": cap, "seed": 1, "status": "ok", "error": 50.0 + i}
+            for i, (st, cap) in enumerate([("n1n1", 100), ("n1i1", 50), ("i111", 10), ("i111", 5)])]
+    panels = sweep_panels(pl.DataFrame(rows))
+    assert sorted(p.rows.height for p in panels) == [1, 3]
+    assert any("S_cell=5" in p.caption for p in panels)
 
 
 def test_cost_does_not_change_an_online_cells_id():
