@@ -285,13 +285,14 @@ class OptunaSearch(_TrialPlanner):
         names = cfg.space.searched()
         done = done_trials(ctx.history, names)
         inside = [t for t in done if self._searcher_point(ctx, t.point) is not None]
-        result = replay(inside, self._ask, self._tell_handle, lambda p: point_key(p, names), cfg.search.max_concurrent)
+        result = replay(inside, self._ask, self._tell_handle, lambda p: point_key(p, names), cfg.search.max_concurrent,
+                        reopen=lambda t: not t.immediate and not math.isfinite(t.value))  # a failed cell: retried
         for t in result.unmatched:  # met out of order (a concurrent run): a warm start
             value = t.value if math.isfinite(t.value) else 0.0
             self.searcher.add_evaluated_point(self._searcher_point(ctx, t.point), value,
                                               error=not math.isfinite(t.value))
-        self.prefetched = result.prefetched
-        n_done = len(inside)
+        self.queued = [*result.reopened, *([result.prefetched] if result.prefetched else [])]
+        n_done = len(inside) - len(result.reopened)
         self.remaining = max(0, cfg.search.num_samples - n_done)
         super().__init__(ctx, self.remaining, n_done)
         # the run's cells: its done trials inside today's space; each new trial's cells join as it finishes
@@ -324,10 +325,7 @@ class OptunaSearch(_TrialPlanner):
         if self.remaining == 0:
             return None
         self.remaining -= 1
-        if self.prefetched is not None:
-            nxt, self.prefetched = self.prefetched, None
-            return nxt
-        return self._ask()
+        return self.queued.pop(0) if self.queued else self._ask()
 
     def _tell_handle(self, handle: str, value: float) -> None:
         if math.isfinite(value):

@@ -46,6 +46,7 @@ class Replay:
     replayed: list[DoneTrial]
     unmatched: list[DoneTrial]
     prefetched: tuple[dict[str, Any], str] | None = None
+    reopened: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # asked again, to be run again
 
 
 def point_key(point: dict[str, Any], names: Iterable[str]) -> str:
@@ -76,16 +77,20 @@ def done_trials(rows: Iterable[dict[str, Any]], names: list[str]) -> list[DoneTr
 
 
 def replay(trials: list[DoneTrial], ask: Callable[[], tuple[dict[str, Any], str]],
-           tell: Callable[[str, float], None], key: Callable[[dict[str, Any]], str], window: int = 1) -> Replay:
+           tell: Callable[[str, float], None], key: Callable[[dict[str, Any]], str], window: int = 1,
+           reopen: Callable[[DoneTrial], bool] | None = None) -> Replay:
     """Ask the searcher for points as the earlier run did and tell each the done trial's value.
 
     ask(): the searcher's next (point, handle); tell(handle, value): a NaN value is a failed trial. key: a
-    point's identity (``point_key``). Stops at the first suggested point no done trial has (returned as
-    ``prefetched``) or when every done trial has been told.
+    point's identity (``point_key``). reopen(trial): a done trial to run again (a failed cell: resuming
+    retries it); it is asked, not told, and returned in ``reopened`` (a sampler such as TPE ignores failed and
+    running trials alike, so the sequence stays the same). Stops at the first suggested point no done trial
+    has (returned as ``prefetched``) or when every done trial has been told.
     """
     pending = {key(t.point): t for t in trials}
     open_: list[tuple[str, DoneTrial]] = []
     replayed: list[DoneTrial] = []
+    reopened: list[tuple[dict[str, Any], str]] = []
     prefetched = None
     while prefetched is None:
         while len(open_) < max(1, window) and (pending or open_) and prefetched is None:
@@ -93,6 +98,8 @@ def replay(trials: list[DoneTrial], ask: Callable[[], tuple[dict[str, Any], str]
             trial = pending.pop(key(point), None)
             if trial is None:
                 prefetched = (point, handle)
+            elif reopen is not None and reopen(trial):
+                reopened.append((point, handle))
             elif trial.immediate:
                 tell(handle, trial.value)
                 replayed.append(trial)
@@ -107,5 +114,5 @@ def replay(trials: list[DoneTrial], ask: Callable[[], tuple[dict[str, Any], str]
     for handle, trial in sorted(open_, key=lambda o: o[1].finished):
         tell(handle, trial.value)
         replayed.append(trial)
-    return Replay(replayed, list(pending.values()), prefetched)
+    return Replay(replayed, list(pending.values()), prefetched, reopened)
 

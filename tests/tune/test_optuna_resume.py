@@ -77,3 +77,19 @@ def test_replay_hands_back_trials_it_does_not_meet(window: int) -> None:
     done = [DoneTrial({"x": 9.0}, 0.1)]
     result = replay(done, lambda: ({"x": 1.0}, "h"), lambda h, v: None, key=lambda p: str(p["x"]), window=window)
     assert result.unmatched == done and result.prefetched == ({"x": 1.0}, "h")
+
+
+def test_a_failed_trial_is_asked_again_and_run_again() -> None:
+    """A trial whose cell failed (not an infeasible point) is reopened: resuming retries it, as a sweep does."""
+    told: list[str] = []
+    points = iter([{"x": 1.0}, {"x": 2.0}, {"x": 3.0}])
+
+    def ask():
+        p = next(points)
+        return p, f"h{p['x']:g}"
+
+    done = [DoneTrial({"x": 1.0}, float("nan"), finished="t1"), DoneTrial({"x": 2.0}, 0.4, finished="t2")]
+    result = replay(done, ask, lambda h, v: told.append(h), key=lambda p: str(p["x"]),
+                    reopen=lambda t: t.value != t.value)
+    assert result.reopened == [({"x": 1.0}, "h1")] and told == ["h2"]
+    assert result.prefetched is None and not result.unmatched  # the next point is asked as the run goes on
