@@ -175,3 +175,19 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path):
         full.write("x")
         full.flush()
     assert os_error_text(err.value) == f"{target}: No space left on device (ENOSPC)"
+
+
+def test_methods_check_with_a_checkpoint_that_pickles_code_is_one_line(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from unitta.methods.__main__ import main
+    from unitta.models import zoo
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    state = torch.load(zoo.EMBEDDED_CHECKPOINT, weights_only=True)
+    torch.save({"state_dict": state, "extra": Note()}, folder / "resnet20_fmnist.pt")
+    monkeypatch.setattr(zoo, "EMBEDDED_DIR", folder)
+    assert main(["check", "test"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not a plain state_dict" in err and "Traceback" not in err
