@@ -4,22 +4,31 @@ A result directory is what ``python -m unitta.sweep`` or ``python -m unitta.tune
 ``<dir>/cells/*.parquet`` (one row per cell) or a consolidated ``<dir>/results.parquet``
 (docs/results.md). Rows with a ``trial_id`` come from Tune; the others from a sweep.
 
-A *panel* is a group of sweep rows that belong in one table: same dataset, model, sampler (and delta),
-batch size, S / length, subset size, severity and factor overrides (seeds are averaged).
+A *panel* is a group of sweep rows that belong in one table: the same value of every coordinate of the cell
+identity but the method (a row of the table), the setting (a column) and the seed (averaged over), so that a
+mean or ± interval is only ever taken over seeds (``unitta.results.replicates``; docs/analysis.md).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from unitta.results.replicates import (
+    METHOD_KEYS,
+    apply_where,
+    fixed_keys,
+    method_label,
+    normalise_rows,
+    with_method_labels,
+)
 from unitta.streams.settings import SETTING_CODES_36
 
 __all__ = [
     "AnalysisError",
+    "check_dirs",
     "REQUIRED_COLUMNS",
     "SETTING_ORDER",
     "SETTING_CAPTION",
@@ -95,16 +104,30 @@ class AnalysisError(Exception):
 
 
 def add_sweep_argument(parser) -> None:
-    """The analysis scripts' ``--sweep NAME`` option (``load_dirs(sweep=...)``)."""
+    """The analysis scripts' ``--sweep NAME`` and ``--where KEY=VALUE`` options (``load_dirs(sweep=, where=)``)."""
     parser.add_argument("--sweep", metavar="NAME",
                         help="only the cells of this sweep's grid (<RESULTS_DIR>/sweeps/NAME.json), those it reused "
                              "from earlier sweeps in the directory included; default: every row (docs/results.md)")
+    parser.add_argument("--where", metavar="KEY=VALUE", action="append",
+                        help="only the rows whose column KEY has this value, e.g. --where protocol=realtime "
+                             "(repeatable; docs/analysis.md, Replicates); default: every row, one panel per value")
 
 
-def load_dirs(dirs: list[str | Path], sweep: str | None = None) -> pl.DataFrame:
+def check_dirs(dirs: list[str | Path]) -> None:
+    """AnalysisError (one line, exit 2) for a RESULTS_DIR argument that is not a directory: said before anything
+    about the output folder, which defaults to one inside it."""
+    for d in dirs:
+        if not Path(d).is_dir():
+            what = "is a file, not a result directory" if Path(d).exists() else "no such directory"
+            raise AnalysisError(f"{d}: {what}; give the folder a sweep or tune wrote")
+
+
+def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str] | None = None) -> pl.DataFrame:
     """Every result row of the given directories, one DataFrame, with a ``source`` column (the directory).
 
     sweep: only the rows of that sweep's grid in each directory (``unitta.results.load_results(sweep=...)``).
+    where: ``KEY=VALUE`` terms, only the rows that match all (``unitta.results.replicates.apply_where``).
+    Older rows' missing coordinates read as their defaults (``unitta.results.replicates.normalise_rows``).
     Raises AnalysisError for a missing, empty or foreign directory (no result rows, or rows without
     the result schema's columns), or a ``sweep`` a directory has no record of.
     """
@@ -141,7 +164,10 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None) -> pl.DataFrame:
     df = pl.concat(frames, how="diagonal_relaxed")
     # The same cell in two directories (a re-run): keep one row, an 'ok' one if there is one.
     df = df.sort(pl.col("status") != "ok").unique(subset="cell_id", keep="first", maintain_order=True)
-    return df
+    try:
+        return apply_where(normalise_rows(df), where)
+    except ValueError as exc:
+        raise AnalysisError(str(exc)) from None
 
 
 def split_rows(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -150,19 +176,6 @@ def split_rows(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         return df, df.clear()
     is_tune = pl.col("trial_id").is_not_null()
     return df.filter(~is_tune), df.filter(is_tune)
-
-
-def method_label(method: str, method_kwargs: str | None) -> str:
-    """'tent', or 'tent{lr=0.0005}' when the cell overrode hyper-parameters."""
-    if not method_kwargs or method_kwargs in ("{}", "null"):
-        return method
-    try:
-        kwargs = json.loads(method_kwargs)
-    except json.JSONDecodeError:
-        return f"{method}{{{method_kwargs}}}"
-    if not kwargs:
-        return method
-    return method + "{" + ",".join(f"{k}={v}" for k, v in sorted(kwargs.items())) + "}"
 
 
 def method_order(labels) -> list[str]:
@@ -185,9 +198,11 @@ def half_notation(half: str) -> str:
     return f"({half[0]},{half[1]})"
 
 
-# Columns that make sweep rows comparable in one table (seeds are averaged over).
-_PANEL_KEYS = ("dataset", "model", "sampler", "delta", "batch_size", "S", "length", "n_per_domain", "severity",
-               "factor_overrides")
+# The coordinates a caption always names (the others only where they vary or differ from the default).
+_CAPTION_KEYS = ("dataset", "model", "sampler", "delta", "batch_size", "S_cell", "length", "n_per_domain", "severity",
+                 "factor_overrides")
+# A panel's axes: its rows (method variants) and columns (settings); every other coordinate is fixed in it.
+_PANEL_AXES = (*METHOD_KEYS, "setting")
 
 
 @dataclass(frozen=True)
@@ -200,27 +215,30 @@ class Panel:
 
 
 def sweep_panels(df: pl.DataFrame) -> list[Panel]:
-    """Split sweep rows into panels (one per dataset, more if other configuration columns vary)."""
+    """Split sweep rows into panels: one per value of the coordinates that are fixed in a table (every replicate
+    coordinate but the method and the setting; ``unitta.results.replicates``): means over seeds only."""
     if df.height == 0:
         return []
-    keys = [k for k in _PANEL_KEYS if k in df.columns]
-    df = df.with_columns(
-        pl.struct(["method", "method_kwargs"] if "method_kwargs" in df.columns else ["method"])
-        .map_elements(lambda s: method_label(s["method"], s.get("method_kwargs")), return_dtype=pl.String)
-        .alias("method_label")
-    )
+    df = normalise_rows(df)
+    keys = fixed_keys(df, _PANEL_AXES)
     panels = []
     for dataset in sorted(df["dataset"].unique().to_list()):
         sub = df.filter(pl.col("dataset") == dataset)
         groups = sub.select(keys).unique(maintain_order=True).sort(keys, nulls_last=True).to_dicts()
+        shown = [k for k in keys if k in _CAPTION_KEYS or len({str(g[k]) for g in groups}) > 1]
         for i, key in enumerate(groups):
             cond = pl.lit(True)
             for k, v in key.items():
                 cond = cond & (pl.col(k).is_null() if v is None else (pl.col(k) == v))
-            rows = sub.filter(cond)
+            rows = with_method_labels(sub.filter(cond))
             name = dataset if len(groups) == 1 else f"{dataset}_{i + 1}"
-            fixed = ", ".join(f"{k}={v}" for k, v in key.items() if k != "dataset" and v not in (None, "{}"))
+            fixed = ", ".join(f"{k}={_caption_value(k, key[k])}" for k in shown
+                              if k != "dataset" and key[k] not in (None, "{}"))
             seeds = sorted(rows["seed"].unique().to_list()) if "seed" in rows.columns else []
             caption = f"{dataset}: {fixed}; seeds {seeds} (mean)" if fixed else f"{dataset}; seeds {seeds} (mean)"
             panels.append(Panel(name.replace("/", "_"), caption, rows))
     return panels
+
+
+def _caption_value(key: str, value) -> str:
+    return str(value)[:12] if key == "model_weights" else str(value)

@@ -48,6 +48,7 @@ from analysis.common import (  # noqa: E402
     AnalysisError,
     Panel,
     add_sweep_argument,
+    check_dirs,
     load_dirs,
     method_order,
     setting_order,
@@ -58,6 +59,7 @@ from analysis.rank_stats import N_BOOTSTRAP, bootstrap_rho_interval, spearman_p 
 from analysis.stats import binomial_halfwidth, complete_block  # noqa: E402
 from analysis.tables import cell_status  # noqa: E402
 from analysis.tables import tex_escape as _tex
+from unitta.files import os_error_text  # noqa: E402
 from unitta.paper import PAPER_DATASETS, load_paper_table  # noqa: E402
 
 __all__ = [
@@ -455,7 +457,8 @@ def rank_plot(c: Comparison, path: Path) -> Path:
 
 
 def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
-            tolerance: float = DEFAULT_TOLERANCE, log=print, sweep: str | None = None) -> list[Comparison]:
+            tolerance: float = DEFAULT_TOLERANCE, log=print, sweep: str | None = None,
+            where: list[str] | None = None) -> list[Comparison]:
     """Compare every panel of ``dirs`` with the paper, write the outputs into ``out``; return the comparisons.
 
     ``paper_dataset`` None: each panel with its own dataset's table (panels of a dataset the paper does not
@@ -465,7 +468,7 @@ def compare(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
         raise AnalysisError(f"--paper-dataset {paper_dataset!r}: the paper publishes {', '.join(PAPER_DATASETS)}")
     if tolerance < 0 or math.isnan(tolerance):
         raise AnalysisError(f"--tolerance {tolerance}: must be >= 0 points")
-    rows, _ = split_rows(load_dirs(dirs, sweep))
+    rows, _ = split_rows(load_dirs(dirs, sweep, where))
     panels = sweep_panels(rows)
     if not panels:
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with the paper)")
@@ -521,18 +524,18 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
-    if args.reference == mariodoebler_tables.REFERENCE_NAME:
-        try:
-            mariodoebler_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep)
-        except AnalysisError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        return 0
     try:
+        check_dirs(args.dirs)
+        if args.reference == mariodoebler_tables.REFERENCE_NAME:
+            mariodoebler_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep, where=args.where)
+            return 0
         comparisons = compare(args.dirs, out, args.paper_dataset, args.tolerance,
-                              log=lambda msg: print(msg, file=sys.stderr), sweep=args.sweep)
+                              log=lambda msg: print(msg, file=sys.stderr), sweep=args.sweep, where=args.where)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a read-only folder, disk full: one line, not a traceback
+        print(f"error: {os_error_text(exc)}", file=sys.stderr)
         return 2
     for c in comparisons:
         print_comparison(c)

@@ -43,6 +43,7 @@ from analysis.common import (  # noqa: E402
     METRICS,
     AnalysisError,
     add_sweep_argument,
+    check_dirs,
     load_dirs,
     metric_label,
     split_rows,
@@ -51,6 +52,8 @@ from analysis.common import (  # noqa: E402
 )
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
+from unitta.files import os_error_text  # noqa: E402
+from unitta.results.replicates import METHOD_KEYS, fixed_keys  # noqa: E402
 from unitta.run.outdir import OutputError, check_output_dir, is_writable  # noqa: E402
 
 __all__ = ["analyse", "main"]
@@ -63,16 +66,17 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
-def analyse(dirs: list[str | Path], out: Path, metric: str = "error", sweep: str | None = None) -> list[Path]:
+def analyse(dirs: list[str | Path], out: Path, metric: str = "error", sweep: str | None = None,
+            where: list[str] | None = None) -> list[Path]:
     """Write every table and figure for the result directories ``dirs`` into ``out``; return the paths.
 
     metric: the result column shown (``analysis.common.METRICS``); files of a metric other than ``error``
     carry it in their names (``heatmap_<panel>_balanced_error.png``), so both can sit in one folder.
-    sweep: only that sweep's cells (``load_dirs``).
+    sweep, where: only that sweep's cells, only the rows matching ``KEY=VALUE`` terms (``load_dirs``).
     """
     from analysis import plots
 
-    df = use_metric(load_dirs(dirs, sweep), metric)
+    df = use_metric(load_dirs(dirs, sweep, where), metric)
     out.mkdir(parents=True, exist_ok=True)
     sweep, tune = split_rows(df)
     label, tag = metric_label(metric), "" if metric == "error" else f"_{metric}"
@@ -105,11 +109,18 @@ def _tune_outputs(tune: pl.DataFrame, out: Path, plots) -> list[Path]:
     written = []
     name_col = "tune_name" if "tune_name" in tune.columns else None
     keys = [k for k in (name_col, "dataset") if k]
-    for key in tune.select(keys).unique().sort(keys).iter_rows(named=True):
+    # A run's trials differ in what it searched (factors, the method's layer); any other coordinate that differs
+    # (other weights after a resume, another protocol) splits the run, so a point's mean is over seeds only.
+    fixed = [k for k in fixed_keys(tune, (*METHOD_KEYS, "factor_overrides")) if k not in keys]
+    groups = tune.select(keys + fixed).unique().sort(keys + fixed, nulls_last=True).to_dicts()
+    seen: dict[tuple, int] = {}
+    for group in groups:
+        key = {k: group[k] for k in keys}
         rows = tune
-        for k, v in key.items():
-            rows = rows.filter(pl.col(k) == v)
-        run = _safe("_".join(str(v) for v in key.values()))
+        for k, v in group.items():
+            rows = rows.filter(pl.col(k).is_null() if v is None else (pl.col(k) == v))
+        n = seen[tuple(key.values())] = seen.get(tuple(key.values()), 0) + 1
+        run = _safe("_".join(str(v) for v in key.values()) + ("" if n == 1 else f"_{n}"))
         csv = out / f"tune_{run}.csv"
         rows.drop([c for c, dtype in rows.schema.items() if c in _CSV_DROP or dtype.is_nested()]).write_csv(csv)
         written.append(csv)
@@ -118,6 +129,10 @@ def _tune_outputs(tune: pl.DataFrame, out: Path, plots) -> list[Path]:
         objective = rows["tune_objective"].drop_nulls().first() if "tune_objective" in rows.columns else None
         if objective and objective.startswith("gap"):
             what += f"; objective {objective}"
+        others = [g for g in groups if all(g[k] == v for k, v in key.items())]
+        spread = [k for k in fixed if len({str(g[k]) for g in others}) > 1]
+        if spread:
+            what += "; " + ", ".join(f"{k}={str(group[k])[:12]}" for k in spread)
         factors = [f for f in _FACTORS if f"param_{f}" in rows.columns and rows[f"param_{f}"].is_not_null().any()]
         if factors:
             factor_rows = rows.filter(pl.col("param_layer").is_null()) if "param_layer" in rows.columns else rows
@@ -158,10 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
     try:
+        check_dirs(args.dirs)
         _check_out(out)
-        written = analyse(args.dirs, out, args.metric, args.sweep)
+        written = analyse(args.dirs, out, args.metric, args.sweep, args.where)
     except (AnalysisError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, read-only, a file in the way: one line, not a traceback
+        print(f"error: {os_error_text(exc)}", file=sys.stderr)
         return 2
     for path in written:
         print(path)

@@ -186,14 +186,14 @@ def _ordered(cells: pl.DataFrame) -> pl.DataFrame:
 
 
 def compare_mariodoebler(dirs: list[str | Path], paper_dataset: str | None = None,
-                      sweep: str | None = None) -> MariodoeblerComparison:
+                         sweep: str | None = None, where: list[str] | None = None) -> MariodoeblerComparison:
     """Match every sweep panel of ``dirs`` with the other benchmark's figures (module docstring)."""
     if paper_dataset is not None and paper_dataset not in MARIODOEBLER_DATASETS.values():
         raise AnalysisError(
             f"--paper-dataset {paper_dataset!r}: the other benchmark publishes "
             f"{', '.join(MARIODOEBLER_DATASETS.values())}"
         )
-    rows, _ = split_rows(load_dirs(dirs, sweep))
+    rows, _ = split_rows(load_dirs(dirs, sweep, where))
     panels = sweep_panels(rows)
     if not panels:
         raise AnalysisError("no sweep rows to compare (tune rows are not compared with published figures)")
@@ -289,9 +289,9 @@ def to_markdown(c: MariodoeblerComparison) -> str:
 
 
 def run(dirs: list[str | Path], out: Path, paper_dataset: str | None = None, log=print,
-        sweep: str | None = None) -> MariodoeblerComparison:
+        sweep: str | None = None, where: list[str] | None = None) -> MariodoeblerComparison:
     """Compare, write ``reference_mariodoebler.md`` / ``.csv`` into ``out``, print the table and the rho lines."""
-    c = compare_mariodoebler(dirs, paper_dataset, sweep)
+    c = compare_mariodoebler(dirs, paper_dataset, sweep, where)
     out.mkdir(parents=True, exist_ok=True)
     md = to_markdown(c)
     (out / f"reference_{REFERENCE_NAME}.md").write_text(md)

@@ -394,7 +394,9 @@ def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
         ok = ok.join(test, on="setting", how="inner").with_columns((pl.col("_spi") / pl.col("_test")).alias("_x"))
     else:
         ok = ok.with_columns((1000 * pl.col("_spi")).alias("_x"))
-    points = ok.group_by("method").agg(pl.col("_x").mean(), pl.col("error").mean(), pl.len().alias("n"))
+    label = "method_label" if "method_label" in ok.columns else "method"
+    points = ok.group_by(pl.col(label).alias("method")).agg(pl.col("_x").mean(), pl.col("error").mean(),
+                                                           pl.len().alias("n"))
     points = points.sort("_x")
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     ax.scatter(points["_x"].to_list(), points["error"].to_list(), s=22, color="#1f5f8b", zorder=3)

@@ -29,8 +29,17 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import polars as pl  # noqa: E402
 
 from analysis import compare_paper, heatmaps, plots  # noqa: E402
-from analysis.common import AnalysisError, add_sweep_argument, load_dirs, split_rows, sweep_panels  # noqa: E402
+from analysis.common import (  # noqa: E402
+    AnalysisError,
+    add_sweep_argument,
+    check_dirs,
+    load_dirs,
+    split_rows,
+    sweep_panels,
+)
+from unitta.files import os_error_text  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
+from unitta.run.outdir import OutputError, check_output_dir  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 
@@ -91,16 +100,17 @@ def _img(path: Path, alt: str) -> str:
 
 
 def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = None,
-                 tolerance: float = compare_paper.DEFAULT_TOLERANCE, sweep: str | None = None) -> Path:
+                 tolerance: float = compare_paper.DEFAULT_TOLERANCE, sweep: str | None = None,
+                 where: list[str] | None = None) -> Path:
     """Write every figure and table into ``out`` and the page ``out/report.html``; return the page's path.
 
     sweep: only that sweep's cells (``analysis.common.load_dirs``)."""
-    df = load_dirs(dirs, sweep)
+    df = load_dirs(dirs, sweep, where)
     sweep_rows, tune = split_rows(df)
-    written = heatmaps.analyse(dirs, out, sweep=sweep)
+    written = heatmaps.analyse(dirs, out, sweep=sweep, where=where)
     has_balanced = "balanced_error" in sweep_rows.columns and sweep_rows["balanced_error"].is_not_null().any()
     if has_balanced:
-        written += heatmaps.analyse(dirs, out, "balanced_error", sweep)
+        written += heatmaps.analyse(dirs, out, "balanced_error", sweep, where)
     by_name = {p.name: p for p in written}
     panel_rows = {panel.name: panel.rows for panel in sweep_panels(sweep_rows)}
     body = ["<h1>unitta reproduction report</h1>", _overview(df, dirs)]
@@ -127,7 +137,7 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
     if sweep_rows.height:
         nav.append('<a href="#paper">vs paper</a>')
         body.append('<h2 id="paper">Comparison with the UniTTA paper</h2>')
-        body += _paper_section(dirs, out, sweep_rows, paper_dataset, tolerance, sweep)
+        body += _paper_section(dirs, out, sweep_rows, paper_dataset, tolerance, sweep, where)
     tune_figs = [p for p in written if p.suffix == ".png" and p.name.startswith(("factors_", "layers_"))]
     if tune_figs:
         nav.append('<a href="#tune">tune</a>')
@@ -145,7 +155,9 @@ def metric_comparison(rows: pl.DataFrame) -> str:
     """Markdown: per method the mean error and mean balanced error over the panel's settings, and the rank of
     each (rank 1 = lowest), so that a method that trades its rare classes for its overall error stands out."""
     ok = rows.filter((pl.col("status") == "ok") & pl.col("balanced_error").is_not_null())
-    means = ok.group_by("method").agg(pl.col("error").mean(), pl.col("balanced_error").mean(), pl.len().alias("n"))
+    label = "method_label" if "method_label" in ok.columns else "method"
+    means = ok.group_by(pl.col(label).alias("method")).agg(
+        pl.col("error").mean(), pl.col("balanced_error").mean(), pl.len().alias("n"))
     means = means.with_columns(
         pl.col("error").rank("min").cast(pl.Int64).alias("rank_error"),
         pl.col("balanced_error").rank("min").cast(pl.Int64).alias("rank_balanced"),
@@ -176,13 +188,14 @@ def _overview(df: pl.DataFrame, dirs) -> str:
 
 
 def _paper_section(dirs, out: Path, rows: pl.DataFrame, paper_dataset: str | None, tolerance: float,
-                   sweep: str | None) -> list[str]:
+                   sweep: str | None, where: list[str] | None) -> list[str]:
     datasets = set(rows["dataset"].unique().to_list())
     if paper_dataset is None and not datasets & set(PAPER_DATASETS):
         paper_dataset = "cifar10-c"  # the closest published table for the embedded Fashion-MNIST-C (10 classes)
     notes: list[str] = []
     try:
-        comparisons = compare_paper.compare(dirs, out, paper_dataset, tolerance, log=notes.append, sweep=sweep)
+        comparisons = compare_paper.compare(dirs, out, paper_dataset, tolerance, log=notes.append, sweep=sweep,
+                                            where=where)
     except AnalysisError as exc:
         return [f'<p class="warn">No comparison: {html.escape(str(exc))}</p>']
     parts = [f'<p class="note">{html.escape(n)}</p>' for n in notes]
@@ -213,9 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "report"
     try:
-        path = build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep)
-    except AnalysisError as exc:
+        check_dirs(args.dirs)
+        check_output_dir(out, flag="--out")
+        path = build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep, args.where)
+    except (AnalysisError, OutputError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a read-only folder, disk full: one line, not a traceback
+        print(f"error: {os_error_text(exc)}", file=sys.stderr)
         return 2
     print(path)
     return 0

@@ -6,17 +6,32 @@ ImageNet-C cache's manifest (``unitta.data.prepared``).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["write_atomically", "sync_dir"]
+__all__ = ["naming", "os_error_text", "sync_dir", "write_atomically"]
 
 
 def _umask_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Give an OSError raised in the body that names no file (a write that found the disk full) ``path``, so that
+    its one-line report (``os_error_text``) says where."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise type(err)(err.errno, os.strerror(err.errno), str(path)) from err
+        raise
 
 
 def write_atomically(path: Path, write, tmp_dir: Path | None = None) -> None:
@@ -30,7 +45,7 @@ def write_atomically(path: Path, write, tmp_dir: Path | None = None) -> None:
     tmp_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=tmp_dir)
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with naming(path), os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -48,3 +63,14 @@ def sync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def os_error_text(err: OSError) -> str:
+    """'<path>: No space left on device (ENOSPC)': an operating-system error as one line naming the path and
+    what the errno means (docs/results.md, "Exit codes"), for a user, not a traceback."""
+    code = err.errno
+    meaning = os.strerror(code) if code else (err.strerror or str(err))
+    name = f" ({errno.errorcode[code]})" if code in errno.errorcode else ""
+    paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+    where = " -> ".join(paths) + ": " if paths else ""
+    return f"{where}{meaning}{name}"

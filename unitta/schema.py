@@ -74,7 +74,8 @@ def _value_at(value: Any, where: str, key: str) -> Any:
 class Strict(BaseModel):
     """Base of every config section: frozen, and unknown keys refused with a 'did you mean' hint."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf / nan are never a meaningful number in a config (a count, a factor, a cost): refused where given
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -130,6 +131,8 @@ class Resources(Strict):
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+# File systems take 255 bytes per path component; the name is one, with prefixes and suffixes added.
+MAX_NAME_LENGTH = 100
 
 
 class RunConfig(Strict):
@@ -155,6 +158,9 @@ class RunConfig(Strict):
                 f"must be one word of letters, digits, '_', '-', '.' or '+' (not starting with '.', no slashes "
                 f"or spaces), got {value!r}"
             )
+        if len(value) > MAX_NAME_LENGTH:  # it names a folder and files (<name>.json, temp files) in it
+            raise ValueError(f"must be at most {MAX_NAME_LENGTH} characters (it names folders and files), "
+                             f"got {len(value)}")
         return value
 
     @field_validator("max_retries")
@@ -277,6 +283,40 @@ def _mapping_without_duplicates(loader, node) -> dict:
     return loader.construct_mapping(node, deep=True)
 
 
+# A config is a few hundred values; aliases (``*name``) that expand to more are a mistake or an "alias bomb"
+# (a few lines that expand to billions of values), refused before anything expands them.
+MAX_YAML_VALUES = 100_000
+
+
+def _load_bounded(text: str, loader_class, path: Path) -> Any:
+    """The YAML document of ``text``, refused (ConfigError) when its aliases expand to over MAX_YAML_VALUES values."""
+    import yaml
+
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        sizes: dict[int, int] = {}
+
+        def size(n) -> int:  # the expanded size, each shared (aliased) node counted once per use, memoised
+            if id(n) not in sizes:
+                sizes[id(n)] = 0  # a recursive alias counts once
+                if isinstance(n, yaml.MappingNode):
+                    children = [c for pair in n.value for c in pair]
+                else:
+                    children = n.value if isinstance(n, yaml.SequenceNode) else []
+                sizes[id(n)] = min(1 + sum(size(c) for c in children), MAX_YAML_VALUES + 1)
+            return sizes[id(n)]
+
+        if size(node) > MAX_YAML_VALUES:
+            raise ConfigError(f"{path}: its YAML aliases expand to more than {MAX_YAML_VALUES:,} values; "
+                              "write the values out")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_yaml_file(path: str | Path) -> Any:
     """The parsed content of a YAML config file; a missing file or a YAML error is a one-line ``ConfigError``."""
     import yaml
@@ -285,7 +325,7 @@ def read_yaml_file(path: str | Path) -> Any:
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        data = yaml.load(path.read_text(), Loader=yaml_loader())  # noqa: S506 (a SafeLoader subclass)
+        data = _load_bounded(path.read_text(), yaml_loader(), path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

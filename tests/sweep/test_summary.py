@@ -54,3 +54,18 @@ def test_summary_table_gives_each_sampler_its_own_column():
     assert lines[3].split() == ["bn", "10.00", "20.00", "40.00", "30.00", "25.00"]  # nothing averaged across samplers
     exact_only = summary_table(pl.DataFrame([{**rows[0], "sampler": "exact"}])).splitlines()
     assert exact_only[2].split() == ["method", "n1i1", "avg"]  # one ULMM sampler: plain setting codes
+
+
+def test_summary_table_averages_only_seeds():
+    base = {"dataset": "fmnist-c", "model": "resnet20", "method": "tent", "setting": "nu11", "status": "ok"}
+    rows = [
+        {**base, "batch_size": 64, "protocol": "online", "seed": 1, "error": 10.0},
+        {**base, "batch_size": 64, "protocol": "online", "seed": 2, "error": 20.0},
+        {**base, "batch_size": 64, "protocol": "realtime", "seed": 1, "error": 50.0},
+        {**base, "batch_size": 16, "protocol": "online", "seed": 1, "error": 70.0},
+    ]
+    text = summary_table(pl.DataFrame(rows))
+    titles = [line for line in text.splitlines() if line.startswith("fmnist-c")]
+    assert len(titles) == 3 and any("batch_size=16" in t for t in titles) and any("protocol=realtime" in t for t in titles)
+    values = sorted(line.split()[1] for line in text.splitlines() if line.startswith("tent"))
+    assert values == ["15.00", "50.00", "70.00"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,10 +36,11 @@ from unitta.data.records import RECORDS
 from unitta.profile_names import PROFILES
 from unitta.streams import SAMPLERS
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
-from unitta.streams.settings import FACTOR_KEYS
+from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
 __all__ = [
-    "Cell", "share_resolution", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PLACEMENT_FIELDS", "check_device",
+    "Cell", "share_resolution", "DEFAULT_MODELS", "LATER_FIELDS", "MAX_SEED", "PRECISIONS", "PLACEMENT_FIELDS",
+    "check_device", "check_seed", "check_stream_size",
 ]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
@@ -58,6 +60,28 @@ def check_device(device: str) -> str:
     if not isinstance(device, str) or not _DEVICE.match(device):
         raise ValueError(f"device={device!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' (N: a GPU index) or 'mps'")
     return device
+
+
+# The largest seed: numpy's RandomState (the official sampler's, like the reference's) takes 0 .. 2**32 - 1.
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed: int) -> int:
+    """``seed`` if the samplers and the result files take it, else a one-line ValueError."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed {seed!r}: must be a whole number in 0 .. {MAX_SEED} (numpy's seed range)")
+    return seed
+
+
+def check_stream_size(dataset: str, S: int | None, length: int | None) -> None:
+    """One-line ValueError when the stream asked for is longer than ``MAX_STREAM_LENGTH`` positions."""
+    record = RECORDS.get(dataset)
+    states = record.num_domains * record.num_classes if record else 1
+    if S is not None and S * states > MAX_STREAM_LENGTH:
+        raise ValueError(f"S={S}: {dataset}'s {states} (domain, class) states make a stream of up to {S * states:,} "
+                         f"images, more than {MAX_STREAM_LENGTH:,}; use S <= {MAX_STREAM_LENGTH // states}")
+    if length is not None and length > MAX_STREAM_LENGTH:
+        raise ValueError(f"length={length}: more than {MAX_STREAM_LENGTH:,} stream positions; use a shorter stream")
 
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
@@ -119,6 +143,8 @@ class Cell:
 
     def __post_init__(self) -> None:
         self._check_sampler()
+        check_seed(self.seed)
+        check_stream_size(self.dataset, self.S, self.length)
         check_device(self.device)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
@@ -183,6 +209,8 @@ class Cell:
         for key in LATER_FIELDS:
             if data[key] == _DEFAULTS[key]:
                 data.pop(key)
+        if self.protocol == "online":  # the cost model prices real-time adaptation only: an online cell ignores it
+            data.pop("cost", None)
         data["model"] = self.model_name
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import PRECISIONS, Cell, check_device
+from unitta.cell import PRECISIONS, Cell, check_device, check_seed
 from unitta.cell.realtime import COST_MODELS, PROTOCOLS
 from unitta.data.records import DATASETS
 from unitta.profile_names import PROFILES
@@ -151,9 +151,7 @@ class CellSpec(CellFields):
     @field_validator("seed")
     @classmethod
     def _seed(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"must be >= 0, got {value}")
-        return value
+        return check_seed(value)
 
     @field_validator("batch_size", "num_threads")
     @classmethod

@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from unitta.files import os_error_text
 from unitta.run.exits import EXIT_FAILED_CELLS, EXIT_OK, EXIT_USAGE
 
 # Images for the checks: the embedded Fashion-MNIST-C, 40 per corruption (600), 128 drawn with a fixed seed.
@@ -182,7 +183,11 @@ def _check_command(args: argparse.Namespace) -> int:
         print(f"error: {exc}".replace("\n", " "), file=sys.stderr)
         return EXIT_USAGE
     torch.set_num_threads(max(1, args.threads))
-    model, info = load_model("fmnist-c", args.model)
+    try:
+        model, info = load_model("fmnist-c", args.model)
+    except (ValueError, OSError) as exc:  # a checkpoint that pickles code (CheckpointError), unreadable, ...
+        print(f"error: {os_error_text(exc) if isinstance(exc, OSError) else exc}".replace("\n", " "), file=sys.stderr)
+        return EXIT_USAGE
     refused = [p for name in names if (p := norm_kind_problem(method_class(name), info.norm_kind, info.name))]
     if refused:
         print(f"error: {refused[0]}", file=sys.stderr)

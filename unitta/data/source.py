@@ -143,6 +143,23 @@ def load_source(dataset: str, data_dir: str | Path | None = None) -> Dataset:
     return _cifar_split(dataset, root, train=True)
 
 
+def clean_test_problem(dataset: str, data_dir: str | Path | None = None) -> str | None:
+    """Why ``load_clean_test`` (the forgetting check's images) would fail for want of files, in one line, or None;
+    reads nothing (preflight and ``--dry-run``)."""
+    from unitta.data import default_data_dir
+    from unitta.data.fashion_mnist import find_split, not_found_message
+
+    if dataset not in SOURCE_DATASETS:
+        return f"forgetting: {dataset} has no clean test split; known: {', '.join(SOURCE_DATASETS)}"
+    if dataset == "fmnist-c":
+        return None if find_split("test") else f"forgetting: the Fashion-MNIST test files: {not_found_message()}"
+    root = default_data_dir() if data_dir is None else Path(data_dir)
+    folder = root / ("ImageNet/val" if dataset == "imagenet-c" else _SOURCE_FOLDERS[dataset])
+    if not folder.is_dir():
+        return f"forgetting: the clean test images of {dataset} are not at {folder}; put them there or set data_dir"
+    return None
+
+
 def load_clean_test(dataset: str, data_dir: str | Path | None = None, n: int | None = None) -> Dataset:
     """Held-out clean images of the source distribution (the test split the model was not trained on), for the
     forgetting check (docs/results.md, "Forgetting"): Fashion-MNIST test (padded like the corrupted set),

@@ -160,6 +160,19 @@ def read_state_dict(path: Path, trust_checkpoints: bool = False) -> dict[str, to
     return read_checkpoint(path, trust_checkpoints)[0]
 
 
+def pickled_code_problem(path: Path) -> str | None:
+    """One line when the checkpoint at ``path`` pickles more than tensors (``read_checkpoint`` would refuse it
+    without ``trust_checkpoints``), else None; scans the pickle's globals, loads nothing, runs nothing."""
+    try:
+        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except Exception:  # noqa: BLE001 - not a zip checkpoint (legacy format): read_checkpoint will say
+        return None
+    if not unsafe:
+        return None
+    return (f"{path}: not a plain state_dict (it pickles {unsafe[0]}; unpickling it could run code from the file); "
+            "if you trust the file, set trust_checkpoints: true, or re-save it as a plain state_dict")
+
+
 def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[str, torch.Tensor], str]:
     """A checkpoint's state_dict and the SHA-256 of the bytes it was read from (``unitta.models.digest``).
 

@@ -244,6 +244,9 @@ def assess(rec: Recommendation, table: Any, classes: Any, domains: Any = None,
         if attr is None:
             continue
         fit = transition_fit(seq, attr, label_error=noise)
+        if "would need" in fit.detail:  # too many states to simulate: said, not silently skipped
+            need = fit.detail.removeprefix("not tested: ")
+            warnings.append(f"fit not checked for the {attr.attribute} sequence: {need}")
         if fit.warns:
             warnings.append(f"misfit: the {attr.attribute} sequence is not the ULMM that was fitted to it "
                             f"({fit.detail}); its factors, nearest setting and ranking may not transfer")
@@ -357,6 +360,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the result column to rank by (default error; docs/results.md, Metrics)")
     p.add_argument("--sweep", metavar="NAME",
                    help="with --results: only the cells of this sweep's grid (docs/results.md, One sweep's rows)")
+    p.add_argument("--where", metavar="KEY=VALUE", action="append",
+                   help="with --results: only the rows whose column KEY has this value, e.g. protocol=realtime "
+                        "(repeatable; needed where the results differ in such a coordinate; docs/analysis.md)")
     p.add_argument("--top", type=int, default=5, help="methods to show (default 5; --json lists all)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     return p
@@ -365,6 +371,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.top < 1:
+            raise UsageError(f"--top {args.top}: must be >= 1 (the number of methods to show)")
         classes = read_labels(args.classes, "--classes")
         domains = read_labels(args.domains, "--domains") if args.domains else None
         if domains is not None and len(domains) != len(classes):
@@ -375,8 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as err:
             raise UsageError(str(err)) from None
         table, source = benchmark_table(results=args.results, paper=args.paper, dataset=args.dataset,
-                                        metric=args.metric, sweep=args.sweep)
-        rec = recommend(factors, table, source, top=None if args.json else max(args.top, 1), metric=args.metric)
+                                        metric=args.metric, sweep=args.sweep, where=args.where)
+        rec = recommend(factors, table, source, top=None if args.json else args.top, metric=args.metric)
         rec = assess(rec, table, classes, domains, label_error=args.label_error)
     except UsageError as err:
         print(f"unitta.recommend: error: {err}", file=sys.stderr)

@@ -11,6 +11,15 @@ from typing import Any
 import numpy as np
 
 from unitta.paper.stream_lengths import PAPER_STREAM_LENGTHS
+from unitta.results.replicates import (
+    METHOD_KEYS,
+    apply_where,
+    fixed_keys,
+    normalise_rows,
+    varying,
+    where_hint,
+    with_method_labels,
+)
 from unitta.streams.settings import FACTOR_KEYS, default_factors
 
 __all__ = ["RANK_METRICS", "SEEDS_BASIS", "STREAM_BASIS", "UsageError", "benchmark_table", "read_labels"]
@@ -85,7 +94,8 @@ RATE_METRICS = ("error", "balanced_error", "worst_class_error")
 
 
 def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str | None = None,
-                    dataset: str | None = None, metric: str = "error", sweep: str | None = None) -> tuple[Any, str]:
+                    dataset: str | None = None, metric: str = "error", sweep: str | None = None,
+                    where: Sequence[str] | None = None) -> tuple[Any, str]:
     """Benchmark points as a polars DataFrame (method, setting, the 4 factors, error, se, n_runs, basis) and a label.
 
     results: sweep or Tune result directories (``unitta.results.load_results``), ok rows only; several seeds
@@ -94,17 +104,19 @@ def benchmark_table(*, results: Sequence[str | Path] | None = None, paper: str |
     paper: a dataset of the paper's published table (``unitta.paper``), whose cells get the benchmark's default
     factors of their setting (one run per cell: 'stream sampling only'). metric: the result column ranked
     (RANK_METRICS; the paper publishes only ``error``). sweep: only that sweep's cells of each results directory
-    (``load_results(sweep=...)``).
+    (``load_results(sweep=...)``). where: ``KEY=VALUE`` terms selecting rows (``replicates.apply_where``);
+    results whose rows differ in a coordinate other than the method, the setting and the factors (protocol,
+    weights, ...) are refused with the ``--where`` that picks one, never averaged as seeds.
     """
     if metric not in RANK_METRICS:
         raise UsageError(f"--metric {metric!r}: expected one of {', '.join(RANK_METRICS)}")
     if paper is not None and metric != "error":
         raise UsageError(f"--metric {metric}: the paper publishes only error; use --results for other metrics")
     if paper is not None:
-        if sweep is not None:
-            raise UsageError("--sweep selects cells of --results directories, not of --paper")
+        if sweep is not None or where:
+            raise UsageError("--sweep and --where select cells of --results directories, not of --paper")
         return _paper_points(paper)
-    df, chosen = _result_rows(results, dataset, metric, sweep)
+    df, chosen = _result_rows(results, dataset, metric, sweep, where)
     source = ", ".join(map(str, results or [])) + f" ({chosen}{f', sweep {sweep}' if sweep else ''})"
     if metric != "error":
         source += f", ranked by {metric}"
@@ -131,7 +143,7 @@ def _paper_points(paper: str) -> tuple[Any, str]:
 
 
 def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metric: str,
-                 sweep: str | None = None) -> tuple[Any, str]:
+                 sweep: str | None = None, where: Sequence[str] | None = None) -> tuple[Any, str]:
     """The ok rows of ``results`` for one dataset, ``metric`` as the ``error`` column; (rows, the dataset)."""
     import polars as pl
 
@@ -166,7 +178,21 @@ def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metr
         raise UsageError(f"the results hold several datasets ({', '.join(datasets)}); choose one with --dataset")
     if df.height == 0:
         raise UsageError("the results hold no successful rows")
-    return df, datasets[0] if dataset is None else dataset
+    return _one_experiment(df, where), datasets[0] if dataset is None else dataset
+
+
+def _one_experiment(df, where: Sequence[str] | None):
+    """The rows selected by ``where``, refused in one line if they still differ in a coordinate other than the
+    method variant, the setting and the factors (those would be averaged as if they were seeds)."""
+    try:
+        df = apply_where(normalise_rows(df), where)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    spread = varying(df, fixed_keys(df, (*METHOD_KEYS, "setting", "factor_overrides", "dataset")))
+    if spread:
+        raise UsageError(f"the results differ in {where_hint(spread)}")
+    labelled = with_method_labels(df)
+    return labelled.with_columns(labelled["method_label"].alias("method"))
 
 
 def _aggregate(df, metric: str):

@@ -79,6 +79,7 @@ class RunOutcome:
     seconds: float = 0.0
     cell_seconds: list[float] = field(default_factory=list)
     results_path: Path | None = None
+    cell_ids: list[str] = field(default_factory=list)  # the run's cells as planned (a grid's), for its report
 
     def count(self, row: dict[str, Any]) -> None:
         if row["status"] == STATUS_OK:
@@ -213,7 +214,8 @@ def execute_plan(
         if planner.members is not None:
             write_membership(out, cfg.name, planner.members)
         _flush_members(out, cfg.name, planner)
-        outcome = RunOutcome(out_dir=out, n_cells=planner.n_cells, n_skipped=planner.n_skipped)
+        outcome = RunOutcome(out_dir=out, n_cells=planner.n_cells, n_skipped=planner.n_skipped,
+                             cell_ids=list(planner.members or []))
         if planner.n_skipped:
             say(f"resume: {planner.n_skipped} of {planner.n_cells} cells already done in {out}")
         for line in planner.notes:

@@ -2,8 +2,10 @@
 
 Exit codes (docs/results.md, "Exit codes"): 0 every cell ok; 1 some cells failed (their rows say why;
 rerun to retry them); 2 a usage, config or cluster problem found before anything ran (one line on
-stderr, nothing written); 3 the driver crashed (a bug: traceback on stderr); 130 interrupted (Ctrl-C);
-143 terminated (SIGTERM, e.g. a stopped Ray job). After 1, 130 and 143 the same command resumes.
+stderr, nothing written); 3 the driver crashed (a bug: traceback on stderr); 4 an operating-system error
+(disk full, read-only folder, name too long, a file in the way: one line naming the path and the errno's
+meaning; the cells finished before it are saved); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM, e.g. a
+stopped Ray job). After 1, 4, 130 and 143 the same command resumes.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import sys
 import traceback
 from collections.abc import Callable
 
-__all__ = ["EXIT_OK", "EXIT_FAILED_CELLS", "EXIT_USAGE", "EXIT_CRASHED", "EXIT_INTERRUPTED", "EXIT_TERMINATED",
+from unitta.files import os_error_text
+
+__all__ = ["EXIT_OK", "EXIT_FAILED_CELLS", "EXIT_USAGE", "EXIT_CRASHED", "EXIT_OS_ERROR", "EXIT_INTERRUPTED",
+           "EXIT_TERMINATED",
            "Terminated", "run_cli", "take_back_sigterm"]
 
-EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_CRASHED = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_CRASHED, EXIT_OS_ERROR = 0, 1, 2, 3, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
 
@@ -65,6 +70,9 @@ def run_cli(body: Callable[[], int], resume_hint: str, usage_errors: tuple[type[
     except usage_errors as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:  # disk full, read-only, name too long, a file in the way: not a bug
+        print(f"error: {os_error_text(exc)}; {resume_hint}", file=sys.stderr)
+        return EXIT_OS_ERROR
     except KeyboardInterrupt:
         if _sigterm_seen:  # Terminated, or what Ray's ray.wait made of it
             print(f"terminated: {resume_hint}", file=sys.stderr)

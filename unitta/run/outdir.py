@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from unitta.evaluate import git_commit, now, ray_version
+from unitta.files import naming
 from unitta.results import check_cell_id, write_cell_result
 
 __all__ = ["fresh_output_dir", "write_manifest", "record", "OutputLock", "OutputBusy", "remove_stale_temp_files",
@@ -40,6 +41,9 @@ def check_output_dir(out: Path, flag: str = "--output") -> None:
     parents is. Nothing is created; call it before anything is written. ``flag``: the option to name."""
     out = Path(out)
     existing = _first_existing(out)
+    if existing.is_symlink() and not existing.exists():
+        raise OutputError(f"output {out}: {existing} is a symbolic link to {os.readlink(existing)}, which does not "
+                          f"exist; create that folder or give another directory with {flag}")
     if existing == out and not out.is_dir():
         raise OutputError(f"output {out} is a file, not a directory; give a directory with {flag}")
     if not existing.is_dir():
@@ -188,5 +192,7 @@ def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] 
 def record(out_dir: Path, row: dict[str, Any], log: str) -> None:
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"{check_cell_id(row['cell_id'])}.log").write_text(log)  # the cell file's check, for the log too
+    log_path = logs / f"{check_cell_id(row['cell_id'])}.log"  # the cell file's check, for the log too
+    with naming(log_path):
+        log_path.write_text(log)
     write_cell_result(out_dir, row)  # last: a cell counts as done only once its row is on disk

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from unitta.cell import Cell
 from unitta.data.records import RECORDS, dataset_record
-from unitta.data.source import source_problem
+from unitta.data.source import clean_test_problem, source_problem
 from unitta.methods import method_class
 
 __all__ = ["DATASET_SHAPES", "infeasibility", "problems"]
@@ -57,7 +57,7 @@ def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | No
 
 
 def _model_problem(cell: Cell) -> str | None:
-    from unitta.models.zoo import checkpoint_path, list_models
+    from unitta.models.zoo import checkpoint_path, list_models, pickled_code_problem
 
     known = list_models().get(cell.dataset, [])
     if cell.model is not None and cell.model not in known:
@@ -68,7 +68,7 @@ def _model_problem(cell: Cell) -> str | None:
         return (f"{cell.dataset}: no checkpoint for {cell.model_name!r} at {path}; run "
                 f"`python -m unitta.models fetch {cell.dataset} --name {cell.model_name} --dir {where}` "
                 "or set checkpoint_dir")
-    return None
+    return None if cell.trust_checkpoints else pickled_code_problem(path)
 
 
 def _device_problem(cell: Cell, num_gpus: float, local: bool) -> str | None:
@@ -116,12 +116,15 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
         if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
-        key = ("data", cell.dataset, cell.data_dir, cell.severity)
+        key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir)
         if key not in checked:
             checked.add(key)
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
             add(_model_problem(cell))
             add(_device_problem(cell, num_gpus, local))
+        if cell.forgetting and ("clean", cell.dataset, cell.data_dir) not in checked:
+            checked.add(("clean", cell.dataset, cell.data_dir))
+            add(clean_test_problem(cell.dataset, cell.data_dir))
         _note_source_need(cell, needs_source)
     for (dataset, data_dir), methods in needs_source.items():
         why = source_problem(dataset, data_dir) if methods else None

@@ -16,6 +16,7 @@ its death makes Ray print on the driver's stdout (``RayMessages``) go to a log f
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import socket
 import sys
@@ -48,15 +49,21 @@ class ClusterError(RuntimeError):
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 

@@ -1,14 +1,17 @@
-"""The method x setting table a sweep prints when it ends (mean error over seeds, batch sizes, factors)."""
+"""The method x setting table a sweep prints when it ends (mean error over seeds only)."""
 
 from __future__ import annotations
 
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels
 
-__all__ = ["summary_table"]
+__all__ = ["failure_lines", "summary_table"]
 
 
 def summary_table(df, value: str = "error") -> str:
-    """Method x setting table of mean ``value`` (over seeds, batch sizes, factors), one block per dataset.
+    """Method x setting table of mean ``value`` over seeds, one block per dataset and model, and per value of any
+    other coordinate the rows differ in (batch size, factors, protocol...; ``unitta.results.replicates``), named in
+    the block's title. Nothing but seeds is averaged.
 
     The sorted / dirichlet orders get their own columns (e.g. ``n1i1:dirichlet@0.1``), as do the samplers of a
     sweep that lists several.
@@ -17,9 +20,15 @@ def summary_table(df, value: str = "error") -> str:
 
     if df.height == 0:
         return "(no results)"
-    df = df.with_columns(_column_label(df))
+    df = with_method_labels(normalise_rows(df)).with_columns(_column_label(df))
+    others = [k for k in fixed_keys(df, (*METHOD_KEYS, "setting", "sampler", "delta")) if k not in ("dataset", "model")]
+    spread = [k for k in others if df[k].cast(pl.String).n_unique() > 1]
+    keys = ["dataset", "model", *spread]
     blocks = []
-    for (dataset, model), part in df.sort("dataset").group_by(["dataset", "model"], maintain_order=True):
+    for key, part in df.sort("dataset").group_by(keys, maintain_order=True):
+        dataset, model = key[0], key[1]
+        title = f"{dataset} ({model})" + "".join(f", {k}={v}" for k, v in zip(spread, key[2:]))
+        part = part.with_columns(pl.col("method_label").alias("method"))
         settings = list(dict.fromkeys(part["column"].to_list()))
         methods = list(dict.fromkeys(part["method"].to_list()))
         ok = part.filter(pl.col("status") == STATUS_OK)
@@ -33,7 +42,7 @@ def summary_table(df, value: str = "error") -> str:
         }
         width = max(6, *(len(s) for s in settings))
         mwidth = max(6, *(len(m) for m in methods))
-        lines = [f"{dataset} ({model}): {value} (%) per method x setting", ""]
+        lines = [f"{title}: {value} (%) per method x setting", ""]
         lines.append(" ".join([f"{'method':<{mwidth}}", *(f"{s:>{width}}" for s in settings), f"{'avg':>{width}}"]))
         for m in methods:
             cells = []
@@ -65,3 +74,19 @@ def _column_label(df):
         with_delta = sampler + pl.when(delta.is_null()).then(pl.lit("")).otherwise(pl.lit("@") + delta)
         label = label + pl.when(plain).then(pl.lit("")).otherwise(pl.lit(":") + with_delta)
     return label.alias("column")
+
+
+def failure_lines(failed, logs_dir) -> list[str]:
+    """One line per kind of failure (the exception type of ``error_text``) among the ``failed`` rows, with how
+    many cells, the first one's message and where the logs are (docs/results.md, "Exit codes")."""
+    kinds: dict[str, list[dict]] = {}
+    for r in failed.iter_rows(named=True):
+        text = (r.get("error_text") or "no error text").strip().splitlines()[-1]
+        kinds.setdefault(text.split(":", 1)[0] if ":" in text else text, []).append({**r, "_text": text})
+    lines = []
+    for rows in sorted(kinds.values(), key=len, reverse=True):
+        first = rows[0]
+        more = f" and {len(rows) - 1} more in {logs_dir}/" if len(rows) > 1 else ""
+        log = f"{logs_dir}/{first['cell_id']}.log"
+        lines.append(f"failed: {len(rows)} cell(s) with {first['_text']} (log: {log}{more})")
+    return lines

@@ -13,9 +13,10 @@ import time
 
 import numpy as np
 
+from unitta.files import os_error_text
 from unitta.streams import SAMPLERS, make_stream, synthetic_labels
 from unitta.streams.protocols import PROTOCOL_SETTINGS
-from unitta.streams.settings import DATASET_ALIASES, SETTINGS_36
+from unitta.streams.settings import DATASET_ALIASES, MAX_STREAM_LENGTH, SETTINGS_36
 
 
 def _fmt_counts(counts: list[int], limit: int = 20) -> str:
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.setting not in {s.code for s in SETTINGS_36}:
         parser.error(f"--setting {args.setting!r}: expected one of {[s.code for s in SETTINGS_36]}")
     labels, domains = synthetic_labels(args.dataset)
+    problem = _size_problem(args, int(labels.max()) + 1, int(domains.max()) + 1)
+    if problem:
+        parser.error(problem)
     t0 = time.perf_counter()
     try:
         stream = make_stream(
@@ -96,8 +100,28 @@ def main(argv: list[str] | None = None) -> int:
         from unitta.streams.plot import plot_stream
 
         names = list(CORRUPTIONS) if stream.num_domains == len(CORRUPTIONS) else None
-        print(f"plot      {plot_stream(stream, args.plot, domain_names=names)}")
+        try:
+            print(f"plot      {plot_stream(stream, args.plot, domain_names=names)}")
+        except OSError as err:
+            print(f"error: --plot {args.plot}: {os_error_text(err)}", file=sys.stderr)
+            return 2
     return 0
+
+
+def _size_problem(args, num_classes: int, num_domains: int) -> str | None:
+    """One line when the seed or the stream asked for is out of range (before any memory is allocated)."""
+    if not 0 <= args.seed <= 2**32 - 1:
+        return f"--seed {args.seed}: must be in 0 .. {2**32 - 1} (numpy's seed range)"
+    for flag, value in (("--S", args.S), ("--length", args.length)):
+        if value is not None and value < 1:
+            return f"{flag} {value}: must be >= 1"
+    states = num_classes * num_domains
+    if args.S is not None and args.S * states > MAX_STREAM_LENGTH:
+        return (f"--S {args.S}: {states} (domain, class) states make a stream of up to {args.S * states:,} images, "
+                f"more than {MAX_STREAM_LENGTH:,}; use --S <= {MAX_STREAM_LENGTH // states}")
+    if args.length is not None and args.length > MAX_STREAM_LENGTH:
+        return f"--length {args.length}: more than {MAX_STREAM_LENGTH:,} positions; use a shorter stream"
+    return None
 
 
 if __name__ == "__main__":

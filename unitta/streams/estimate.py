@@ -111,6 +111,8 @@ class AttributeFactors:
             return max(1.0 / self.n_states, value - z * se), min(1.0, value + z * se)
         # delta method: se(log beta) = se(beta) / beta; the interval stays above 1.
         half = z * se / value
+        if half > 50:  # an estimate from a handful of labels: anything above 1 (and exp would overflow)
+            return 1.0, math.inf
         return max(1.0, value * math.exp(-half)), value * math.exp(half)
 
 

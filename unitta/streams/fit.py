@@ -28,11 +28,16 @@ import numpy as np
 from unitta.streams.estimate import AttributeFactors, ranks_by_count
 from unitta.streams.ulmm import imbalance_ratios, ulmm
 
-__all__ = ["FIT_ALPHA", "FitCheck", "drift", "transition_fit"]
+__all__ = ["FIT_ALPHA", "MAX_FIT_STATES", "FitCheck", "drift", "transition_fit"]
 
 FIT_ALPHA = 0.01  # a check below this p-value is a warning: 1 false warning in 100 streams that fit
 N_SIMULATIONS = 999
 MONTE_CARLO_SEED = 0  # the Monte Carlo's fixed seed: the same stream gets the same p-value
+# The transition test simulates N_SIMULATIONS tables of n x n counts: its work grows as n squared. Up to this many
+# states it runs (200: 40,000 cells a table, a few seconds); beyond, it is not run and says what it would need
+# (docs/recommend.md). Simulated tables are held CHUNK_BYTES at a time, so memory stays bounded below the limit.
+MAX_FIT_STATES = 200
+CHUNK_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,7 @@ def transition_fit(
     pooled over their sources: the ULMM's uniform leaving, testable with few leaves). The p-value is the
     smaller of the two, doubled (Bonferroni).
     """
-    skip = _untestable("transition_fit", f, label_error)
+    skip = _untestable("transition_fit", f, label_error) or _too_large(f, n_sim)
     if skip is not None:
         return skip
     arr = np.asarray(seq, dtype=np.int64)
@@ -121,13 +126,18 @@ def transition_fit(
     observed = np.zeros((n, n))
     np.add.at(observed, (rank[:-1], rank[1:]), 1.0)
     visits = observed.sum(1)
-    expected = visits[:, None] * _implied_rows(f)
-    sims = np.random.default_rng(seed).multinomial(visits.astype(np.int64), _implied_rows(f), size=(n_sim, n))
-    sims = sims.astype(np.float64)
-    p_values = []
-    for stat in (lambda c: _g(c, expected), lambda c: _g1(_entries(c), _entries(expected))):
-        observed_stat = float(stat(observed))
-        p_values.append((1.0 + float(np.sum(stat(sims) >= observed_stat - 1e-9))) / (n_sim + 1.0))
+    rows = _implied_rows(f)
+    expected = visits[:, None] * rows
+    stats = (lambda c: _g(c, expected), lambda c: _g1(_entries(c), _entries(expected)))
+    observed_stats = [float(stat(observed)) for stat in stats]
+    exceed = [0, 0]
+    rng = np.random.default_rng(seed)
+    chunk = max(1, CHUNK_BYTES // (8 * 4 * n * n))  # the tables and their temporaries, float64
+    for start in range(0, n_sim, chunk):  # the same draws as one call of size (n_sim, n)
+        sims = rng.multinomial(visits.astype(np.int64), rows, size=(min(chunk, n_sim - start), n)).astype(np.float64)
+        for i, stat in enumerate(stats):
+            exceed[i] += int(np.sum(stat(sims) >= observed_stats[i] - 1e-9))
+    p_values = [(1.0 + e) / (n_sim + 1.0) for e in exceed]
     p = min(1.0, 2.0 * min(p_values))
     label = np.argsort(-counts, kind="stable")  # rank -> label
     into, implied = _entries(observed), _entries(expected)
@@ -139,6 +149,17 @@ def transition_fit(
         f"p = {p:.3g} (table and leave-destination G-tests, {n_sim} simulations)"
     )
     return FitCheck("transition_fit", f.attribute, p, detail)
+
+
+def _too_large(f: AttributeFactors, n_sim: int) -> FitCheck | None:
+    """A 'not tested' check saying what the transition test would need, beyond MAX_FIT_STATES states."""
+    n = f.n_states
+    if n <= MAX_FIT_STATES:
+        return None
+    gib = n_sim * n * n * 8 / 2**30
+    return FitCheck("transition_fit", f.attribute, math.nan,
+                    f"not tested: {n:,} states would need {n_sim} simulated {n:,} x {n:,} transition tables "
+                    f"({gib:,.1f} GiB of counts); the test runs up to {MAX_FIT_STATES} states")
 
 
 def drift(seq: Any, f: AttributeFactors, *, label_error: float = 0.0) -> FitCheck:

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 from unitta.data.records import RECORDS
 
+# The longest stream anything here builds (S x domains x classes for the official sampler, length for the exact
+# one): 10 million positions, 13 times ImageNet-C's 750,000, whose index arrays take a few hundred MB. Longer
+# asks are refused in one line before any memory is allocated.
+MAX_STREAM_LENGTH = 10_000_000
+
 CORRELATIONS = ("i", "n", "1")
 IMBALANCES = ("1", "u")
 _CORR_WORD = {"i": "i.i.d.", "n": "non-i.i.d.", "1": "continual"}

@@ -40,8 +40,8 @@ from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.executor import GridPlanner, RunOptions, RunOutcome, execute_plan
-from unitta.run.outdir import check_output_dir
-from unitta.run.summary import summary_table
+from unitta.run.outdir import check_output_dir, fresh_output_dir
+from unitta.run.summary import failure_lines, summary_table
 from unitta.sweep.config import SweepConfig, load_config
 
 __all__ = ["run_sweep", "TASK_NAME", "main"]
@@ -103,18 +103,20 @@ def _report(cells: list[Cell], outcome: RunOutcome) -> int:
     import polars as pl
 
     df = load_results(outcome.out_dir)  # not sweep=: a read-only folder from before membership has no record
-    mine = df.filter(pl.col("cell_id").is_in([c.cell_id() for c in cells]))
+    # the ids the run planned (the weights may have changed on disk since, which would change the ids)
+    ids = outcome.cell_ids or [c.cell_id() for c in cells]
+    mine = df.filter(pl.col("cell_id").is_in(ids))
     print(summary_table(mine))
     failed = mine.filter(pl.col("status") == STATUS_FAILED)
     print(
         f"\n{outcome.n_ok + outcome.n_failed} cells run ({outcome.n_failed} failed), {outcome.n_skipped} "
         f"already done, in {outcome.seconds:.1f} s; results: {outcome.results_path or outcome.out_dir}"
     )
-    for r in failed.iter_rows(named=True):
-        print(f"failed: {r['cell_id']}: {r['error_text']} (log: {outcome.out_dir / 'logs' / (r['cell_id'] + '.log')})")
-    if failed.height:
-        print("rerun the same command to retry the failed cells")
-    return exits.EXIT_FAILED_CELLS if failed.height else exits.EXIT_OK
+    for line in failure_lines(failed, outcome.out_dir / "logs"):
+        print(line)
+    if failed.height or outcome.n_failed:
+        print(f"exit {exits.EXIT_FAILED_CELLS}: some cells failed; rerun the same command to retry them")
+    return exits.EXIT_FAILED_CELLS if failed.height or outcome.n_failed else exits.EXIT_OK
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -127,7 +129,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         check_output_dir(out)
         cells = cfg.cells()  # planned once for the whole command
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
-            code = dry_run(cfg, out, cells)
+            code = dry_run(cfg, fresh_output_dir(out) if args.fresh else out, cells)  # --fresh: the folder it would use
             if not args.no_preflight:
                 sys.stdout.flush()
                 preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local)

@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import Cell, share_resolution
+from unitta.cell import Cell, check_seed, check_stream_size, share_resolution
 from unitta.cell.spec import CellFields, check_dataset_name
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
@@ -181,8 +181,8 @@ class SweepConfig(RunConfig, CellFields):
     def _seeds(cls, value: list[int]) -> list[int]:
         if not value:
             raise ValueError("needs at least one seed")
-        if any(s < 0 for s in value):
-            raise ValueError(f"seeds must be >= 0, got {value}")
+        for seed in value:
+            check_seed(seed)
         if len(set(value)) != len(value):
             raise ValueError(f"lists a seed twice: {value}")
         return value
@@ -205,6 +205,8 @@ class SweepConfig(RunConfig, CellFields):
         both = set(self.factors) & set(self.factor_grid)
         if both:
             raise ValueError(f"factors and factor_grid both set {sorted(both)}; keep each factor in one of them")
+        for dataset in self.datasets:
+            check_stream_size(dataset, self.S, self.length)
         for dataset in self.models:
             if dataset not in self.datasets:
                 raise ValueError(

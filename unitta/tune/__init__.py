@@ -17,7 +17,8 @@ planner (``unitta.tune.plan``) of the executor the sweep uses (``unitta.run``), 
 sweep's guarantees: one run per output folder, ``--dry-run``, ``--local``, the checks before the first
 cell, every cell's row (with the trial columns, ``docs/analysis.md``) written as
 ``<out>/cells/<cell_id>.parquet`` by the sweep's writer, per-cell logs, and resume: re-running skips the
-cells already done (an Optuna search counts the trials already done towards ``num_samples``).
+cells already done (an Optuna search replays the trials already done into its searcher and continues their
+sequence: ``unitta.tune_replay``).
 
 Points outside the feasible region (the stream sampler refuses the factors: ``make_stream`` raises
 ValueError, paper Cor. 1) are not run: their rows are written with status 'failed', an
@@ -40,8 +41,9 @@ from unitta.run import exits
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.executor import RunOptions, execute_plan
-from unitta.run.outdir import check_output_dir
+from unitta.run.outdir import check_output_dir, fresh_output_dir
 from unitta.run.preflight import DATASET_SHAPES
+from unitta.run.summary import failure_lines
 from unitta.schema import ConfigError, check_methods
 from unitta.tune.config import (
     TuneConfig,
@@ -93,13 +95,17 @@ def _layers(cfg: TuneConfig, source: str) -> tuple[list[str], list[str], str | N
     return layers
 
 
-def _done_rows(out: Path, finished: set[str]) -> dict[str, dict]:
-    """Rows of the cells already done in ``out`` (status 'ok'), keyed by cell id."""
-    if not finished:
-        return {}
+def _done_rows(out: Path, finished: set[str], name: str) -> tuple[dict[str, dict], list[dict]]:
+    """(rows of the cells already done in ``out`` (status 'ok'), keyed by cell id; every earlier trial row of the
+    tune run ``name``, any status, for an Optuna search's replay)."""
+    if not finished and not (out / "cells").is_dir():
+        return {}, []
     df = load_results(out)
-    df = df.filter(df["cell_id"].is_in(list(finished)))
-    return {row["cell_id"]: row for row in df.to_dicts()}
+    if df.height == 0:
+        return {}, []
+    done = df.filter(df["cell_id"].is_in(list(finished)))
+    history = df.filter(df["tune_name"] == name) if "tune_name" in df.columns else df.clear()
+    return {row["cell_id"]: row for row in done.to_dicts()}, history.to_dicts()
 
 
 def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str | None]):
@@ -107,7 +113,8 @@ def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str
     domains, classes, _ = DATASET_SHAPES[base_cell(cfg).dataset]
 
     def make(finished: set[str]):
-        ctx = TuneContext(cfg, domains, classes, tuple(all_layers), default_layer, _done_rows(out, finished))
+        done, history = _done_rows(out, finished, cfg.name)
+        ctx = TuneContext(cfg, domains, classes, tuple(all_layers), default_layer, done, history)
         if cfg.search.algorithm == "grid":
             return GridSearch(ctx, grid_trials(cfg, searched))
         return OptunaSearch(ctx, searched)
@@ -167,12 +174,23 @@ def summary_lines(rows, cfg: TuneConfig, top: int = 10) -> list[str]:
         lines.append(f"{infeasible.height} infeasible point(s) (not run; see error_text):")
         with pl.Config(tbl_rows=20, tbl_cols=-1, tbl_width_chars=160):
             lines.append(str(infeasible.select([c for c in ["method", *params] if c in infeasible.columns])))
-    failed = rows.filter((pl.col("status") != "ok") & pl.col("tune_feasible"))
-    if failed.height:
-        lines.append(f"{failed.height} failed cell(s):")
-        for r in failed.select("cell_id", "error_text").iter_rows():
-            lines.append(f"  {r[0]}: {str(r[1]).splitlines()[-1] if r[1] else ''}")
     return lines
+
+
+def _exit_code(rows, cfg: TuneConfig, out: Path) -> int:
+    """1 (one line per kind of failure) when a feasible trial's cell of this run failed, else 0; an infeasible
+    point is a result, not a failure."""
+    import polars as pl
+
+    if rows.height == 0 or "tune_name" not in rows.columns:
+        return exits.EXIT_OK
+    failed = rows.filter((pl.col("tune_name") == cfg.name) & (pl.col("status") != "ok") & pl.col("tune_feasible"))
+    for line in failure_lines(failed, out / "logs"):
+        print(line)
+    if failed.height:
+        print(f"exit {exits.EXIT_FAILED_CELLS}: some cells failed (see their logs)")
+        return exits.EXIT_FAILED_CELLS
+    return exits.EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="examples:\n  python -m unitta.tune sweeps/tune_factors.yaml\n"
         "  python -m unitta.tune sweeps/tune_factors.yaml --dry-run\n"
         "  python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --address local\n"
-        "exit codes: 0 ok, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
+        "exit codes: 0 ok, 1 some cells failed, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="tune YAML (sweeps/tune_*.yaml)")
@@ -198,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = first_cells(cfg, layers[0])
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
             note = "" if cfg.search.algorithm == "grid" else f"; optuna picks {cfg.search.num_samples} trials' points"
-            list_cells(f"{cfg.name} (first cell of each trial)", cells, out, cfg.resources, note)
+            shown = fresh_output_dir(out) if args.fresh else out  # --fresh: the folder it would use
+            list_cells(f"{cfg.name} (first cell of each trial)", cells, shown, cfg.resources, note)
         if not args.no_preflight:  # a search's infeasible points are results, not mistakes
             sys.stdout.flush()
             preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local, feasibility=False)
@@ -210,6 +229,6 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary_lines(rows, cfg):
             print(line)
         print(f"results: {outcome.out_dir}/cells  (python analysis/heatmaps.py {outcome.out_dir})")
-        return exits.EXIT_OK
+        return _exit_code(rows, cfg, outcome.out_dir)
 
     return run_command(body)

@@ -130,6 +130,8 @@ def _spec_bounds(v: FactorSpec | None) -> list[float]:
         return [v.low, v.high]
     if not v:
         raise ValueError("a grid of values must not be empty")
+    if len(set(v)) != len(v):
+        raise ValueError(f"lists a value twice: {list(v)}")
     return list(v)
 
 
@@ -174,6 +176,8 @@ class ObjectiveSpec(Strict):
             raise ValueError("objective.metric 'gap' needs objective.gap: [METHOD_A, METHOD_B]")
         if self.metric == "error" and self.gap is not None:
             raise ValueError("objective.gap is only used with objective.metric: gap")
+        if self.gap is not None and self.gap[0] == self.gap[1]:
+            raise ValueError(f"objective.gap needs two different methods, got {list(self.gap)} (the gap is always 0)")
         return self
 
 
@@ -197,6 +201,8 @@ class TuneConfig(RunConfig):
                 raise ValueError("with objective.metric 'gap' the methods come from objective.gap; drop 'methods'")
         elif not self.methods:
             raise ValueError("'methods' must list at least one method")
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods: lists a method twice: {self.methods}")
         if self.search.algorithm == "optuna" and len(self.methods) > 1:
             raise ValueError(
                 "an optuna search optimises one objective: give one method (or objective.metric: gap); "

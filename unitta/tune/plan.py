@@ -35,6 +35,7 @@ from unitta.tune.config import (
     unmap_feasible,
     with_method,
 )
+from unitta.tune.replay import done_trials, point_key, replay
 
 __all__ = ["TRIAL_COLUMNS", "TuneContext", "Trial", "GridSearch", "OptunaSearch", "trial_rows"]
 
@@ -74,6 +75,7 @@ class TuneContext:
     layers: tuple[str, ...] = ()
     default_layer: str | None = None
     done_rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)  # this run's earlier trial rows, any status
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -174,6 +176,8 @@ def trial_rows(
 class _TrialPlanner:
     """The executor's planner over trials; a search supplies ``_next_point`` and ``_tell``."""
 
+    _GROWS = False  # a search whose cells join its record as its trials finish
+
     def __init__(self, ctx: TuneContext, n_trials: int, n_done_trials: int) -> None:
         self.ctx = ctx
         per_trial = len(ctx.cfg.trial_methods)
@@ -214,7 +218,7 @@ class _TrialPlanner:
             return
         self.open.remove(trial)
         value, rows = trial.finish()
-        if self.members is None:
+        if self.members is None or self._GROWS:
             self.added_members += [row["cell_id"] for row in rows]
         self.outbox += [(row, trial.texts[row["cell_id"]]) for row in rows if row["cell_id"] in trial.texts]
         self._tell(trial, value)
@@ -262,39 +266,54 @@ class OptunaSearch(_TrialPlanner):
     """Ray Tune's Optuna searcher (``ray.tune.search.optuna.OptunaSearch``: TPE seeded by ``search.seed``) driven
     through its suggest / on_trial_complete interface: Ray Tune picks each trial's point, the executor runs the
     trial's cells (lock, preflight, the per-cell writer: docs/analysis.md). The trials already done in the output
-    count towards ``num_samples`` and are handed to the searcher as evaluated points (a warm start)."""
+    are replayed into the fresh searcher in their order (``unitta.tune.replay``), so a resumed search continues
+    the sequence an uninterrupted one runs; they count towards ``num_samples``. Done trials outside today's space
+    are named in one line and left out of the run's cells (``load_results(out, sweep=name)``)."""
+
+    _GROWS = True
 
     def __init__(self, ctx: TuneContext, layers: list[str]) -> None:
         import optuna
         from ray.tune.search.optuna import OptunaSearch as TuneOptunaSearch
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        cfg = ctx.cfg
+        cfg, self.ctx = ctx.cfg, ctx
         self.distributions = _distributions(cfg, layers)
-        previous = [(p, v) for p, v in previous_points(ctx) if _inside(p, self.distributions)]
-        self.searcher = TuneOptunaSearch(
-            space=self.distributions,
-            metric=_METRIC,
-            mode=cfg.objective.mode,
-            sampler=optuna.samplers.TPESampler(seed=cfg.search.seed),
-            points_to_evaluate=[p for p, _ in previous] or None,
-            evaluated_rewards=[v for _, v in previous] or None,
-        )
-        n_done = len(previous)
-        self.remaining = max(0, cfg.search.num_samples - n_done)
+        self.searcher = TuneOptunaSearch(space=self.distributions, metric=_METRIC, mode=cfg.objective.mode,
+                                         sampler=optuna.samplers.TPESampler(seed=cfg.search.seed))
         self.asked = 0
+        names = cfg.space.searched()
+        done = done_trials(ctx.history, names)
+        inside = [t for t in done if self._searcher_point(ctx, t.point) is not None]
+        result = replay(inside, self._ask, self._tell_handle, lambda p: point_key(p, names), cfg.search.max_concurrent,
+                        reopen=lambda t: not t.immediate and not math.isfinite(t.value))  # a failed cell: retried
+        for t in result.unmatched:  # met out of order (a concurrent run): a warm start
+            value = t.value if math.isfinite(t.value) else 0.0
+            self.searcher.add_evaluated_point(self._searcher_point(ctx, t.point), value,
+                                              error=not math.isfinite(t.value))
+        self.queued = [*result.reopened, *([result.prefetched] if result.prefetched else [])]
+        n_done = len(inside) - len(result.reopened)
+        self.remaining = max(0, cfg.search.num_samples - n_done)
         super().__init__(ctx, self.remaining, n_done)
-        # the rows this name wrote before are the run's so far; each trial's cells join as it finishes
-        self.added_members = [cid for cid, row in ctx.done_rows.items() if row.get("tune_name") == cfg.name]
+        # the run's cells: its done trials inside today's space; each new trial's cells join as it finishes
+        self.members = list(dict.fromkeys(cid for t in inside for cid in t.cell_ids))
+        if len(done) > len(inside):
+            self.notes.append(f"{cfg.name}: {len(done) - len(inside)} earlier trial(s) lie outside today's search "
+                              "space: not part of this search (their rows stay in the folder)")
         log.info(
-            "optuna (Ray Tune searcher): %d trials in total, %d already done, %d to run",
-            cfg.search.num_samples, n_done, self.remaining,
+            "optuna (Ray Tune searcher): %d trials in total, %d already done (%d replayed), %d to run",
+            cfg.search.num_samples, n_done, len(result.replayed), self.remaining,
         )
 
-    def _next_point(self) -> tuple[dict[str, Any], Any] | None:
-        if self.remaining == 0:
+    def _searcher_point(self, ctx: TuneContext, point: dict[str, Any]) -> dict[str, Any] | None:
+        """A done trial's point as the searcher's space has it, None if it lies outside that space."""
+        if any(v is None for v in point.values()):
             return None
-        self.remaining -= 1
+        if ctx.cfg.search.feasible_only:
+            point = unmap_feasible(ctx.cfg, point, ctx.sizes)
+        return point if point is not None and _inside(point, self.distributions) else None
+
+    def _ask(self) -> tuple[dict[str, Any], str]:
         self.asked += 1
         handle = f"trial_{self.asked:05d}"
         point = dict(self.searcher.suggest(handle))
@@ -302,11 +321,20 @@ class OptunaSearch(_TrialPlanner):
             point = map_feasible(self.ctx.cfg, point, self.ctx.sizes)
         return point, handle
 
-    def _tell(self, trial: Trial, value: float) -> None:
+    def _next_point(self) -> tuple[dict[str, Any], Any] | None:
+        if self.remaining == 0:
+            return None
+        self.remaining -= 1
+        return self.queued.pop(0) if self.queued else self._ask()
+
+    def _tell_handle(self, handle: str, value: float) -> None:
         if math.isfinite(value):
-            self.searcher.on_trial_complete(trial.handle, result={_METRIC: value})
+            self.searcher.on_trial_complete(handle, result={_METRIC: value})
         else:  # an infeasible or failed trial: the searcher records it as failed
-            self.searcher.on_trial_complete(trial.handle, error=True)
+            self.searcher.on_trial_complete(handle, error=True)
+
+    def _tell(self, trial: Trial, value: float) -> None:
+        self._tell_handle(trial.handle, value)
 
 
 _METRIC = "tune_objective_value"
@@ -338,23 +366,3 @@ def _distributions(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
         else:
             space[name] = CategoricalDistribution([float(v) for v in spec])
     return space
-
-
-def previous_points(ctx: TuneContext) -> list[tuple[dict[str, Any], float]]:
-    """Points of this tune run already evaluated (from the done rows), for Optuna's warm start."""
-    cfg = ctx.cfg
-    names = cfg.space.searched()
-    points: dict[str, tuple[dict, float]] = {}
-    for row in ctx.done_rows.values():
-        if row.get("tune_name") != cfg.name or row.get("tune_objective_value") is None:
-            continue
-        value = float(row["tune_objective_value"])
-        point = {n: row.get(f"param_{n}") for n in names}
-        if not math.isfinite(value) or any(v is None for v in point.values()):
-            continue
-        if cfg.search.feasible_only:
-            point = unmap_feasible(cfg, point, ctx.sizes)
-            if point is None:
-                continue
-        points[json.dumps(point, sort_keys=True)] = (point, value)
-    return list(points.values())
