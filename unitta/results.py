@@ -113,6 +113,13 @@ SCHEMA = pa.schema(
         ("realtime_k", pa.float64()),
         ("adapted_fraction", pa.float64()),
         ("forgetting", pa.bool_()),
+        ("rounds", pa.int64()),
+        ("round_errors", pa.list_(pa.float64())),
+        ("reset", pa.string()),
+        ("resets", pa.int64()),
+        ("curve_points", pa.int64()),
+        ("ccc", pa.string()),
+        ("ccc_severities", pa.string()),
         ("source_error_before", pa.float64()),
         ("source_error_after", pa.float64()),
         ("per_class", BREAKDOWN_TYPE),
@@ -176,6 +183,8 @@ METRIC_COLUMNS = (
     "nll",
     "domain_errors",
     "error_curve",
+    "round_errors",
+    "resets",
     "source_error_before",
     "source_error_after",
     "S",
@@ -343,8 +352,29 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sw
     if not tables:
         df = pl.from_arrow(SCHEMA.empty_table())
     else:
-        df = pl.from_arrow(pa.concat_tables(tables, promote_options="permissive"))
+        df = _later_defaults(pl.from_arrow(pa.concat_tables(tables, promote_options="permissive")))
     return df if members is None else df.filter(pl.col("cell_id").is_in(members))
+
+
+# Columns added after result folders existed, with the value every older row had: filled in when read, so that
+# older files read like new ones (round_errors of a one-round row is its error; resets stays null: not recorded).
+LATER_DEFAULTS: dict[str, Any] = {"rounds": 1, "reset": "none", "curve_points": 10}
+
+
+def _later_defaults(df):
+    import polars as pl
+
+    for name, value in LATER_DEFAULTS.items():
+        column = pl.lit(value, dtype=pl.from_arrow(pa.array([value], type=SCHEMA.field(name).type)).dtype)
+        df = df.with_columns(pl.col(name).fill_null(column) if name in df.columns else column.alias(name))
+    one_round = pl.concat_list(pl.col("error")) if "error" in df.columns else None
+    if one_round is not None:
+        filled = pl.when(pl.col("error").is_not_null() & (pl.col("rounds") == 1)).then(one_round)
+        if "round_errors" in df.columns:
+            df = df.with_columns(pl.col("round_errors").fill_null(filled.otherwise(None)))
+        else:
+            df = df.with_columns(filled.otherwise(None).alias("round_errors"))
+    return df
 
 
 def consolidate(out_dir: str | Path) -> Path:
