@@ -364,16 +364,13 @@ LATER_DEFAULTS: dict[str, Any] = {"rounds": 1, "reset": "none", "curve_points": 
 def _later_defaults(df):
     import polars as pl
 
-    for name, value in LATER_DEFAULTS.items():
+    for name in ("rounds", "round_errors", "reset", "resets", "curve_points", "ccc", "ccc_severities"):
+        value = LATER_DEFAULTS.get(name)
         column = pl.lit(value, dtype=pl.from_arrow(pa.array([value], type=SCHEMA.field(name).type)).dtype)
         df = df.with_columns(pl.col(name).fill_null(column) if name in df.columns else column.alias(name))
-    one_round = pl.concat_list(pl.col("error")) if "error" in df.columns else None
-    if one_round is not None:
-        filled = pl.when(pl.col("error").is_not_null() & (pl.col("rounds") == 1)).then(one_round)
-        if "round_errors" in df.columns:
-            df = df.with_columns(pl.col("round_errors").fill_null(filled.otherwise(None)))
-        else:
-            df = df.with_columns(filled.otherwise(None).alias("round_errors"))
+    if "error" in df.columns:
+        one_round = pl.when(pl.col("error").is_not_null() & (pl.col("rounds") == 1)).then(pl.concat_list("error"))
+        df = df.with_columns(pl.col("round_errors").fill_null(one_round.otherwise(None)))
     return df
 
 
