@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.metrics",
         "unitta.files",
         "unitta.profile_names",
+        "unitta.horizon",
     ),
     ("unitta.models",),
     ("unitta.methods",),
@@ -35,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.results",
         "unitta.membership",
         "unitta.plugins",
+        "unitta.ccc_calibration",
     ),
     ("unitta.run",),
     (

@@ -3,6 +3,8 @@ real cells of the embedded Fashion-MNIST-C and the embedded ResNet-20."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,6 +48,7 @@ def test_test_with_three_rounds_plays_the_same_stream_three_times():
     assert len(three["error_curve"]) == 6 and three["resets"] == 0 and three["rounds"] == 3
 
 
+@pytest.mark.slow
 def test_tent_reset_each_shift_starts_every_round_from_the_same_state():
     cell = dict(method="tent", setting="i111", batch_size=16, rounds=2, **SMALL)
     shift = evaluate(Cell(reset="each_shift", **cell))
@@ -68,6 +71,7 @@ def test_rdumb_counts_its_own_resets():
     assert row["resets"] == 2
 
 
+@pytest.mark.slow
 def test_rdumb_resets_after_1000_adapted_batches():
     row = evaluate(Cell(method="rdumb", sampler="exact", length=2004, batch_size=2, **SMALL))
     assert row["resets"] == 1  # 1,002 batches: RDumb's reference interval of 1,000 updates passed once
@@ -79,7 +83,7 @@ def test_ccc_stream_keeps_the_source_error_near_the_target():
     # 2,000 images: standard error 1.1 points; the calibration's 500 images: 2.2 points per severity level;
     # together 2.5 points, so 5 points is two standard errors.
     assert abs(row["error"] - 50) < 5
-    assert row["n_samples"] == 2000 and len(row["ccc_severities"]) > 2
+    assert row["n_samples"] == 2000 and len(json.loads(row["ccc_severities"])) >= 2
 
 
 def test_ccc_streams_are_reproducible_and_generated_lazily():

@@ -159,7 +159,7 @@ def result_row(
         **(forgetting or {"source_error_before": None, "source_error_after": None}),
         "round_errors": round_errors(correct, cell.rounds),
         "resets": int(adapted.resets),
-        "ccc_severities": json.dumps(stream.meta["severities"], sort_keys=True) if "severities" in stream.meta else None,
+        "ccc_severities": json.dumps(stream.meta["severities"], sort_keys=True) if cell.sampler == "ccc" else None,
         "n_samples": int(n),
         "n_correct": int(correct.sum()),
         "images_reused": int(stream.n_reused),

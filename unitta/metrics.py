@@ -9,8 +9,8 @@ Every function takes numpy arrays in stream order and is exact (no sampling, no 
   (Guo et al., ICML'17), confidence = the top class probability, in percent;
 - ``negative_log_likelihood``: the mean of -log p(true class), in nats;
 - ``domain_errors``: error per true domain id (None for a domain the stream never visits);
-- ``error_curve``: error over ten (a cell's ``curve_points``) equal parts of the stream (positions split as ``numpy.array_split``),
-  to show collapse over time (None for an empty part of a stream shorter than ten).
+- ``error_curve``: error over ten (a cell's ``curve_points``) equal parts of the stream (positions split as
+  ``numpy.array_split``), to show collapse over time (None for an empty part of a stream shorter than ten).
 numpy only: analysis code can import it without torch.
 """
 

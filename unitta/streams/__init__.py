@@ -99,8 +99,6 @@ def make_stream(
     """
     s = Setting.parse(setting)
     seed = _checked_seed(sampler, seed, delta)
-    if sampler == CCC_SAMPLER:
-        raise ValueError("sampler='ccc': its images are generated, not drawn from labels/domains; use make_ccc_stream")
     labels, domains, num_domains, num_classes = check_labels_domains(labels, domains)
     overrides = dict(zip(FACTOR_KEYS, (domain_alpha, domain_beta, class_alpha, class_beta)))
     if sampler in PROTOCOL_SAMPLERS:
@@ -148,6 +146,8 @@ def _checked_seed(sampler: str, seed: int, delta: float | None) -> int:
     """``make_stream``'s checks of its sampler, seed and Dirichlet concentration; the seed as an int."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler={sampler!r}: allowed values are {SAMPLERS}")
+    if sampler == CCC_SAMPLER:
+        raise ValueError("sampler='ccc': its images are generated, not drawn from labels/domains; use make_ccc_stream")
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed={seed!r}: expected an integer >= 0")
     if delta is not None and sampler != "dirichlet":
