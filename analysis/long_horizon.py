@@ -103,23 +103,31 @@ def _table(source: dict, rows: list[dict]) -> list[str]:
 
 
 def _curves(name: str, source: dict, rows: list[dict], path: Path) -> list[Path]:
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    """Top: error per part of the stream, the source model dashed; bottom: the method's minus the source's (above
+    0: worse than not adapting). Round boundaries grey, collapse points dotted."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 6.0), sharex=True, height_ratios=(3, 2))
     n_batches = -(-source["n_samples"] // source["batch_size"])
 
     def xs(curve):
         return [(k + 0.5) * n_batches / len(curve) for k in range(len(curve))]
 
-    ax.plot(xs(source["error_curve"]), source["error_curve"], "k--", lw=2, label="source (TEST)")
+    top.plot(xs(source["error_curve"]), source["error_curve"], "k--", lw=2, label="source (TEST)")
     for row in rows:
-        (line,) = ax.plot(xs(row["error_curve"]), row["error_curve"], lw=1.3, label=row["label"])
+        (line,) = top.plot(xs(row["error_curve"]), row["error_curve"], lw=1.3, label=row["label"])
+        gap = [None if a is None or b is None else a - b for a, b in zip(row["error_curve"], source["error_curve"])]
+        bottom.plot(xs(gap), gap, lw=1.3, color=line.get_color())
         if row["collapse_batch"] is not None:
-            ax.axvline(row["collapse_batch"], color=line.get_color(), ls=":", lw=1)
-    for r in range(1, source.get("rounds") or 1):
-        ax.axvline(r * n_batches / source["rounds"], color="0.7", lw=0.8)
-    ax.set_xlabel("batch")
-    ax.set_ylabel("error (%) per part of the stream")
-    ax.set_title(name, fontsize=8)
-    ax.legend(fontsize=7, ncol=2)
+            for ax in (top, bottom):
+                ax.axvline(row["collapse_batch"], color=line.get_color(), ls=":", lw=1)
+    for ax in (top, bottom):
+        for r in range(1, source.get("rounds") or 1):
+            ax.axvline(r * n_batches / source["rounds"], color="0.7", lw=0.8)
+    bottom.axhline(0, color="k", lw=1)
+    top.set_ylabel("error (%)")
+    bottom.set_ylabel("method - source (pts)")
+    bottom.set_xlabel("batch")
+    top.set_title(name, fontsize=8)
+    top.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.06))
     fig.tight_layout()
     return _save(fig, path)
 
