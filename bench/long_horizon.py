@@ -80,15 +80,15 @@ def bench_generation(batches: int, target: float) -> None:
           f"ratio {forward / generate:.1f}x (target >= 3x)")
 
 
-def bench_results(path: str) -> None:
+def bench_results(paths: list[str]) -> None:
     import polars as pl
 
     from unitta.results import load_results
 
-    df = load_results(path).filter(pl.col("status") == "ok")
+    df = pl.concat([load_results(p) for p in paths], how="diagonal_relaxed").filter(pl.col("status") == "ok")
     table = df.group_by("method").agg(pl.len().alias("cells"), pl.col("wall_time_s").sum().alias("wall_s"),
                                       pl.col("n_samples").sum().alias("images")).sort("wall_s")
-    print(f"wall time per method of {path} (cells run one after another)")
+    print(f"wall time per method of {', '.join(paths)} (cells run one after another)")
     for row in table.iter_rows(named=True):
         print(f"  {row['method']:10s} {row['cells']:3d} cells  {row['wall_s']:8.0f} s  "
               f"{row['images'] / row['wall_s']:7.0f} images/s")
@@ -98,7 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=40, help="ccc batches of 64 to generate (default 40)")
     parser.add_argument("--target", type=float, default=60.0, help="ccc target error (default 60)")
-    parser.add_argument("--results", help="a long-horizon sweep's result directory: wall time per method")
+    parser.add_argument("--results", nargs="+", help="long-horizon sweep result directories: wall time per method")
     args = parser.parse_args()
     bench_plan()
     bench_generation(args.batches, args.target)
