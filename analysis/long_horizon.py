@@ -7,7 +7,7 @@ Example::
     python analysis/long_horizon.py results/long_horizon            # -> results/long_horizon/long_horizon/
 
 A *stream* is the rows that share dataset, model, sampler, setting, factors, length / S, rounds, the ccc
-settings, seed, batch size, subset and severity; the methods (and reset protocols) are compared within it.
+settings, seed, batch size, subset, severity and curve points; its methods (and reset protocols) are compared.
 The collapse point (RDumb, Press et al. NeurIPS'23, fig. 1: methods that end below the non-adapting model) is
 the first batch after which the method's error stays above the source model's in every later part of the
 curve (``error_curve``: ``curve_points`` equal parts of the stream; its resolution is that of the curve). No
@@ -38,7 +38,7 @@ from analysis.common import AnalysisError, add_sweep_argument, load_dirs, method
 __all__ = ["STREAM_KEYS", "collapse_point", "stream_tables", "analyse", "main"]
 
 STREAM_KEYS = ("dataset", "model", "sampler", "setting", "factor_overrides", "length", "S", "rounds", "ccc", "seed",
-               "batch_size", "n_per_domain", "severity")
+               "batch_size", "n_per_domain", "severity", "curve_points")
 
 
 def collapse_point(curve: list[float], source: list[float]) -> int | None:
