@@ -125,12 +125,23 @@ BASE = {"name": "b", "datasets": ["fmnist-c"], "methods": ["test"], "settings": 
         ({"sampler": "ccc", "ccc": {"target_error": 100}}, "strictly between 0 and 100"),
         ({"sampler": "ccc", "length": 100, "ccc": {"transition": 500}}, "longer than the stream"),
         ({"sampler": "ccc", "settings": ["nui1"]}, "settings are <class corr><class imb>11"),
+        ({"sampler": ["exact", "ccc"], "reset": "each_shift"}, "no domain shifts"),
+        ({"sampler": "ccc", "factors": {"domain_beta": 2.0}}, "takes class factors only"),
     ],
 )
 def test_bad_long_horizon_keys_are_one_line_errors(extra, message):
     with pytest.raises(ConfigError, match=message) as info:
         parse_config({**BASE, **extra})
     assert "\n" not in str(info.value)
+
+
+def test_a_cell_refuses_bad_long_horizon_fields():
+    with pytest.raises(ValueError, match="rounds=0"):
+        Cell(rounds=0)
+    with pytest.raises(ValueError, match="reset='sometimes'"):
+        Cell(reset="sometimes")
+    with pytest.raises(ValueError, match="only the ccc sampler"):
+        Cell(ccc={"target_error": 50})
 
 
 def test_older_result_files_read_with_the_new_columns_filled(tmp_path):
