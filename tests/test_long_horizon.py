@@ -127,6 +127,7 @@ BASE = {"name": "b", "datasets": ["fmnist-c"], "methods": ["test"], "settings": 
         ({"sampler": "ccc", "settings": ["nui1"]}, "settings are <class corr><class imb>11"),
         ({"sampler": ["exact", "ccc"], "reset": "each_shift"}, "no domain shifts"),
         ({"sampler": "ccc", "factors": {"domain_beta": 2.0}}, "takes class factors only"),
+        ({"sampler": "ccc", "n_per_domain": 20}, "n_per_domain: the ccc sampler"),
     ],
 )
 def test_bad_long_horizon_keys_are_one_line_errors(extra, message):

@@ -151,9 +151,10 @@ class Cell:
         if self.sampler == CCC_SAMPLER:
             check_ccc_setting(self.setting)
             domain = sorted(k for k in self.factors if k.startswith("domain"))
-            if self.S is not None or domain:
-                raise ValueError(f"{', '.join(['S'] if self.S is not None else domain)}: the ccc sampler walks its "
-                                 "own corruptions; it takes a length and class factors only")
+            extra = (["S"] if self.S is not None else []) + (["n_per_domain"] if self.n_per_domain else []) + domain
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: the ccc sampler walks its own corruptions over the clean test "
+                                 "set; it takes a length and class factors only")
         fixed = PROTOCOL_SETTINGS.get(self.sampler)
         if fixed is not None:
             if self.setting != fixed:

@@ -208,9 +208,11 @@ class SweepConfig(RunConfig, CellFields):
             for code in self.setting_codes():
                 check_ccc_setting(code)
             domain = sorted(k for k in {*self.factors, *self.factor_grid} if k.startswith("domain"))
+            if self.n_per_domain is not None:
+                domain.append("n_per_domain")
             if domain:
-                raise ValueError(f"{', '.join(domain)}: the ccc sampler walks its own corruptions and takes class "
-                                 "factors only; drop the domain factors or run ccc in a sweep of its own")
+                raise ValueError(f"{', '.join(domain)}: the ccc sampler walks its own corruptions over the clean test "
+                                 "set and takes class factors only; drop these keys or run ccc in a sweep of its own")
         both = set(self.factors) & set(self.factor_grid)
         if both:
             raise ValueError(f"factors and factor_grid both set {sorted(both)}; keep each factor in one of them")
