@@ -30,6 +30,7 @@ import numpy as np
 
 from unitta.cell import Cell
 from unitta.cell.adapt import Adapted, adapt_stream, device_batch, precision_mode
+from unitta.cell.horizon import repeat_rounds, round_errors
 from unitta.cell.metrics import stream_metrics
 from unitta.cell.realtime import Schedule
 
@@ -142,7 +143,8 @@ def result_row(
     labels = dataset.labels[stream.indices]
     correct = adapted.predictions == labels
     metrics = stream_metrics(
-        labels, adapted.predictions, adapted.confidence, adapted.true_log_prob, stream.domains, dataset.num_domains
+        labels, adapted.predictions, adapted.confidence, adapted.true_log_prob, stream.domains, dataset.num_domains,
+        curve_points=cell.curve_points,
     )
     cost = method.cost
     return {
@@ -155,6 +157,9 @@ def result_row(
         **metrics,  # "error" is the paper's "Total Avg" micro error
         **adapted.schedule.columns(),
         **(forgetting or {"source_error_before": None, "source_error_after": None}),
+        "round_errors": round_errors(correct, cell.rounds),
+        "resets": int(adapted.resets),
+        "ccc_severities": json.dumps(stream.meta["severities"], sort_keys=True) if cell.sampler == "ccc" else None,
         "n_samples": int(n),
         "n_correct": int(correct.sum()),
         "images_reused": int(stream.n_reused),
@@ -215,7 +220,8 @@ def evaluate(
     device = _pick_device(cell.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    if dataset is None:
+    ccc = cell.sampler == "ccc"  # its images are generated from the clean test set (unitta.cell.ccc_calibration)
+    if dataset is None and not ccc:
         dataset = load_dataset(
             cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
         )
@@ -229,7 +235,13 @@ def evaluate(
     if cell.precision == "bf16" and device.type == "cuda":
         model = model.to(memory_format=torch.channels_last)
 
-    stream = build_stream(cell, dataset)
+    if ccc:
+        from unitta.cell.ccc_calibration import ccc_stream
+
+        stream, dataset = ccc_stream(cell, model, device)
+    else:
+        stream = build_stream(cell, dataset)
+    stream = repeat_rounds(stream, cell.rounds)
     source = None
     if method_class(cell.method).needs_source:  # loaded only for the methods that use it
         source = load_source(cell.dataset, data_dir=cell.data_dir)

@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from unitta.cell.horizon import check_ccc, check_horizon
 from unitta.cell.realtime import COST_MODELS, PROTOCOLS
 from unitta.data.records import RECORDS
 from unitta.profile_names import PROFILES
-from unitta.streams import SAMPLERS
+from unitta.streams import CCC_SAMPLER, SAMPLERS
+from unitta.streams.ccc import check_ccc_setting
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
@@ -90,7 +92,9 @@ PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "comp
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
 # (docs/results.md, "Resume"). A new field of Cell goes here.
-LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta")
+LATER_FIELDS: tuple[str, ...] = (
+    "protocol", "cost", "forgetting", "delta", "rounds", "reset", "ccc", "curve_points"
+)
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,9 @@ class Cell:
     protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.cell.realtime``);
     cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
     clean source images after the stream (docs/results.md, "Forgetting").
+    rounds: how often the stream is played in the same order; reset: 'none' | 'each_shift' | 'each_batch', when the
+    method goes back to its initial state; ccc: the ccc sampler's {target_error, transition} (defaults filled in);
+    curve_points: the parts of ``error_curve`` (``unitta.cell.horizon``, docs/long_horizon.md).
     """
 
     dataset: str = "fmnist-c"
@@ -140,11 +147,20 @@ class Cell:
     cost: str = "passes"
     forgetting: bool = False
     delta: float | None = None
+    rounds: int = 1
+    reset: str = "none"
+    ccc: dict[str, float] | None = None
+    curve_points: int = 10
 
     def __post_init__(self) -> None:
         self._check_sampler()
         check_seed(self.seed)
         check_stream_size(self.dataset, self.S, self.length)
+        check_horizon(self.rounds, self.reset, self.curve_points)
+        object.__setattr__(self, "ccc", check_ccc(self.ccc, self.sampler, self.length))
+        if self.sampler == "ccc" and self.reset == "each_shift":
+            raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
+                             "use reset: none or each_batch")
         check_device(self.device)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
@@ -165,6 +181,13 @@ class Cell:
             object.__setattr__(self, "delta", check_delta(DEFAULT_DELTA if self.delta is None else self.delta))
         elif self.delta is not None:
             raise ValueError(f"delta={self.delta!r}: only the dirichlet sampler takes a delta")
+        if self.sampler == CCC_SAMPLER:
+            check_ccc_setting(self.setting)
+            domain = sorted(k for k in self.factors if k.startswith("domain"))
+            extra = (["S"] if self.S is not None else []) + (["n_per_domain"] if self.n_per_domain else []) + domain
+            if extra:
+                raise ValueError(f"{', '.join(extra)}: the ccc sampler walks its own corruptions over the clean test "
+                                 "set; it takes a length and class factors only")
         fixed = PROTOCOL_SETTINGS.get(self.sampler)
         if fixed is not None:
             if self.setting != fixed:
@@ -281,6 +304,10 @@ class Cell:
             "factor_overrides": json.dumps(self.factors, sort_keys=True),
             "protocol": self.protocol,
             "forgetting": self.forgetting,
+            "rounds": self.rounds,
+            "reset": self.reset,
+            "ccc": None if self.ccc is None else json.dumps(self.ccc, sort_keys=True),
+            "curve_points": self.curve_points,
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
 

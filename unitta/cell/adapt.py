@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from unitta.cell import Cell
+from unitta.cell.horizon import ResetCounter, batch_bounds, reset_points
 from unitta.cell.metrics import NLL_FLOOR
 from unitta.cell.realtime import Schedule
 
@@ -54,7 +55,8 @@ _CHECK_EVERY = 16  # batches between checks for non-finite outputs (each check w
 @dataclass
 class Adapted:
     """What ``adapt_stream`` returns: per stream position the prediction, the top class probability and the
-    log-probability of the true class; seconds loading batches and adapting; the protocol's schedule."""
+    log-probability of the true class; seconds loading batches and adapting; the protocol's schedule; how often
+    the method's state was reset (the reset protocol's and the method's own resets, ``unitta.cell.horizon``)."""
 
     predictions: np.ndarray
     confidence: np.ndarray
@@ -62,6 +64,15 @@ class Adapted:
     data_seconds: float
     adapt_seconds: float
     schedule: Schedule
+    resets: int = 0
+
+
+def _batch_plan(stream, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
+    """(batch start positions + the end, reset-before flag per batch) of the cell's rounds and reset protocol."""
+    n_round = len(stream.indices) // cell.rounds
+    shift = stream.domains[:n_round] if cell.reset == "each_shift" else None
+    bounds = batch_bounds(n_round, cell.rounds, cell.batch_size, shift)
+    return bounds, reset_points(bounds, cell.reset, stream.domains)
 
 
 def _log_probabilities(scores, kind: str):
@@ -108,7 +119,9 @@ def adapt_stream(
     Predictions and a finiteness flag stay on the device and come back to the host every
     ``_CHECK_EVERY`` batches (and at the end): the host never waits for a batch to finish before
     queueing the next one. A non-finite output raises ``FloatingPointError`` naming the stream range.
-    ``schedule`` (default: online) says which batches the method adapts on (``unitta.cell.realtime``).
+    ``schedule`` (default: online) says which batches the method adapts on (``unitta.cell.realtime``). Batches follow
+    the cell's rounds and reset protocol (``unitta.cell.horizon``: cut at round boundaries, and at domain changes
+    under 'each_shift'; the method is reset before the batches the protocol names).
     """
     import torch
 
@@ -128,11 +141,17 @@ def adapt_stream(
     channels_last = cell.precision == "bf16" and device.type == "cuda"
     data_seconds = 0.0
     checked = 0  # stream positions whose outputs are known to be finite
+    bounds, reset_before = _batch_plan(stream, cell)
+    resets = ResetCounter()
     t_start = time.perf_counter()
     with torch.inference_mode(False), precision_mode(cell.precision, device):
-        for i, start in enumerate(range(0, n, cell.batch_size)):
+        for i, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            if reset_before[i]:
+                resets.reset(method)
+                if cell.compile:
+                    method.compile()
             t0 = time.perf_counter()
-            x = device_batch(dataset, stream.indices[start : start + cell.batch_size], device)
+            x = device_batch(dataset, stream.indices[start:stop], device)
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             data_seconds += time.perf_counter() - t0
@@ -159,5 +178,6 @@ def adapt_stream(
     if bar is not None:
         bar.close()
     return Adapted(
-        out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule
+        out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule,
+        resets.total(method),
     )

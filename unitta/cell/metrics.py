@@ -9,8 +9,8 @@ Every function takes numpy arrays in stream order and is exact (no sampling, no 
   (Guo et al., ICML'17), confidence = the top class probability, in percent;
 - ``negative_log_likelihood``: the mean of -log p(true class), in nats;
 - ``domain_errors``: error per true domain id (None for a domain the stream never visits);
-- ``error_curve``: error over ten equal parts of the stream (positions split as ``numpy.array_split``),
-  to show collapse over time (None for an empty part of a stream shorter than ten).
+- ``error_curve``: error over ten (a cell's ``curve_points``) equal parts of the stream (positions split as
+  ``numpy.array_split``), to show collapse over time (None for an empty part of a stream shorter than ten).
 numpy only: analysis code can import it without torch.
 """
 
@@ -107,6 +107,7 @@ def stream_metrics(
     true_log_prob: np.ndarray,
     domains: np.ndarray,
     num_domains: int,
+    curve_points: int = CURVE_PARTS,
 ) -> dict[str, Any]:
     """Every metric column of a result row (module docstring) for one stream."""
     correct = np.asarray(predictions) == np.asarray(labels)
@@ -117,5 +118,5 @@ def stream_metrics(
         "ece": expected_calibration_error(confidence, correct),
         "nll": negative_log_likelihood(true_log_prob),
         "domain_errors": domain_errors(domains, correct, num_domains),
-        "error_curve": error_curve(correct),
+        "error_curve": error_curve(correct, curve_points),
     }

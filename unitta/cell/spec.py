@@ -13,11 +13,12 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, Cell, check_device, check_seed
+from unitta.cell.horizon import RESETS, check_ccc
 from unitta.cell.realtime import COST_MODELS, PROTOCOLS
 from unitta.data.records import DATASETS
 from unitta.profile_names import PROFILES
 from unitta.schema import Strict, hint
-from unitta.streams import SAMPLERS, ULMM_SAMPLERS
+from unitta.streams import CCC_SAMPLER, SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
 from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
 
@@ -60,6 +61,10 @@ class CellFields(Strict):
     protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
     cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
     forgetting: bool = False
+    rounds: int = 1
+    reset: Literal[RESETS] = "none"  # type: ignore[valid-type]
+    ccc: dict[str, Any] | None = None
+    curve_points: int = 10
 
     @field_validator("sampler")
     @classmethod
@@ -77,7 +82,7 @@ class CellFields(Strict):
                 raise ValueError(f"unknown factor {key!r}{hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
         return value
 
-    @field_validator("S", "length", "n_per_domain")
+    @field_validator("S", "length", "n_per_domain", "rounds", "curve_points")
     @classmethod
     def _positive_or_none(cls, value: int | None) -> int | None:
         if value is not None and value < 1:
@@ -99,11 +104,16 @@ class CellFields(Strict):
     @model_validator(mode="after")
     def _sampler_sizes(self) -> CellFields:
         samplers = [self.sampler] if isinstance(self.sampler, str) else list(self.sampler)
+        if self.ccc is not None:
+            check_ccc(self.ccc, CCC_SAMPLER if CCC_SAMPLER in samplers else samplers[0], self.length)
+        if CCC_SAMPLER in samplers and self.reset == "each_shift":
+            raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
+                             "use reset: none or each_batch")
         if not set(samplers) & set(ULMM_SAMPLERS):
             return self  # sorted / dirichlet take no S or length: their own checks say so
         if self.S is not None and "official" not in samplers:
             raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact sampler")
-        if self.length is not None and "exact" not in samplers:
+        if self.length is not None and not {"exact", CCC_SAMPLER} & set(samplers):
             raise ValueError("length: only the exact sampler takes a stream length; use S with the official sampler")
         return self
 

@@ -89,25 +89,63 @@ PARAMS: dict[str, tuple] = {
 }
 _PLASMA_SIZE = 32  # make_cifar_c.py's plasma_fractal(mapsize=32)
 
+# The corruptions that also run at a continuous severity in [0, 5] (the ccc sampler, docs/long_horizon.md): their
+# parameters are interpolated linearly between the integer severities, from these severity-0 values (the
+# identity: no noise, full contrast, no fog or frost, no downscaling). Shot noise interpolates 1 / rate (the
+# noise variance), JPEG rounds the quality. CCC (Press et al., NeurIPS'23) uses severities 0-5 in steps of 0.25.
+IDENTITY: dict[str, float | tuple] = {
+    "gaussian_noise": 0.0,
+    "shot_noise": float("inf"),
+    "impulse_noise": 0.0,
+    "contrast": 1.0,
+    "brightness": 0.0,
+    "fog": (0.0, 3.0),
+    "frost": (1.0, 0.0),
+    "pixelate": 1.0,
+    "jpeg_compression": 100,
+}
+CONTINUOUS = tuple(IDENTITY)
+
+
+def parameter(corruption: str, severity: float):
+    """The parameter of ``corruption`` at ``severity``: the table's entry at an integer severity 1-5 (bit-identical
+    to CIFAR-10-C's), else (CONTINUOUS corruptions only) interpolated linearly on [0, 5]."""
+    if float(severity).is_integer() and 1 <= severity <= 5:
+        return PARAMS[corruption][int(severity) - 1]
+    if corruption not in IDENTITY or not 0 <= severity <= 5:
+        raise ValueError(f"severity={severity!r}: {corruption} runs at integer severities 1-5 only"
+                         if corruption not in IDENTITY else f"severity={severity!r}: expected a number in [0, 5]")
+    table = [IDENTITY[corruption], *PARAMS[corruption]]
+    low = int(severity)
+    frac = severity - low
+    a, b = table[low], table[min(low + 1, 5)]
+    if corruption == "shot_noise":  # rate -> interpolate the variance 1 / rate
+        inv = (1 - frac) * (0.0 if low == 0 else 1 / a) + frac / b
+        return float("inf") if inv == 0 else 1 / inv
+    if isinstance(a, tuple):
+        return tuple((1 - frac) * u + frac * v for u, v in zip(a, b))
+    value = (1 - frac) * a + frac * b
+    return int(round(value)) if corruption == "jpeg_compression" else value
+
 
 # ----------------------------------------------------------------------------------------------
 # the 15 corruptions: (images uint8 (N, H, W, 3), severity, one generator per image) -> uint8
 
 
 def gaussian_noise(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    sigma = PARAMS["gaussian_noise"][severity - 1]
+    sigma = parameter("gaussian_noise", severity)
     noise = per_image(rngs, lambda r: r.normal(size=x.shape[1:], scale=sigma))
     return to_uint8(x / 255.0 + noise)
 
 
 def shot_noise(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    rate = PARAMS["shot_noise"][severity - 1]
+    rate = parameter("shot_noise", severity)
     x01 = x / 255.0
     return to_uint8(np.stack([rng.poisson(img * rate) for rng, img in zip(rngs, x01)]) / rate)
 
 
 def impulse_noise(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    amount = PARAMS["impulse_noise"][severity - 1]
+    amount = parameter("impulse_noise", severity)
     # skimage random_noise(mode='s&p'): each value flipped with p=amount, to 1 or 0 with p=1/2
     draws = per_image(rngs, lambda r: r.random((2,) + x.shape[1:]))
     flipped, salt = draws[:, 0] < amount, draws[:, 1] < 0.5
@@ -183,7 +221,7 @@ def snow(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
 
 
 def frost(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    image_weight, frost_weight = PARAMS["frost"][severity - 1]
+    image_weight, frost_weight = parameter("frost", severity)
     h, w = x.shape[1:3]
     pictures = frost_pictures()
     crops = []
@@ -197,7 +235,7 @@ def frost(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
 
 
 def fog(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    strength, decay = PARAMS["fog"][severity - 1]
+    strength, decay = parameter("fog", severity)
     h, w = x.shape[1:3]
     mapsize = max(_PLASMA_SIZE, 1 << (max(h, w) - 1).bit_length())
     uniforms = per_image(rngs, lambda r: r.uniform(-1, 1, plasma_draws(mapsize)))
@@ -208,7 +246,7 @@ def fog(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
 
 
 def brightness(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    shift = PARAMS["brightness"][severity - 1]
+    shift = parameter("brightness", severity)
     # +shift on HSV's V = max(R, G, B) scales every channel by V'/V (black pixels become grey V')
     x01 = x / 255.0
     value = x01.max(axis=-1, keepdims=True)
@@ -218,7 +256,7 @@ def brightness(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
 
 
 def contrast(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    factor = PARAMS["contrast"][severity - 1]
+    factor = parameter("contrast", severity)
     x01 = x / 255.0
     means = x01.mean(axis=(1, 2), keepdims=True)
     return to_uint8((x01 - means) * factor + means)
@@ -249,7 +287,7 @@ def elastic_transform(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
 
 
 def pixelate(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    factor = PARAMS["pixelate"][severity - 1]
+    factor = parameter("pixelate", severity)
     h, w = x.shape[1:3]
     small = (int(w * factor), int(h * factor))
     return np.stack(
@@ -258,13 +296,22 @@ def pixelate(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
 
 
 def jpeg_compression(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
-    quality = PARAMS["jpeg_compression"][severity - 1]
+    quality = parameter("jpeg_compression", severity)
     out = np.empty_like(x)
     for i, img in enumerate(x):
         buffer = io.BytesIO()
         Image.fromarray(img).save(buffer, "JPEG", quality=quality)
         out[i] = np.asarray(Image.open(buffer).convert("RGB"))
     return out
+
+
+def corrupt_at(images: np.ndarray, corruption: str, severity: float, rngs: Rngs) -> np.ndarray:
+    """``corruption`` at a continuous ``severity`` in [0, 5] (CONTINUOUS corruptions; 0 leaves the images as they
+    are), one generator per image: the ccc sampler's operator (docs/long_horizon.md)."""
+    if severity == 0:
+        return np.array(images, copy=True)
+    parameter(corruption, severity)  # refuses a corruption without a continuous form
+    return CORRUPTION_FUNCTIONS[corruption](images, severity, rngs)
 
 
 CORRUPTION_FUNCTIONS: dict[str, Callable[[np.ndarray, int, Rngs], np.ndarray]] = {

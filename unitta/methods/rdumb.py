@@ -73,5 +73,8 @@ class RDumb(ETA):
             self.resets += 1
         return scores
 
+    def own_resets(self) -> int:
+        return self.resets
+
     def extra_metrics(self) -> dict[str, int]:
         return {**super().extra_metrics(), "rdumb_resets": self.resets}

@@ -153,5 +153,8 @@ class SAR(TTAMethod):
             self.ema = None
             self.recoveries += 1
 
+    def own_resets(self) -> int:
+        return self.recoveries
+
     def extra_metrics(self) -> dict[str, int]:
         return {"sar_recoveries": self.recoveries}

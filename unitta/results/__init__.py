@@ -117,6 +117,13 @@ SCHEMA = pa.schema(
         ("realtime_k", pa.float64()),
         ("adapted_fraction", pa.float64()),
         ("forgetting", pa.bool_()),
+        ("rounds", pa.int64()),
+        ("round_errors", pa.list_(pa.float64())),
+        ("reset", pa.string()),
+        ("resets", pa.int64()),
+        ("curve_points", pa.int64()),
+        ("ccc", pa.string()),
+        ("ccc_severities", pa.string()),
         ("source_error_before", pa.float64()),
         ("source_error_after", pa.float64()),
         ("per_class", BREAKDOWN_TYPE),
@@ -180,6 +187,8 @@ METRIC_COLUMNS = (
     "nll",
     "domain_errors",
     "error_curve",
+    "round_errors",
+    "resets",
     "source_error_before",
     "source_error_after",
     "S",
@@ -288,9 +297,28 @@ def load_results(out_dir: str | Path, quarantine: bool = False, warn=_stderr, sw
     df = read_layers(out_dir, move_aside=quarantine, warn=warn).rows
     if not df.width:
         df = pl.from_arrow(SCHEMA.empty_table())
+    df = _later_defaults(df)
     if "cell_id" in df.columns:  # the same order however the rows are laid out (cell files are read by name)
         df = df.sort("cell_id", nulls_last=True, maintain_order=True)
     return df if members is None else df.filter(pl.col("cell_id").is_in(members))
+
+
+# Columns added after result folders existed, with the value every older row had: filled in when read, so that
+# older files read like new ones (round_errors of a one-round row is its error; resets stays null: not recorded).
+LATER_DEFAULTS: dict[str, Any] = {"rounds": 1, "reset": "none", "curve_points": 10}
+
+
+def _later_defaults(df):
+    import polars as pl
+
+    for name in ("rounds", "round_errors", "reset", "resets", "curve_points", "ccc", "ccc_severities"):
+        value = LATER_DEFAULTS.get(name)
+        column = pl.lit(value, dtype=pl.from_arrow(pa.array([value], type=SCHEMA.field(name).type)).dtype)
+        df = df.with_columns(pl.col(name).fill_null(column) if name in df.columns else column.alias(name))
+    if "error" in df.columns:
+        one_round = pl.when(pl.col("error").is_not_null() & (pl.col("rounds") == 1)).then(pl.concat_list("error"))
+        df = df.with_columns(pl.col("round_errors").fill_null(one_round.otherwise(None)))
+    return df
 
 
 def consolidate(out_dir: str | Path, compact_at: int | None = None) -> Path:

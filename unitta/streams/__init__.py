@@ -17,6 +17,7 @@ from unitta.data.records import dataset_record
 from unitta.streams import exact as _exact
 from unitta.streams import official as _official
 from unitta.streams import protocols as _protocols
+from unitta.streams.ccc import CCC_SAMPLER, ccc_plan, check_ccc_setting
 from unitta.streams.estimate import Factors, estimate_factors
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS
 from unitta.streams.settings import (
@@ -49,11 +50,13 @@ __all__ = [
     "default_factors",
     "default_state_cap",
     "make_stream",
+    "make_ccc_stream",
+    "CCC_SAMPLER",
     "synthetic_labels",
 ]
 
 ULMM_SAMPLERS = ("official", "exact")
-SAMPLERS = ULMM_SAMPLERS + PROTOCOL_SAMPLERS
+SAMPLERS = ULMM_SAMPLERS + PROTOCOL_SAMPLERS + (CCC_SAMPLER,)
 DEFAULT_SEED = 425  # the reference's cfg.SEED
 
 
@@ -143,6 +146,8 @@ def _checked_seed(sampler: str, seed: int, delta: float | None) -> int:
     """``make_stream``'s checks of its sampler, seed and Dirichlet concentration; the seed as an int."""
     if sampler not in SAMPLERS:
         raise ValueError(f"sampler={sampler!r}: allowed values are {SAMPLERS}")
+    if sampler == CCC_SAMPLER:
+        raise ValueError("sampler='ccc': its images are generated, not drawn from labels/domains; use make_ccc_stream")
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed={seed!r}: expected an integer >= 0")
     if delta is not None and sampler != "dirichlet":
@@ -258,6 +263,44 @@ def _exact_factors(
         if overrides[f"{attr}_beta"] is not None:
             factors[f"{attr}_beta"] = float(overrides[f"{attr}_beta"])
     return factors
+
+
+def make_ccc_stream(
+    clean_labels: np.ndarray,
+    setting: str | Setting,
+    *,
+    eligible: np.ndarray,
+    num_domains: int,
+    length: int,
+    transition: int,
+    seed: int = DEFAULT_SEED,
+    dataset: str = "cifar10",
+    class_alpha: float | None = None,
+    class_beta: float | None = None,
+) -> Stream:
+    """A ccc stream (``unitta.streams.ccc``): positions 0..length-1 as its indices (the images are generated from
+    them, ``unitta.data.ccc``), the corruption id of each position as its domain, the class path of the setting's
+    class attribute; ``meta['clean']`` holds the clean image of each position, ``meta['sequence']`` the walk."""
+    s = Setting.parse(setting)
+    check_ccc_setting(s.code)
+    if int(length) != length or length < 1:
+        raise ValueError(f"length={length!r}: expected an integer >= 1")
+    clean_labels = np.asarray(clean_labels, dtype=np.int64)
+    num_classes = int(clean_labels.max()) + 1
+    overrides = {"domain_alpha": None, "domain_beta": None, "class_alpha": class_alpha, "class_beta": class_beta}
+    factors = _exact_factors(s, default_factors(s, dataset), overrides, num_domains, num_classes)
+
+    def class_path(rng: np.random.Generator) -> np.ndarray:
+        return _exact.attribute_path(s.class_corr, factors["class_alpha"], factors["class_beta"], num_classes,
+                                     int(length), rng, name="class")
+
+    plan = ccc_plan(clean_labels, s, eligible, int(length), int(transition), int(seed), class_path)
+    return Stream(
+        indices=np.arange(int(length), dtype=np.int64), domains=plan["corruption"], classes=plan["classes"],
+        num_domains=num_domains, num_classes=num_classes, setting=s, factors=factors, sampler=CCC_SAMPLER,
+        seed=int(seed), dataset=str(dataset),
+        meta={"clean": plan["clean"], "sequence": plan["sequence"].tolist(), "transition": int(transition)},
+    )
 
 
 def synthetic_labels(dataset: str, num_domains: int | None = None) -> tuple[np.ndarray, np.ndarray]:

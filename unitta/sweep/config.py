@@ -37,7 +37,8 @@ from pydantic import field_validator, model_validator
 from unitta.cell import Cell, check_seed, check_stream_size, share_resolution
 from unitta.cell.spec import CellFields, check_dataset_name
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
-from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
+from unitta.streams import CCC_SAMPLER, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
+from unitta.streams.ccc import check_ccc_setting
 from unitta.streams.protocols import check_delta
 from unitta.streams.settings import (
     FACTOR_KEYS,
@@ -200,8 +201,17 @@ class SweepConfig(RunConfig, CellFields):
     def _cross_checks(self) -> SweepConfig:
         given = [self.settings is not None, self.class_settings is not None or self.domain_settings is not None]
         self._check_samplers(any(given))
-        if self.ulmm_samplers():
+        if self.ulmm_samplers() or CCC_SAMPLER in self.sampler:
             self._check_settings(given)
+        if CCC_SAMPLER in self.sampler:
+            for code in self.setting_codes():
+                check_ccc_setting(code)
+            domain = sorted(k for k in {*self.factors, *self.factor_grid} if k.startswith("domain"))
+            if self.n_per_domain is not None:
+                domain.append("n_per_domain")
+            if domain:
+                raise ValueError(f"{', '.join(domain)}: the ccc sampler walks its own corruptions over the clean test "
+                                 "set and takes class factors only; drop these keys or run ccc in a sweep of its own")
         both = set(self.factors) & set(self.factor_grid)
         if both:
             raise ValueError(f"factors and factor_grid both set {sorted(both)}; keep each factor in one of them")
@@ -233,7 +243,7 @@ class SweepConfig(RunConfig, CellFields):
         """The keys that only some samplers take (the sorted / dirichlet orders take no settings or factors)."""
         if self.delta is not None and "dirichlet" not in self.sampler:
             raise ValueError("delta: only the dirichlet sampler takes a delta; add dirichlet to sampler or drop delta")
-        if self.ulmm_samplers():
+        if self.ulmm_samplers() or CCC_SAMPLER in self.sampler:
             return
         fixed = ", ".join(f"{s} = {PROTOCOL_SETTINGS[s]}" for s in self.sampler)
         for key, present in (("settings", has_settings), ("factors", bool(self.factors)),
@@ -271,6 +281,8 @@ class SweepConfig(RunConfig, CellFields):
                     points.append(dict(sampler=sampler, setting=PROTOCOL_SETTINGS[sampler], factors={}, delta=delta))
                 continue
             size = {"S": self.S} if sampler == "official" else {"length": self.length}
+            if sampler == CCC_SAMPLER:
+                size["ccc"] = dict(self.ccc or {})
             for setting in self.setting_codes():
                 for factors in self.factor_points():
                     points.append(dict(sampler=sampler, setting=setting, factors=dict(factors), **size))
@@ -278,7 +290,7 @@ class SweepConfig(RunConfig, CellFields):
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid (dataset, model, method, sampler, setting, factors, seed, batch size)."""
-        stream_keys = ("sampler", "factors", "S", "length")  # set per stream point
+        stream_keys = ("sampler", "factors", "S", "length", "ccc")  # set per stream point
         common = {k: v for k, v in self.cell_fields().items() if k not in stream_keys}
         common["num_threads"] = self.resources.num_threads
         cells = []

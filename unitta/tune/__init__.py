@@ -18,7 +18,7 @@ sweep's guarantees: one run per output folder, ``--dry-run``, ``--local``, the c
 cell, every cell's row (with the trial columns, ``docs/analysis.md``) written as
 ``<out>/cells/<cell_id>.parquet`` by the sweep's writer, per-cell logs, and resume: re-running skips the
 cells already done (an Optuna search replays the trials already done into its searcher and continues their
-sequence: ``unitta.tune_replay``).
+sequence: ``unitta.tune.replay``).
 
 Points outside the feasible region (the stream sampler refuses the factors: ``make_stream`` raises
 ValueError, paper Cor. 1) are not run: their rows are written with status 'failed', an

@@ -229,6 +229,11 @@ class TTAMethod:
         """Domains discovered so far (BDN-based methods); None for methods without domains."""
         return None
 
+    def own_resets(self) -> int:
+        """How often the method returned itself to the source state since its last ``reset()`` (RDumb's periodic
+        reset, SAR's model recovery): the ``resets`` column counts these with the reset protocol's (docs/results.md)."""
+        return 0
+
     def extra_metrics(self) -> dict[str, Any]:
         """Method-specific figures for the result row (e.g. memory-bank fill). Override."""
         return {}

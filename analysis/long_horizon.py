@@ -1,0 +1,202 @@
+"""Long-horizon readings of a sweep (docs/long_horizon.md): per stream, every method's error curve against the
+source model's (the TEST cell of the same stream), its collapse point and its error per round.
+
+Example::
+
+    python -m unitta.sweep sweeps/long_horizon.yaml
+    python analysis/long_horizon.py results/long_horizon            # -> results/long_horizon/long_horizon/
+
+A *stream* is the rows that share dataset, model, sampler, setting, factors, length / S, rounds, the ccc
+settings, seed, batch size, subset, severity and curve points; its methods (and reset protocols) are compared.
+The collapse point (RDumb, Press et al. NeurIPS'23, fig. 1: methods that end below the non-adapting model) is
+the first batch after which the method's error stays above the source model's in every later part of the
+curve (``error_curve``: ``curve_points`` equal parts of the stream; its resolution is that of the curve). No
+collapse: the method's last part is not above the source's.
+
+Writes ``long_horizon.md`` (one table per stream: error, source error, collapse batch, round errors, resets)
+and per stream ``curves_<n>.png/.pdf`` and, with rounds, ``rounds_<n>.png/.pdf``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import polars as pl  # noqa: E402
+
+from analysis.common import AnalysisError, add_sweep_argument, load_dirs  # noqa: E402
+from unitta.results.replicates import method_label  # noqa: E402
+
+__all__ = ["STREAM_KEYS", "collapse_point", "stream_tables", "analyse", "main"]
+
+STREAM_KEYS = ("dataset", "model", "sampler", "setting", "factor_overrides", "length", "S", "rounds", "ccc", "seed",
+               "batch_size", "n_per_domain", "severity", "curve_points")
+
+
+def collapse_point(curve: list[float], source: list[float]) -> int | None:
+    """Index of the first part from which ``curve`` stays above ``source`` to the end; None if it ends below."""
+    first = None
+    for k in range(len(curve) - 1, -1, -1):
+        if curve[k] is None or source[k] is None or curve[k] <= source[k]:
+            break
+        first = k
+    return first
+
+
+def _label(row: dict) -> str:
+    label = method_label(row["method"], row.get("method_kwargs"))
+    reset = row.get("reset") or "none"
+    return label if reset == "none" else f"{label} [reset {reset}]"
+
+
+def _stream_name(row: dict) -> str:
+    ccc = f" ccc {json.loads(row['ccc'])}" if row.get("ccc") else ""
+    size = f"length {row['length']}" if row.get("length") else f"S {row.get('S')}"
+    return (f"{row['dataset']} {row['sampler']} {row['setting']}{ccc}, {size} x {row.get('rounds') or 1} rounds, "
+            f"batch {row['batch_size']}, seed {row['seed']}")
+
+
+def stream_tables(df: pl.DataFrame) -> list[tuple[str, dict, list[dict]]]:
+    """[(stream name, source row, method rows with 'label', 'collapse_part', 'collapse_batch')] per stream with a
+    TEST cell; streams without one are skipped (their curves have nothing to be compared with)."""
+    ok = df.filter(pl.col("status") == "ok")
+    keys = [k for k in STREAM_KEYS if k in ok.columns]
+    out = []
+    for _, group in ok.group_by(keys, maintain_order=True):
+        rows = group.to_dicts()
+        source = next((r for r in rows if r["method"] == "test" and (r.get("reset") or "none") == "none"), None)
+        if source is None:
+            continue
+        methods = []
+        for row in rows:
+            if row is source:
+                continue
+            part = collapse_point(row["error_curve"], source["error_curve"])
+            batches = -(-row["n_samples"] // row["batch_size"])
+            row["label"] = _label(row)
+            row["collapse_part"] = part
+            row["collapse_batch"] = None if part is None else round(part * batches / len(row["error_curve"]))
+            methods.append(row)
+        out.append((_stream_name(source), source, sorted(methods, key=lambda r: r["error"])))
+    return out
+
+
+def _table(source: dict, rows: list[dict]) -> list[str]:
+    lines = ["| method | error (%) | vs source | collapse batch | error per round (%) | resets |",
+             "|---|---|---|---|---|---|"]
+    for row in [source, *rows]:
+        rounds = ", ".join(f"{e:.1f}" for e in row.get("round_errors") or [row["error"]])
+        collapse = "source" if row is source else ("-" if row["collapse_batch"] is None else str(row["collapse_batch"]))
+        delta = "" if row is source else f"{row['error'] - source['error']:+.1f}"
+        resets = "" if row.get("resets") is None else str(row["resets"])
+        lines.append(f"| {row.get('label', 'test (source)')} | {row['error']:.1f} | {delta} | {collapse} | {rounds} "
+                     f"| {resets} |")
+    return lines
+
+
+def _curves(name: str, source: dict, rows: list[dict], path: Path) -> list[Path]:
+    """Top: error per part of the stream, the source model dashed; bottom: the method's minus the source's (above
+    0: worse than not adapting). Round boundaries grey, collapse points dotted."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 6.0), sharex=True, height_ratios=(3, 2))
+    n_batches = -(-source["n_samples"] // source["batch_size"])
+
+    def xs(curve):
+        return [(k + 0.5) * n_batches / len(curve) for k in range(len(curve))]
+
+    top.plot(xs(source["error_curve"]), source["error_curve"], "k--", lw=2, label="source (TEST)")
+    for row in rows:
+        (line,) = top.plot(xs(row["error_curve"]), row["error_curve"], lw=1.3, label=row["label"])
+        gap = [None if a is None or b is None else a - b for a, b in zip(row["error_curve"], source["error_curve"])]
+        bottom.plot(xs(gap), gap, lw=1.3, color=line.get_color())
+        if row["collapse_batch"] is not None:
+            for ax in (top, bottom):
+                ax.axvline(row["collapse_batch"], color=line.get_color(), ls=":", lw=1)
+    for ax in (top, bottom):
+        for r in range(1, source.get("rounds") or 1):
+            ax.axvline(r * n_batches / source["rounds"], color="0.7", lw=0.8)
+    bottom.axhline(0, color="k", lw=1)
+    top.set_ylabel("error (%)")
+    bottom.set_ylabel("method - source (pts)")
+    bottom.set_xlabel("batch")
+    top.set_title(name, fontsize=8)
+    top.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.06))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _rounds(name: str, source: dict, rows: list[dict], path: Path) -> list[Path]:
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for row in [source, *rows]:
+        errors = row.get("round_errors") or []
+        style = {"color": "k", "ls": "--", "lw": 2} if row is source else {"lw": 1.3}
+        ax.plot(range(1, len(errors) + 1), errors, marker="o", label=row.get("label", "source (TEST)"), **style)
+    ax.set_xlabel("round")
+    ax.set_ylabel("error (%)")
+    ax.set_xticks(range(1, (source.get("rounds") or 1) + 1))
+    ax.set_title(name, fontsize=8)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> list[Path]:
+    paths = [path.with_suffix(".png"), path.with_suffix(".pdf")]
+    for p in paths:
+        fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return paths
+
+
+def analyse(dirs: list[str], out: Path, sweep: str | None = None) -> list[Path]:
+    """Write the tables and figures of every stream with a TEST cell under ``out``; returns the files written."""
+    df = load_dirs(dirs, sweep)
+    if "error_curve" not in df.columns:
+        raise AnalysisError(f"{dirs[0]}: the rows have no error_curve column (written before the metrics existed)")
+    streams = stream_tables(df)
+    if not streams:
+        raise AnalysisError(f"{', '.join(dirs)}: no stream has a finished TEST cell (the source model to compare "
+                            "with); add 'test' to the sweep's methods")
+    out.mkdir(parents=True, exist_ok=True)
+    lines, written = ["# Long horizons", ""], []
+    for i, (name, source, rows) in enumerate(streams, 1):
+        lines += [f"## {i}. {name}", "", *_table(source, rows), ""]
+        written += _curves(name, source, rows, out / f"curves_{i}")
+        if (source.get("rounds") or 1) > 1:
+            written += _rounds(name, source, rows, out / f"rounds_{i}")
+    report = out / "long_horizon.md"
+    report.write_text("\n".join(lines))
+    return [report, *written]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python analysis/long_horizon.py",
+        description="Error curves against the source model, collapse points and errors per round.",
+        epilog="example: python analysis/long_horizon.py results/long_horizon",
+    )
+    parser.add_argument("dirs", nargs="+", metavar="RESULTS_DIR", help="sweep result directories")
+    parser.add_argument("--out", type=Path, help="output directory (default: <first RESULTS_DIR>/long_horizon)")
+    add_sweep_argument(parser)
+    args = parser.parse_args(argv)
+    out = args.out or Path(args.dirs[0]) / "long_horizon"
+    try:
+        written = analyse(args.dirs, out, args.sweep)
+    except AnalysisError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
