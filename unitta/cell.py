@@ -54,12 +54,16 @@ def check_device(device: str) -> str:
 
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
-PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints")
+# ``checkpoint`` and ``source_dir`` are paths: what they hold enters the identity as digests (``weights``, ``data``).
+PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints",
+                    "checkpoint", "source_dir")
 
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
 # (docs/results.md, "Resume"). A new field of Cell goes here.
-LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta")
+LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta", "domains", "classes")
+# Datasets read from image folders: their identity holds the digest of the folder's index (``data``).
+_FOLDER_LOADERS = ("folder", "natural")
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,11 @@ class Cell:
     protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.realtime``);
     cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
     clean source images after the stream (docs/results.md, "Forgetting").
+    domains, classes: the domain / class folders of an image folder (``dataset: folder``, ``data_dir`` its root)
+    or a natural-shift set to use, in this order (None: all, sorted by name; docs/own_data.md).
+    checkpoint: the weights file of a ``torchvision:NAME`` / ``timm:NAME`` / ``file.py:function`` model.
+    source_dir: the labelled source images (``ROOT/<class>/<image>`` or ``ROOT/<domain>/<class>/<image>``) of an
+    image folder, for the methods that need source data.
     """
 
     dataset: str = "fmnist-c"
@@ -109,8 +118,15 @@ class Cell:
     cost: str = "passes"
     forgetting: bool = False
     delta: float | None = None
+    domains: tuple[str, ...] | None = None
+    classes: tuple[str, ...] | None = None
+    checkpoint: str | None = None
+    source_dir: str | None = None
 
     def __post_init__(self) -> None:
+        for key in ("domains", "classes"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, tuple(getattr(self, key)))
         self._check_sampler()
         check_device(self.device)
         if self.protocol not in PROTOCOLS:
@@ -165,9 +181,23 @@ class Cell:
 
         Computed once per file and cached by its path, size and modification time (``unitta.models.digest``).
         """
-        from unitta.models.zoo import weights_digest
+        from unitta.models.any_model import any_weights_digest
 
-        return weights_digest(self.dataset, self.model, self.checkpoint_dir)
+        return any_weights_digest(self.dataset, self.model, self.checkpoint, self.checkpoint_dir)
+
+    @cached_property
+    def data_digest(self) -> str | None:
+        """For a dataset read from an image folder: the SHA-256 of its index (every file's name and size,
+        ``unitta.data.folder``), None when the folder cannot be read (the cell then fails) or for other datasets."""
+        if RECORDS[self.dataset].loader not in _FOLDER_LOADERS:
+            return None
+        from unitta.data import default_data_dir
+        from unitta.data.natural import index_dataset
+
+        try:
+            return index_dataset(self.dataset, self.data_dir, default_data_dir(), self.domains, self.classes).digest
+        except (OSError, ValueError):
+            return None
 
     # ------------------------------------------------------------------ identity
     def identity(self) -> dict[str, Any]:
@@ -184,6 +214,8 @@ class Cell:
         data["method_version"] = self.method_version
         if not self._reference_weights():
             data["weights"] = self.weights
+        if RECORDS[self.dataset].loader in _FOLDER_LOADERS:
+            data["data"] = self.data_digest
         return data
 
     def _reference_weights(self) -> bool:
@@ -191,6 +223,8 @@ class Cell:
         cells keep their ids, like a field of LATER_FIELDS at its default."""
         from unitta.models.zoo import is_reference_weights
 
+        if self.checkpoint or ":" in self.model_name:
+            return False
         return self.dataset in DEFAULT_MODELS and is_reference_weights(self.dataset, self.model_name, self.weights)
 
     def config_hash(self) -> str:

@@ -30,6 +30,7 @@ import numpy as np
 
 from unitta.adapt import Adapted, adapt_stream, device_batch, precision_mode
 from unitta.cell import DEFAULT_MODELS, Cell
+from unitta.data.records import RECORDS
 from unitta.metrics import stream_metrics
 from unitta.realtime import Schedule
 
@@ -53,12 +54,10 @@ def load_cell_dataset(cell: Cell):
     The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
     message names the file and what to do (docs/results.md, "Before the first cell").
     """
-    from unitta.data import load_dataset
+    from unitta.cell_inputs import load_dataset_of
 
     try:
-        return load_dataset(
-            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
-        )
+        return load_dataset_of(cell)
     except (OSError, ValueError) as exc:
         raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
 
@@ -76,6 +75,11 @@ def build_stream(cell: Cell, dataset):
         # A subset shrinks every (domain, class) pool; cap S at the pool size so that the stream
         # shrinks with it instead of cycling a few images up to the full dataset's S.
         pool = max(1, cell.n_per_domain // dataset.num_classes)
+        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
+    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in ("folder", "natural", "cifar101"):
+        # an image folder's pools are what the user has: cap S at the largest (domain, class) pool so that the
+        # stream is about the folder's size instead of cycling a few images up to a paper dataset's S
+        pool = int(np.bincount(dataset.domains * dataset.num_classes + dataset.labels).max())
         overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
     if cell.length is not None:
         overrides["length"] = cell.length
@@ -204,10 +208,9 @@ def evaluate(
     """
     import torch
 
-    from unitta.data import load_dataset
-    from unitta.data.source import load_clean_test, load_source
+    from unitta.cell_inputs import load_cell_model, load_cell_source, load_dataset_of
+    from unitta.data.source import load_clean_test
     from unitta.methods import get_method, method_class
-    from unitta.models import load_model
 
     wall_start = time.perf_counter()
     if cell.num_threads:
@@ -216,13 +219,9 @@ def evaluate(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     if dataset is None:
-        dataset = load_dataset(
-            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
-        )
+        dataset = load_dataset_of(cell)
     if model_and_info is None:
-        model_and_info = load_model(
-            cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir, trust_checkpoints=cell.trust_checkpoints
-        )
+        model_and_info = load_cell_model(cell, dataset)
     model, info = model_and_info
     _check_weights(cell, info)
     model = model.to(device).eval()
@@ -232,7 +231,7 @@ def evaluate(
     stream = build_stream(cell, dataset)
     source = None
     if method_class(cell.method).needs_source:  # loaded only for the methods that use it
-        source = load_source(cell.dataset, data_dir=cell.data_dir)
+        source = load_cell_source(cell, dataset)
     method = get_method(
         cell.method,
         model,

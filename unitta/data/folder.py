@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "index_folder", "load_folder", "verify_images"]
+__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "FolderSource", "is_class_layout", "index_folder", "load_folder", "verify_images"]
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp"})
 _FIX = "fix the folder or list the domains/classes to use (docs/own_data.md)"
@@ -207,3 +207,26 @@ def load_folder(
         image_size=image_size,
         **extra,
     )
+
+
+class FolderSource:
+    """Labelled source images from a folder (a ``source_dir``): a torch-style Dataset of (image, label) with a
+    batched ``get_batch`` (``unitta.methods.source_batches``); class ids follow the test folder's class names."""
+
+    def __init__(self, root: str | Path, classes: Sequence[str], image_size: int, num_workers: int | None = None):
+        layout = {"single_domain": "source"} if is_class_layout(root) else {}
+        index = index_folder(root, classes=classes, **layout)
+        self.dataset = load_folder(index, "source", image_size=image_size, num_workers=num_workers)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def get_batch(self, indices: np.ndarray):
+        import torch
+
+        indices = np.asarray(indices, dtype=np.int64)
+        return self.dataset.get_batch(indices), torch.from_numpy(self.dataset.labels[indices])
+
+    def __getitem__(self, index: int):
+        images, labels = self.get_batch(np.array([index]))
+        return images[0], int(labels[0])

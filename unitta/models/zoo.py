@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from unitta.data.records import RECORDS
 from unitta.models.catalog import (  # noqa: F401 (the constants and Normalized: re-exported, as before the split)
     _ZOO,
     IMAGENET_MEAN,
@@ -68,7 +69,26 @@ def model_norm_kind(dataset: str, name: str | None = None) -> str:
     return _entry(dataset, name)[1].norm_kind
 
 
+def zoo_table(dataset: str, name: str | None) -> str:
+    """The zoo table a model is looked up in: the dataset's own, else (an image folder, a natural-shift set) the
+    table holding ``name`` (default: the dataset record's default model), e.g. 'resnet20' -> 'fmnist-c'."""
+    if dataset in _ZOO or dataset not in RECORDS:
+        return dataset
+    name = name or RECORDS[dataset].default_model
+    for table, models in _ZOO.items():
+        if name in models:
+            return table
+    return dataset
+
+
 def _entry(dataset: str, name: str | None) -> tuple[str, _Entry]:
+    if name is None and dataset in RECORDS and dataset not in _ZOO:
+        name = RECORDS[dataset].default_model
+    dataset = zoo_table(dataset, name)
+    if dataset in RECORDS and dataset not in _ZOO:
+        known = [n for models in _ZOO.values() for n in models]
+        raise ValueError(f"model={name!r} for dataset {dataset!r}: expected a zoo model ({', '.join(known)}) or "
+                         "torchvision:NAME, timm:NAME, my_models.py:function (docs/own_data.md)")
     if dataset not in _ZOO:
         raise ValueError(f"dataset={dataset!r}: expected one of {', '.join(_ZOO)}")
     models = _ZOO[dataset]

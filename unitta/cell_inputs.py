@@ -1,0 +1,75 @@
+"""What a cell reads: its dataset, its model and its source data, for every dataset and model a cell can name
+(the paper's corruption sets, image folders and the natural-shift sets; zoo models and torchvision/timm/builder
+models; docs/own_data.md).
+
+An image folder is decoded at the model's input side, so the model's input size is known before the dataset is
+loaded (``input_size``: the zoo's table, or the custom model built once without weights). The number of classes
+comes from the dataset; an ImageNet-R/-A cell's model keeps only its dataset's 200 outputs
+(``unitta.data.natural.output_mask``).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from unitta.cell import Cell
+from unitta.data.records import RECORDS
+
+__all__ = ["SOURCE_STAND_INS", "input_size", "load_cell_model", "load_cell_source", "load_dataset_of"]
+
+# Natural-shift sets whose model was trained on another set's source split: they share that split.
+SOURCE_STAND_INS = {name: ("cifar10-c" if r.preset_family == "cifar10" else "imagenet-c")
+                    for name, r in RECORDS.items() if r.loader in ("natural", "cifar101")}
+
+
+@cache
+def input_size(dataset: str, model: str | None) -> int:
+    """The model's input side in pixels (what an image folder is resized to)."""
+    from unitta.models.custom import build_custom, is_custom
+    from unitta.models.zoo import _entry
+
+    if is_custom(model):
+        return build_custom(model, 10)[1]
+    return _entry(dataset, model)[1].input_size
+
+
+def load_dataset_of(cell: Cell):
+    """The cell's dataset (``unitta.data.load_dataset``); errors propagate (the caller words them)."""
+    from unitta.data import load_dataset
+
+    extra = {}
+    if RECORDS[cell.dataset].loader in ("folder", "natural"):
+        extra = dict(image_size=input_size(cell.dataset, cell.model), domains=cell.domains, classes=cell.classes,
+                     num_workers=cell.num_threads)
+    return load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain,
+                        **extra)
+
+
+def load_cell_model(cell: Cell, dataset):
+    """(model, info) for ``cell`` over ``dataset``: its classes, its output mask, its checkpoint."""
+    from unitta.models.any_model import load_any_model
+
+    outputs = None
+    record = RECORDS[cell.dataset]
+    if record.output_mask is not None:
+        from unitta.data.natural import output_mask
+
+        outputs = output_mask(record.output_mask, dataset.meta["classes"])
+    return load_any_model(cell.dataset, cell.model, dataset.num_classes, cell.checkpoint, cell.checkpoint_dir,
+                          cell.trust_checkpoints, outputs)
+
+
+def load_cell_source(cell: Cell, dataset):
+    """The labelled source split for the methods that need one: ``source_dir`` for an image folder, else the
+    dataset's own (a natural-shift set: the split its model was trained on, ``SOURCE_STAND_INS``)."""
+    from unitta.data.source import load_source
+
+    if cell.source_dir:
+        from unitta.data.folder import FolderSource
+
+        return FolderSource(cell.source_dir, dataset.meta["classes"], input_size(cell.dataset, cell.model),
+                            cell.num_threads)
+    if RECORDS[cell.dataset].loader == "folder":
+        raise FileNotFoundError(f"method {cell.method} needs labelled source images: set source_dir: a folder "
+                                "ROOT/<class>/<image> with the same class names (docs/own_data.md)")
+    return load_source(SOURCE_STAND_INS.get(cell.dataset, cell.dataset), data_dir=cell.data_dir)
