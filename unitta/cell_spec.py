@@ -59,6 +59,17 @@ class CellFields(Strict):
     protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
     cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
     forgetting: bool = False
+    domains: list[str] | None = None  # an image folder's domain / class folders (docs/own_data.md)
+    classes: list[str] | None = None
+    checkpoint: str | None = None  # weights of a torchvision:/timm:/builder model
+    source_dir: str | None = None  # an image folder's labelled source images
+
+    @field_validator("domains", "classes")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or len(set(value)) != len(value)):
+            raise ValueError(f"expected a non-empty list of distinct folder names, got {value}")
+        return value
 
     @field_validator("sampler")
     @classmethod
@@ -108,9 +119,13 @@ class CellFields(Strict):
 
     def cell_fields(self) -> dict[str, Any]:
         """These fields as ``Cell`` keyword arguments (fresh copies of the mappings)."""
-        return {
+        fields = {
             name: (dict(v) if isinstance(v := getattr(self, name), dict) else v) for name in CellFields.model_fields
         }
+        for key in ("domains", "classes"):
+            if fields[key] is not None:
+                fields[key] = tuple(fields[key])
+        return fields
 
 
 class CellSpec(CellFields):

@@ -342,6 +342,7 @@ def parse_config(data: Any, source: str = "<config>", base_dir: str | Path | Non
     from unitta import plugins
 
     cfg = validate(SweepConfig, data, source)
+    cfg = _absolute_builders(cfg, base_dir)
     if cfg.plugins:
         loaded = plugins.load(cfg.plugins, base_dir, source)
         cfg = cfg.model_copy(update={"plugins": [p.spec for p in loaded]})
@@ -351,6 +352,18 @@ def parse_config(data: Any, source: str = "<config>", base_dir: str | Path | Non
     )
     _check_duplicates(cfg, source)
     return cfg
+
+
+def _absolute_builders(cfg: SweepConfig, base_dir: str | Path | None) -> SweepConfig:
+    """``models: {folder: my_models.py:build}``: the file relative to the config's folder, made absolute (the
+    file must then be at that path on every node; an installed module, ``my_pkg.models:build``, need not)."""
+    models = {}
+    for dataset, spec in cfg.models.items():
+        head, _, function = spec.rpartition(":")
+        if head.endswith(".py") and not Path(head).is_absolute():
+            spec = f"{(Path(base_dir or Path.cwd()) / head).resolve()}:{function}"
+        models[dataset] = spec
+    return cfg.model_copy(update={"models": models})
 
 
 def _check_duplicates(cfg: SweepConfig, source: str) -> None:

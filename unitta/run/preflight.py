@@ -56,10 +56,49 @@ def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | No
     return dataset_record(dataset).data_problem(data_dir, severity, default_data_dir())
 
 
-def _model_problem(cell: Cell) -> str | None:
-    from unitta.models.zoo import checkpoint_path, list_models
+def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
+    """(domains, classes, smallest domain) of an image-folder cell's dataset, or a problem naming the path."""
+    from unitta.data import default_data_dir
+    from unitta.data.folder import FolderProblem
+    from unitta.data.natural import index_dataset
 
-    known = list_models().get(cell.dataset, [])
+    try:
+        index = index_dataset(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes)
+    except (FileNotFoundError, FolderProblem) as exc:
+        return None, f"{cell.dataset}: {exc}"
+    if index.problems:
+        return None, f"{cell.dataset}: {FolderProblem(index.problems)}"
+    return (len(index.domain_names), len(index.classes), min(len(f) for f in index.files)), None
+
+
+def _shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
+    if RECORDS[cell.dataset].loader in ("folder", "natural"):
+        if _data_problem(cell.dataset, cell.data_dir, cell.severity):
+            return None, None  # the missing folder is reported once, by _data_problem
+        return _folder_shape(cell)
+    return DATASET_SHAPES[cell.dataset], None
+
+
+def _custom_model_problem(cell: Cell) -> str | None:
+    from unitta.models.any_model import weights_file
+
+    path = weights_file(cell.model, cell.checkpoint, cell.checkpoint_dir)
+    if path is None or not path.is_file():
+        return (f"{cell.dataset}: no weights for model {cell.model!r}"
+                + (f" at {path}" if path is not None else "") + "; set checkpoint: PATH (docs/own_data.md)")
+    return None
+
+
+def _model_problem(cell: Cell) -> str | None:
+    from unitta.models.custom import is_custom
+    from unitta.models.zoo import checkpoint_path, list_models, zoo_table
+
+    if is_custom(cell.model):
+        return _custom_model_problem(cell)
+    if cell.checkpoint:
+        return f"{cell.dataset}: checkpoint: is for torchvision:/timm:/builder models; zoo model {cell.model_name!r} " \
+               "reads checkpoint_dir"
+    known = list_models().get(zoo_table(cell.dataset, cell.model), [])
     if cell.model is not None and cell.model not in known:
         return f"{cell.dataset}: unknown model {cell.model!r}; known: {', '.join(known)}"
     path = checkpoint_path(cell.dataset, cell.model, cell.checkpoint_dir)
@@ -103,7 +142,12 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
     checked: set[tuple] = set()
     needs_source: dict[tuple, list[str]] = {}
     for cell in cells:
-        domains, classes, per_domain = DATASET_SHAPES[cell.dataset]
+        shape, why = _shape(cell)
+        add(why)
+        if shape is None:
+            add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
+            continue
+        domains, classes, per_domain = shape
         # feasibility depends on the factors, not on the seed; the official sampler at its default factors is
         # the reference's own setting (nothing to refuse), and sampling it for ImageNet's 15,000 states takes
         # seconds per setting: `--dry-run` of the paper's grid spent half a minute there
@@ -116,7 +160,7 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
         if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
-        key = ("data", cell.dataset, cell.data_dir, cell.severity)
+        key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint)
         if key not in checked:
             checked.add(key)
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
@@ -124,7 +168,7 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
             add(_device_problem(cell, num_gpus, local))
         _note_source_need(cell, needs_source)
     for (dataset, data_dir), methods in needs_source.items():
-        why = source_problem(dataset, data_dir) if methods else None
+        why = _source_problem(dataset, data_dir) if methods else None
         if why:
             add(f"{why} (needed by {', '.join(methods)})")
     return list(found)
@@ -132,7 +176,21 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
 
 def _note_source_need(cell: Cell, needs: dict[tuple, list[str]]) -> None:
     """Record that ``cell``'s method needs its dataset's source split (TTAMethod.needs_source)."""
-    methods = needs.setdefault((cell.dataset, cell.data_dir), [])
+    where = cell.source_dir if RECORDS[cell.dataset].loader == "folder" else cell.data_dir
+    methods = needs.setdefault((cell.dataset, where), [])
     if cell.method not in methods and method_class(cell.method).needs_source:
         methods.append(cell.method)
 
+
+
+def _source_problem(dataset: str, where: str | None) -> str | None:
+    """``source_problem`` for every dataset: an image folder's ``source_dir``, a natural-shift set's stand-in."""
+    from pathlib import Path
+
+    from unitta.cell_inputs import SOURCE_STAND_INS
+
+    if RECORDS[dataset].loader == "folder":
+        if not where:
+            return "folder: no source_dir (ROOT/<class>/<image>, the same class names) for the methods that need it"
+        return None if Path(where).is_dir() else f"source_dir {where}: no such folder"
+    return source_problem(SOURCE_STAND_INS.get(dataset, dataset), where)
