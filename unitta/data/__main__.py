@@ -187,7 +187,8 @@ def _check(args: argparse.Namespace) -> int:
         problems = check_folder_dataset(args.dataset, data_dir, split(args.domains), split(args.classes))
         for problem in problems:
             print(problem, file=sys.stderr)
-        print(f"{args.dataset} in {data_dir}: {len(problems)} problem(s)" if problems else f"{args.dataset} in {data_dir}: ok")
+        verdict = f"{len(problems)} problem(s)" if problems else "ok"
+        print(f"{args.dataset} in {data_dir}: {verdict}")
         return 1 if problems else 0
     try:
         problems = check_dataset(args.dataset, data_dir, args.md5, corruptions, args.n_per_domain, args.severity)

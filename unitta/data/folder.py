@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "FolderSource", "is_class_layout", "index_folder", "load_folder", "verify_images"]
+__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "FolderSource", "is_class_layout", "index_folder",
+           "load_folder", "verify_images"]
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp"})
 _FIX = "fix the folder or list the domains/classes to use (docs/own_data.md)"
@@ -120,7 +121,7 @@ def index_folder(
         domain_dirs = [d for d in domain_dirs if (root / d).is_dir()]
         domain_names = list(domain_dirs)
         if not domain_dirs:
-            raise FolderProblem(problems or [f"{root}: holds no domain folders (expected ROOT/<domain>/<class>/<image>)"])
+            raise FolderProblem(problems or [f"{root}: holds no domain folders (ROOT/<domain>/<class>/<image>)"])
     per_domain = {d: set(_subdirs(root / d)) for d in domain_dirs}
     every = sorted(set().union(*per_domain.values()))
     chosen = _chosen("classes", classes, every, root, problems)

@@ -30,7 +30,8 @@ def fetch_natural(name: str, data_dir: str | Path, progress: bool = True) -> str
     """Fetch ``name`` into ``data_dir`` where unitta can, else the steps; returns the line to print."""
     record = RECORDS[name]
     if record.loader != "cifar101":
-        return f"{name}: {fetch_steps(record, data_dir, Path(data_dir))}; then `unitta data check {name} --dir {data_dir}`"
+        steps = fetch_steps(record, data_dir, Path(data_dir))
+        return f"{name}: {steps}; then `unitta data check {name} --dir {data_dir}`"
     folder = data_root(record, data_dir, Path(data_dir))
     folder.mkdir(parents=True, exist_ok=True)
     for file in CIFAR101_FILES:

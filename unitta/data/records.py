@@ -45,7 +45,8 @@ class DatasetRecord:
     images_per_domain: int  # the test set's size: one domain is the whole test set under one corruption
     default_model: str  # the paper's model (RobustBench / torchvision name) or the embedded one
     preset_family: str  # 'cifar10' | 'cifar100' | 'imagenet': whose method presets and stream defaults apply
-    loader: str  # 'fmnist' (built, cached) | 'cifar' (.npy files) | 'imagenet' (JPEGs) | 'folder' | 'natural' | 'cifar101'
+    # 'fmnist' (built, cached) | 'cifar' (.npy files) | 'imagenet' (JPEGs) | 'folder' | 'natural' | 'cifar101'
+    loader: str
     folder: str | None  # under the data directory (None: the embedded set, built on first use)
     source_split: str  # the labelled training split methods that need source data get
     paper_table: str | None = None  # the paper's table: its label (the model it ran), None if not in the paper

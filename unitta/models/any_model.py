@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from unitta.models.custom import build_custom, is_custom, own_weights_file, parse_spec, read_weights
+from unitta.models.custom import build_custom, is_custom, own_weights_file, read_weights
 from unitta.models.digest import file_digest
 from unitta.models.info import ModelInfo
 from unitta.models.zoo import DEFAULT_CHECKPOINT_DIR, load_model, model_norm_kind, weights_digest
@@ -97,10 +97,10 @@ def _load_custom(name: str, num_classes: int, checkpoint: str | None, checkpoint
                  trust: bool) -> tuple[nn.Module, ModelInfo]:
     path = weights_file(name, checkpoint, checkpoint_dir)
     if path is None or not path.is_file():
-        kind, _ = parse_spec(name)
+        if checkpoint:
+            raise FileNotFoundError(f"model={name}: checkpoint {path} not found")
         where = f" (or {path.name} in checkpoint_dir {path.parent})" if path is not None else ""
-        raise FileNotFoundError(f"model={name}: no weights: {'checkpoint ' + str(path) + ' not found' if checkpoint else 'set checkpoint: PATH'}"
-                                f"{where if not checkpoint else ''}; unitta never downloads weights")
+        raise FileNotFoundError(f"model={name}: no weights: set checkpoint: PATH{where}; unitta never downloads them")
     model, input_size = build_custom(name, num_classes)
     info = describe(model, name, num_classes, input_size)
     state, digest = read_weights(path, trust)
