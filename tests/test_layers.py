@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.results",
         "unitta.membership",
         "unitta.plugins",
+        "unitta.cell_inputs",
     ),
     ("unitta.run",),
     (

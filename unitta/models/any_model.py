@@ -37,7 +37,7 @@ def choose_bdn_layer(bn_layers: tuple[str, ...] | list[str]) -> str | None:
     middle = bn_layers[len(bn_layers) // 2]
     parts = middle.split(".")
     digit = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-    if digit is None:
+    if not digit:  # no numbered stage (or a flat Sequential): the middle BatchNorm itself
         return middle
     stage = ".".join(parts[:digit]) + "."
     return next(name for name in bn_layers if name.startswith(stage))
