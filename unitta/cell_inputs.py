@@ -15,11 +15,7 @@ from functools import cache
 from unitta.cell import Cell
 from unitta.data.records import RECORDS
 
-__all__ = ["SOURCE_STAND_INS", "input_size", "load_cell_model", "load_cell_source", "load_dataset_of"]
-
-# Natural-shift sets whose model was trained on another set's source split: they share that split.
-SOURCE_STAND_INS = {name: ("cifar10-c" if r.preset_family == "cifar10" else "imagenet-c")
-                    for name, r in RECORDS.items() if r.loader in ("natural", "cifar101")}
+__all__ = ["input_size", "load_cell_model", "load_cell_source", "load_dataset_of"]
 
 
 @cache
@@ -61,7 +57,7 @@ def load_cell_model(cell: Cell, dataset):
 
 def load_cell_source(cell: Cell, dataset):
     """The labelled source split for the methods that need one: ``source_dir`` for an image folder, else the
-    dataset's own (a natural-shift set: the split its model was trained on, ``SOURCE_STAND_INS``)."""
+    dataset's own (a natural-shift set: the split its model was trained on, its record's ``source_from``)."""
     from unitta.data.source import load_source
 
     if cell.source_dir:
@@ -69,7 +65,8 @@ def load_cell_source(cell: Cell, dataset):
 
         return FolderSource(cell.source_dir, dataset.meta["classes"], input_size(cell.dataset, cell.model),
                             cell.num_threads)
-    if RECORDS[cell.dataset].loader == "folder":
+    source_from = RECORDS[cell.dataset].source_from or cell.dataset
+    if RECORDS[source_from].loader == "folder":
         raise FileNotFoundError(f"method {cell.method} needs labelled source images: set source_dir: a folder "
                                 "ROOT/<class>/<image> with the same class names (docs/own_data.md)")
-    return load_source(SOURCE_STAND_INS.get(cell.dataset, cell.dataset), data_dir=cell.data_dir)
+    return load_source(source_from, data_dir=cell.data_dir)

@@ -57,6 +57,7 @@ class DatasetRecord:
     class_list: str = ""  # where the class list (and the output mask, if any) comes from
     domains: tuple[str, ...] = ()  # the domain folders of a multi-domain natural set ((): one domain, the set)
     output_mask: str | None = None  # 'imagenet-r' | 'imagenet-a': 200 of an ImageNet model's 1000 outputs
+    source_from: str | None = None  # the dataset whose source split its model was trained on (None: its own)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -65,9 +66,7 @@ class DatasetRecord:
     def data_problem(self, data_dir: str | Path | None, severity: int, default_dir: Path) -> str | None:
         """One line if the dataset's files at ``severity`` are missing under ``data_dir``, else None (cheap)."""
         if self.loader in ("folder", "natural", "cifar101"):
-            from unitta.data.natural import natural_problem
-
-            return natural_problem(self, data_dir, default_dir)
+            raise ValueError(f"{self.name}: ask unitta.data.natural.natural_problem (image folders are indexed there)")
         if self.folder is None:
             return None  # built from Debian's Fashion-MNIST on first use; its loader names the package if missing
         root = Path(data_dir) if data_dir else default_dir
@@ -153,7 +152,8 @@ RECORDS: dict[str, DatasetRecord] = {
 }
 
 _IMAGENET_SETS = dict(image_shape=(3, 224, 224), default_model="Standard_R50", preset_family="imagenet",
-                      loader="natural", source_split=RECORDS["imagenet-c"].source_split, num_domains=1)
+                      loader="natural", source_split=RECORDS["imagenet-c"].source_split, num_domains=1,
+                      source_from="imagenet-c")
 _IMAGENET_1000 = "ImageNet's 1000 wnids in sorted order (timm.data's imagenet_synsets.txt), the model's outputs"
 _MASK = ("the {n} wnids of its paper's output mask (timm.data's {name}_synsets.txt); an ImageNet model's 1000 "
          "outputs are masked to them")
@@ -163,6 +163,7 @@ RECORDS.update({
     r.name: r
     for r in (
         DatasetRecord("folder", (), (3, 0, 0), 0, 0, "resnet20", preset_family="cifar10", loader="folder", folder=None,
+                      source_from="folder",
                       source_split="source_dir: ROOT/<class>/<image> or ROOT/<domain>/<class>/<image>",
                       num_domains=0, layout="data_dir: ROOT/<domain>/<class>/<image> (.png .jpg .jpeg .webp)",
                       fetch="your own images (docs/own_data.md)", class_list="the class folders, sorted by name"),
@@ -184,6 +185,7 @@ RECORDS.update({
                       class_list="folders 0..999 are ImageNet's class indices (in numeric order)", **_IMAGENET_SETS),
         DatasetRecord("imagenet-d109", (), (3, 224, 224), 109, 0, "Standard_R50", preset_family="imagenet",
                       loader="natural", folder="imagenet-d109", source_split=RECORDS["imagenet-c"].source_split,
+                      source_from="imagenet-c",
                       num_domains=5, domains=("clipart", "infograph", "painting", "real", "sketch"),
                       layout="imagenet-d109/<domain>/<class>/*.jpg (DomainNet images of the 109 classes shared with "
                       "ImageNet)", fetch="DomainNet (https://ai.bu.edu/M3SDA/) sorted into the 109 classes by the "
@@ -193,6 +195,7 @@ RECORDS.update({
         DatasetRecord("domainnet126", ("domainnet-126",), (3, 224, 224), 126, 0, "Standard_R50",
                       preset_family="imagenet", loader="natural", folder="domainnet126",
                       source_split="source_dir: one DomainNet domain, <class>/<image>", num_domains=4,
+                      source_from="folder",
                       domains=("clipart", "painting", "real", "sketch"),
                       layout="domainnet126/<domain>/<class>/*.jpg (DomainNet's folders, only the 126 classes)",
                       fetch="DomainNet (https://ai.bu.edu/M3SDA/), the 126-class subset of Saito et al. (ICCV'19) "
@@ -201,6 +204,7 @@ RECORDS.update({
                       "the 126 classes' folders or list them under classes:"),
         DatasetRecord("cifar10.1", ("cifar10-1",), (3, 32, 32), 10, 2_000, "Standard", preset_family="cifar10",
                       loader="cifar101", folder="CIFAR-10.1", source_split=RECORDS["cifar10-c"].source_split,
+                      source_from="cifar10-c",
                       num_domains=1, layout="CIFAR-10.1/cifar10.1_v6_data.npy + cifar10.1_v6_labels.npy",
                       fetch="https://github.com/modestyachts/CIFAR-10.1/raw/master/datasets/",
                       class_list="CIFAR-10's 10 classes (the same label ids)"),

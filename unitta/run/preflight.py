@@ -53,7 +53,12 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
 def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | None:
     from unitta.data import default_data_dir
 
-    return dataset_record(dataset).data_problem(data_dir, severity, default_data_dir())
+    record = dataset_record(dataset)
+    if record.loader in ("folder", "natural", "cifar101"):
+        from unitta.data.natural import natural_problem
+
+        return natural_problem(record, data_dir, default_data_dir())
+    return record.data_problem(data_dir, severity, default_data_dir())
 
 
 def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
@@ -176,7 +181,8 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
 
 def _note_source_need(cell: Cell, needs: dict[tuple, list[str]]) -> None:
     """Record that ``cell``'s method needs its dataset's source split (TTAMethod.needs_source)."""
-    where = cell.source_dir if RECORDS[cell.dataset].loader == "folder" else cell.data_dir
+    where = cell.source_dir if RECORDS[RECORDS[cell.dataset].source_from or cell.dataset].loader == "folder" \
+        else cell.data_dir
     methods = needs.setdefault((cell.dataset, where), [])
     if cell.method not in methods and method_class(cell.method).needs_source:
         methods.append(cell.method)
@@ -187,10 +193,9 @@ def _source_problem(dataset: str, where: str | None) -> str | None:
     """``source_problem`` for every dataset: an image folder's ``source_dir``, a natural-shift set's stand-in."""
     from pathlib import Path
 
-    from unitta.cell_inputs import SOURCE_STAND_INS
-
-    if RECORDS[dataset].loader == "folder":
+    source_from = RECORDS[dataset].source_from or dataset
+    if RECORDS[source_from].loader == "folder":
         if not where:
-            return "folder: no source_dir (ROOT/<class>/<image>, the same class names) for the methods that need it"
+            return f"{dataset}: no source_dir (ROOT/<class>/<image>, the same class names) for the methods that need it"
         return None if Path(where).is_dir() else f"source_dir {where}: no such folder"
-    return source_problem(SOURCE_STAND_INS.get(dataset, dataset), where)
+    return source_problem(source_from, where)
