@@ -61,9 +61,10 @@ PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "comp
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
 # (docs/results.md, "Resume"). A new field of Cell goes here.
-LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta", "domains", "classes")
+LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta", "domains", "classes",
+                                 "datasets_as_domains")
 # Datasets read from image folders: their identity holds the digest of the folder's index (``data``).
-_FOLDER_LOADERS = ("folder", "natural")
+_FOLDER_LOADERS = ("folder", "natural", "mixture")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class Cell:
     checkpoint: the weights file of a ``torchvision:NAME`` / ``timm:NAME`` / ``file.py:function`` model.
     source_dir: the labelled source images (``ROOT/<class>/<image>`` or ``ROOT/<domain>/<class>/<image>``) of an
     image folder, for the methods that need source data.
+    datasets_as_domains: with ``dataset='mixture'``, the natural-shift sets whose domains form the pool.
     """
 
     dataset: str = "fmnist-c"
@@ -122,11 +124,14 @@ class Cell:
     classes: tuple[str, ...] | None = None
     checkpoint: str | None = None
     source_dir: str | None = None
+    datasets_as_domains: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        for key in ("domains", "classes"):
+        for key in ("domains", "classes", "datasets_as_domains"):
             if getattr(self, key) is not None:
                 object.__setattr__(self, key, tuple(getattr(self, key)))
+        if self.dataset in RECORDS and (RECORDS[self.dataset].loader == "mixture") != bool(self.datasets_as_domains):
+            raise ValueError("datasets_as_domains: give it with dataset 'mixture', and only then (docs/own_data.md)")
         self._check_sampler()
         check_device(self.device)
         if self.protocol not in PROTOCOLS:
@@ -192,10 +197,11 @@ class Cell:
         if RECORDS[self.dataset].loader not in _FOLDER_LOADERS:
             return None
         from unitta.data import default_data_dir
-        from unitta.data.natural import index_dataset
+        from unitta.data.mixture import index_any
 
         try:
-            return index_dataset(self.dataset, self.data_dir, default_data_dir(), self.domains, self.classes).digest
+            return index_any(self.dataset, self.data_dir, default_data_dir(), self.domains, self.classes,
+                             self.datasets_as_domains).digest
         except (OSError, ValueError):
             return None
 

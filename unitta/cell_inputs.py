@@ -15,7 +15,28 @@ from functools import cache
 from unitta.cell import Cell
 from unitta.data.records import RECORDS
 
-__all__ = ["input_size", "load_cell_model", "load_cell_source", "load_dataset_of"]
+_FOLDER_LOADERS = ("folder", "natural", "mixture", "cifar101")
+
+__all__ = ["iid_overrides", "input_size", "load_cell_model", "load_cell_source", "load_dataset_of"]
+
+
+def iid_overrides(cell: Cell, num_domains: int, num_classes: int) -> dict[str, float]:
+    """The official sampler's i.i.d. alpha_1 for an image folder or a natural-shift set: the reference's defaults
+    (1/15 for domains, 1/K of its datasets for classes) fit the paper's datasets; below 1/n no chain exists
+    (paper Cor. 1), so a folder with fewer domains or classes gets 1/n, the i.i.d. chain. The cell's own factors
+    win; the paper's datasets and the exact sampler (which fixes 1/n itself) get nothing."""
+    from unitta.streams.settings import Setting, default_factors
+
+    if cell.sampler != "official" or RECORDS[cell.dataset].loader not in _FOLDER_LOADERS:
+        return {}
+    s = Setting.parse(cell.setting)
+    defaults = default_factors(s, cell.dataset)
+    out = {}
+    for attr, corr, n in (("domain", s.domain_corr, num_domains), ("class", s.class_corr, num_classes)):
+        key = f"{attr}_alpha"
+        if corr == "i" and key not in cell.factors and defaults[key] < 1.0 / n:
+            out[key] = 1.0 / n
+    return out
 
 
 @cache
@@ -34,23 +55,19 @@ def load_dataset_of(cell: Cell):
     from unitta.data import load_dataset
 
     extra = {}
-    if RECORDS[cell.dataset].loader in ("folder", "natural"):
+    if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
         extra = dict(image_size=input_size(cell.dataset, cell.model), domains=cell.domains, classes=cell.classes,
-                     num_workers=cell.num_threads)
+                     num_workers=cell.num_threads, members=cell.datasets_as_domains)
     return load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain,
                         **extra)
 
 
 def load_cell_model(cell: Cell, dataset):
     """(model, info) for ``cell`` over ``dataset``: its classes, its output mask, its checkpoint."""
+    from unitta.data.natural import imagenet_outputs
     from unitta.models.any_model import load_any_model
 
-    outputs = None
-    record = RECORDS[cell.dataset]
-    if record.output_mask is not None:
-        from unitta.data.natural import output_mask
-
-        outputs = output_mask(record.output_mask, dataset.meta["classes"])
+    outputs = imagenet_outputs(RECORDS[cell.dataset], dataset.meta.get("classes", []))
     return load_any_model(cell.dataset, cell.model, dataset.num_classes, cell.checkpoint, cell.checkpoint_dir,
                           cell.trust_checkpoints, outputs)
 

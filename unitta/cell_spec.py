@@ -63,6 +63,14 @@ class CellFields(Strict):
     classes: list[str] | None = None
     checkpoint: str | None = None  # weights of a torchvision:/timm:/builder model
     source_dir: str | None = None  # an image folder's labelled source images
+    datasets_as_domains: list[str] | None = None  # with dataset mixture: the natural-shift sets forming its domains
+
+    @field_validator("datasets_as_domains")
+    @classmethod
+    def _members(cls, value: list[str] | None) -> list[str] | None:
+        from unitta.data.mixture import check_members
+
+        return None if value is None else check_members(value)
 
     @field_validator("domains", "classes")
     @classmethod
@@ -122,7 +130,7 @@ class CellFields(Strict):
         fields = {
             name: (dict(v) if isinstance(v := getattr(self, name), dict) else v) for name in CellFields.model_fields
         }
-        for key in ("domains", "classes"):
+        for key in ("domains", "classes", "datasets_as_domains"):
             if fields[key] is not None:
                 fields[key] = tuple(fields[key])
         return fields

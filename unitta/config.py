@@ -93,6 +93,8 @@ class SweepConfig(RunConfig, CellFields):
         if not isinstance(data, dict):
             raise ValueError(f"a sweep config is a mapping of keys, got {type(data).__name__}")
         data = dict(data)
+        if data.get("datasets_as_domains") and "datasets" not in data:
+            data["datasets"] = ["mixture"]  # the members are the domains of one pool
         for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta"):
             if key in data and not isinstance(data[key], list) and not (key == "delta" and data[key] is None):
                 data[key] = [data[key]]

@@ -65,10 +65,11 @@ def load_cell_dataset(cell: Cell):
 # ---------------------------------------------------------------------- the stream
 def build_stream(cell: Cell, dataset):
     """The cell's stream over ``dataset`` (``unitta.streams.make_stream`` with the cell's factors, S, length)."""
+    from unitta.cell_inputs import iid_overrides
     from unitta.streams import make_stream
     from unitta.streams.settings import default_state_cap
 
-    overrides: dict[str, Any] = dict(cell.factors)
+    overrides: dict[str, Any] = {**iid_overrides(cell, dataset.num_domains, dataset.num_classes), **cell.factors}
     if cell.S is not None:
         overrides["S"] = cell.S
     elif cell.n_per_domain is not None and cell.sampler == "official":

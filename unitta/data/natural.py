@@ -18,7 +18,8 @@ import numpy as np
 from unitta.data.folder import FolderIndex, FolderProblem, index_folder
 from unitta.data.records import RECORDS, DatasetRecord
 
-__all__ = ["CIFAR101_FILES", "data_root", "fetch_steps", "imagenet_wnids", "index_dataset", "load_cifar101",
+__all__ = ["CIFAR101_FILES", "data_root", "fetch_steps", "imagenet_outputs", "imagenet_wnids", "index_dataset",
+           "load_cifar101",
            "natural_problem", "output_mask"]
 
 CIFAR101_FILES = ("cifar10.1_v6_data.npy", "cifar10.1_v6_labels.npy")  # the v6 release (Recht et al. 2018)
@@ -113,6 +114,17 @@ def output_mask(name: str, classes: Sequence[str]) -> list[int]:
                              "output mask (timm's list); remove it or list classes:"])
     position = {w: k for k, w in enumerate(imagenet_wnids())}
     return [position[c] for c in classes]
+
+
+def imagenet_outputs(record: DatasetRecord, classes: Sequence[str]) -> list[int] | None:
+    """The ImageNet outputs an ImageNet model keeps for ``classes``: the output mask of ImageNet-R/-A, or for any
+    other ImageNet set (a mixture of them) whose classes are fewer wnids than 1000, their class indices; else None."""
+    if record.output_mask is not None:
+        return output_mask(record.output_mask, classes)
+    if record.preset_family != "imagenet" or len(classes) == 1000:
+        return None
+    position = {w: k for k, w in enumerate(imagenet_wnids())}
+    return [position[c] for c in classes] if classes and all(c in position for c in classes) else None
 
 
 def load_cifar101(root: Path, n_per_domain: int | None):

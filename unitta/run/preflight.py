@@ -39,7 +39,10 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
     if cell.sampler not in ("official", "exact"):
         return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
+    from unitta.cell_inputs import iid_overrides
+
     size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
+    size.update(iid_overrides(cell, num_domains, num_classes))
     try:
         make_stream(
             labels, domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
@@ -54,6 +57,8 @@ def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | No
     from unitta.data import default_data_dir
 
     record = dataset_record(dataset)
+    if record.loader == "mixture":
+        return None  # its members' folders are checked when it is indexed (_folder_shape)
     if record.loader in ("folder", "natural", "cifar101"):
         from unitta.data.natural import natural_problem
 
@@ -65,20 +70,24 @@ def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
     """(domains, classes, smallest domain) of an image-folder cell's dataset, or a problem naming the path."""
     from unitta.data import default_data_dir
     from unitta.data.folder import FolderProblem
-    from unitta.data.natural import index_dataset
+    from unitta.data.mixture import index_any
 
     try:
-        index = index_dataset(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes)
-    except (FileNotFoundError, FolderProblem) as exc:
+        index = index_any(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes,
+                          cell.datasets_as_domains)
+    except (FileNotFoundError, ValueError) as exc:
         return None, f"{cell.dataset}: {exc}"
     if index.problems:
         return None, f"{cell.dataset}: {FolderProblem(index.problems)}"
+    if len(index.domain_names) < 2:
+        return None, (f"{cell.dataset}: one domain ({index.domain_names[0]}); a stream needs at least two: use it as "
+                      f"one domain of a mixture (dataset: mixture, datasets_as_domains: [{cell.dataset}, ...])")
     return (len(index.domain_names), len(index.classes), min(len(f) for f in index.files)), None
 
 
 def _shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
-    if RECORDS[cell.dataset].loader in ("folder", "natural"):
-        if _data_problem(cell.dataset, cell.data_dir, cell.severity):
+    if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
+        if RECORDS[cell.dataset].loader != "mixture" and _data_problem(cell.dataset, cell.data_dir, cell.severity):
             return None, None  # the missing folder is reported once, by _data_problem
         return _folder_shape(cell)
     return DATASET_SHAPES[cell.dataset], None
@@ -130,7 +139,8 @@ def _device_problem(cell: Cell, num_gpus: float, local: bool) -> str | None:
 
 def _may_be_infeasible(cell: Cell) -> bool:
     """Whether the sampler could refuse the cell's setting and factors (see ``problems``)."""
-    return cell.sampler != "official" or bool(cell.factors)
+    folder = RECORDS[cell.dataset].loader in ("folder", "natural", "mixture")  # its own domain and class counts
+    return cell.sampler != "official" or bool(cell.factors) or folder
 
 
 def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, feasibility: bool = True) -> list[str]:
