@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
-from unitta.data.records import DATASETS
+from unitta.data.records import DATASETS, RECORDS
 from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.schema import Strict, hint
 from unitta.streams import SAMPLERS, ULMM_SAMPLERS
@@ -26,7 +26,9 @@ __all__ = ["CellFields", "CellSpec", "check_dataset", "check_setting"]
 def check_dataset(name: str) -> str:
     """``name`` if it is a known dataset, else ValueError with a 'did you mean' hint."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}{hint(name, DATASETS)}; known: {', '.join(DATASETS)}")
+        alias = next((r.name for r in RECORDS.values() if name in r.aliases), None)  # a clean set's name
+        near = f" (did you mean {alias!r}?)" if alias else hint(name, DATASETS)
+        raise ValueError(f"unknown dataset {name!r}{near}; known: {', '.join(DATASETS)}")
     return name
 
 

@@ -102,7 +102,7 @@ def make_stream(
         given = dict(overrides, S=S, length=length, domain_matrix=domain_matrix, class_matrix=class_matrix)
         _refuse_given(given, f"{{key}}: the {sampler!r} sampler orders every image once and takes no {{key}}")
         return _protocol_stream(labels, domains, s, sampler, seed, str(dataset), delta, num_domains, num_classes)
-    factors = _feasible_defaults(default_factors(s, dataset), s, num_domains, num_classes)
+    factors = default_factors(s, dataset)
     pool_sizes, sort_keys, starts = _state_pools(labels, domains, num_domains, num_classes)
     meta: dict[str, Any] = {}
     if sampler == "official":
@@ -236,16 +236,6 @@ def _exact_states(s, factors, length, num_domains, num_classes, pool_sizes, sort
     if domain_matrix is not None or class_matrix is not None:
         meta["custom_matrices"] = {"domain": domain_matrix is not None, "class": class_matrix is not None}
     return d_path * num_classes + c_path, pools
-
-def _feasible_defaults(factors: dict[str, float], s: Setting, num_domains: int, num_classes: int) -> dict[str, float]:
-    """The reference's i.i.d. alpha_1 defaults (1/15 domains, 1/K classes of its datasets) raised to 1/n where a
-    dataset has fewer domains or classes (an image folder): 1/n is the i.i.d. chain, and below it no chain exists
-    (paper Cor. 1). Unchanged for the paper's datasets."""
-    for attr, corr, n in (("domain", s.domain_corr, num_domains), ("class", s.class_corr, num_classes)):
-        if corr == "i" and factors[f"{attr}_alpha"] < 1.0 / n:
-            factors[f"{attr}_alpha"] = 1.0 / n
-    return factors
-
 
 def _exact_factors(
     s: Setting, defaults: dict[str, float], overrides: dict[str, float | None], num_domains: int, num_classes: int
