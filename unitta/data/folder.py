@@ -71,14 +71,12 @@ def _subdirs(folder: Path) -> list[str]:
 
 
 def _images(folder: Path) -> list[tuple[str, int]]:
-    """(name, size) of the image files directly in ``folder``, sorted by name."""
-    found = []
-    for entry in os.scandir(folder):
-        if entry.name.startswith(".") or os.path.splitext(entry.name)[1].lower() not in IMAGE_EXTENSIONS:
-            continue
-        if entry.is_file():
-            found.append((entry.name, entry.stat().st_size))
-    return sorted(found)
+    """(name, size) of the image files directly in ``folder``, sorted by name (one ``stat`` per image: the size)."""
+    with os.scandir(folder) as entries:
+        found = [(e.name, e.stat().st_size) for e in entries
+                 if "." + e.name.rpartition(".")[2].lower() in IMAGE_EXTENSIONS and e.name[0] != "." and e.is_file()]
+    found.sort()
+    return found
 
 
 def is_class_layout(root: str | Path) -> bool:
@@ -140,9 +138,8 @@ def index_folder(
             images = _images(folder)
             if not images:
                 problems.append(f"{folder}: no .png/.jpg/.jpeg/.webp images; {_FIX}")
-            for name, size in images:
-                names.append(f"{cls}/{name}")
-                sha.update(f"{d}/{cls}/{name}\0{size}\n".encode())
+            names.extend(f"{cls}/{name}" for name, _ in images)
+            sha.update("".join(f"{d}/{cls}/{name}\0{size}\n" for name, size in images).encode())
             domain_labels.append(np.full(len(images), k, dtype=np.int64))
         files.append(names)
         labels.append(np.concatenate(domain_labels) if domain_labels else np.zeros(0, dtype=np.int64))
