@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (--folder: decoding threads too)")
     parser.add_argument("--folder", action="store_true",
-                        help="only the image-folder figures: decode vs forward, indexing 100,000 files (folder_data.py)")
+                        help="only the image-folder figures: decode vs forward, indexing 100,000 files")
     parser.add_argument("--device", default="cpu", help="--folder: the model's device (cpu, cuda)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -56,7 +56,7 @@ def check_device(device: str) -> str:
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
 # ``checkpoint`` and ``source_dir`` are paths: what they hold enters the identity as digests (``weights``, ``data``).
 PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints",
-                    "checkpoint", "source_dir")
+                    "checkpoint", "source_dir", "cache_images")
 
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
@@ -93,6 +93,7 @@ class Cell:
     source_dir: the labelled source images (``ROOT/<class>/<image>`` or ``ROOT/<domain>/<class>/<image>``) of an
     image folder, for the methods that need source data.
     datasets_as_domains: with ``dataset='mixture'``, the natural-shift sets whose domains form the pool.
+    cache_images: decode an image folder once into memory instead of per batch (same images, same results).
     """
 
     dataset: str = "fmnist-c"
@@ -125,6 +126,7 @@ class Cell:
     checkpoint: str | None = None
     source_dir: str | None = None
     datasets_as_domains: tuple[str, ...] | None = None
+    cache_images: bool = False
 
     def __post_init__(self) -> None:
         for key in ("domains", "classes", "datasets_as_domains"):

@@ -58,8 +58,13 @@ def load_dataset_of(cell: Cell):
     if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
         extra = dict(image_size=input_size(cell.dataset, cell.model), domains=cell.domains, classes=cell.classes,
                      num_workers=cell.num_threads, members=cell.datasets_as_domains)
-    return load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain,
-                        **extra)
+    dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
+                           n_per_domain=cell.n_per_domain, **extra)
+    if cell.cache_images and extra:
+        from unitta.data.folder import decode_all
+
+        return decode_all(dataset)
+    return dataset
 
 
 def load_cell_model(cell: Cell, dataset):

@@ -66,6 +66,7 @@ class CellFields(Strict):
     checkpoint: str | None = None  # weights of a torchvision:/timm:/builder model
     source_dir: str | None = None  # an image folder's labelled source images
     datasets_as_domains: list[str] | None = None  # with dataset mixture: the natural-shift sets forming its domains
+    cache_images: bool = False  # decode an image folder once into memory (placement: results unchanged)
 
     @field_validator("datasets_as_domains")
     @classmethod

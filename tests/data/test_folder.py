@@ -54,6 +54,10 @@ def test_test_error_equals_direct_error(folder, embedded_model):
         wrong = int((model(x.float() / 255).argmax(1) != labels).sum())
     assert row["n_samples"] == len(paths) == 90
     assert row["n_samples"] - row["n_correct"] == wrong
+    cached = Cell(dataset="folder", data_dir=str(folder), method="test", sampler="sorted", setting="1111",
+                  cache_images=True)
+    assert cached.cell_id() == row["cell_id"]  # where the pixels wait is placement
+    assert evaluate(cached)["n_correct"] == row["n_correct"]
 
 
 def test_tent_runs_on_the_folder(folder):

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "FolderSource", "is_class_layout", "index_folder",
-           "load_folder", "verify_images"]
+__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "FolderSource", "decode_all", "is_class_layout",
+           "index_folder", "load_folder", "verify_images"]
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp"})
 _FIX = "fix the folder or list the domains/classes to use (docs/own_data.md)"
@@ -205,6 +205,18 @@ def load_folder(
         image_size=image_size,
         **extra,
     )
+
+
+def decode_all(dataset, batch: int = 256):
+    """A lazy folder dataset decoded once into memory (``ArrayDataset``: uint8, one copy, Ray's object store holds it
+    zero-copy): for small images whose decoding cannot keep up with a GPU (``cache_images: true``)."""
+    from unitta.data.arrays import ArrayDataset
+
+    chunks = [dataset.get_batch(np.arange(s, min(s + batch, len(dataset)))) for s in range(0, len(dataset), batch)]
+    images = np.concatenate([(c.permute(0, 2, 3, 1) * 255).round().byte().numpy() for c in chunks])
+    return ArrayDataset(name=dataset.name, labels=dataset.labels, domains=dataset.domains,
+                        domain_names=dataset.domain_names, num_classes=dataset.num_classes, meta=dataset.meta,
+                        images=images)
 
 
 class FolderSource:

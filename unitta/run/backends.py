@@ -32,7 +32,7 @@ Finished = tuple[Cell, dict[str, Any], str]
 
 def dataset_key(cell: Cell) -> tuple:
     return (cell.dataset, cell.data_dir, cell.severity, cell.n_per_domain, cell.domains, cell.classes,
-            cell.datasets_as_domains,
+            cell.datasets_as_domains, cell.cache_images,
             cell.model if cell.dataset in ("folder",) or ":" in (cell.model or "") else None)
 
 
