@@ -17,7 +17,8 @@ from unitta.data.records import RECORDS
 
 _FOLDER_LOADERS = ("folder", "natural", "mixture", "cifar101")
 
-__all__ = ["iid_overrides", "input_size", "load_cell_model", "load_cell_source", "load_dataset_of"]
+__all__ = ["iid_overrides", "input_size", "load_cell_model", "load_cell_source", "load_dataset_of",
+           "model_layers"]
 
 
 def iid_overrides(cell: Cell, num_domains: int, num_classes: int) -> dict[str, float]:
@@ -48,6 +49,18 @@ def input_size(dataset: str, model: str | None) -> int:
     if is_custom(model):
         return build_custom(model, 10)[1]
     return _entry(dataset, model)[1].input_size
+
+
+def model_layers(cell: Cell):
+    """The ``ModelInfo`` of the cell's model, for its layer names (a custom model is built without weights)."""
+    from unitta.models import load_model
+    from unitta.models.any_model import describe
+    from unitta.models.custom import build_custom, is_custom
+
+    if is_custom(cell.model):
+        model, size = build_custom(cell.model, 10)
+        return describe(model, cell.model, 10, size)
+    return load_model(cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir)[1]
 
 
 def load_dataset_of(cell: Cell):

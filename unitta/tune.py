@@ -66,10 +66,9 @@ def _load_bn_layers(cfg: TuneConfig) -> tuple[list[str], list[str], str | None]:
     """(searched layers, all BatchNorm layers in module order, default BDN layer) of the cell's model."""
     if cfg.space.layer is None:
         return [], [], None
-    from unitta.models import load_model
+    from unitta.cell_inputs import model_layers
 
-    base = base_cell(cfg)
-    _, info = load_model(base.dataset, base.model, checkpoint_dir=base.checkpoint_dir)
+    info = model_layers(base_cell(cfg))
     if cfg.space.layer == "all":
         searched = list(info.bn_layers)
     else:

@@ -89,3 +89,29 @@ def test_mixture_of_imagenet_r_and_a_with_output_mask(tmp_path):
 def test_a_wnid_outside_the_mask_is_refused(tmp_path):
     with pytest.raises(ValueError, match="n99999999.*not one of the 200 wnids"):
         output_mask("imagenet-a", ["n99999999"])
+
+
+def test_fetch_cifar101_from_a_mirror_then_check(tmp_path, monkeypatch, capsys):
+    import io
+
+    from tests.local_http import Served, serve
+
+    def npy(array) -> bytes:
+        buffer = io.BytesIO()
+        np.save(buffer, array)
+        return buffer.getvalue()
+
+    rng = np.random.default_rng(0)
+    files = {"/d/cifar10.1_v6_data.npy": npy(rng.integers(0, 256, (2000, 32, 32, 3), dtype=np.uint8)),
+             "/d/cifar10.1_v6_labels.npy": npy(np.repeat(np.arange(10), 200))}
+    with serve(Served(files=dict(files), drop_after={"/d/cifar10.1_v6_data.npy": 100_000})) as served:
+        monkeypatch.setenv("UNITTA_CIFAR101_URL", f"{served.base}/d/")
+        assert data_main(["fetch", "cifar10.1", "--dir", str(tmp_path), "--quiet"]) == 0
+    folder = tmp_path / "CIFAR-10.1"
+    assert (folder / "cifar10.1_v6_data.npy").read_bytes() == files["/d/cifar10.1_v6_data.npy"]
+    assert "cifar10.1_v6_labels.npy" in (folder / "MD5SUMS").read_text()
+    assert data_main(["check", "cifar10.1", "--dir", str(tmp_path)]) == 0
+    from unitta.data import load_dataset
+
+    data = load_dataset("cifar10.1", data_dir=tmp_path, n_per_domain=20)
+    assert data.domain_names == ["cifar10.1"] and len(data) == 20

@@ -1,10 +1,12 @@
 """``unitta data fetch`` for the natural-shift sets: CIFAR-10.1 is downloaded (its two ``.npy`` files from the
 authors' GitHub repository, modestyachts/CIFAR-10.1, through ``unitta.data.download``: timeouts, resume), checked
 (dtype, shape, labels) and given an ``MD5SUMS`` manifest as CIFAR-10-C's folder is; the ImageNet variants and
-DomainNet are archives of gigabytes behind licences or several hosts, so their steps are printed instead."""
+DomainNet are archives of gigabytes behind licences or several hosts, so their steps are printed instead.
+``UNITTA_CIFAR101_URL`` replaces the base URL (a mirror holding the two files)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +36,11 @@ def fetch_natural(name: str, data_dir: str | Path, progress: bool = True) -> str
         return f"{name}: {steps}; then `unitta data check {name} --dir {data_dir}`"
     folder = data_root(record, data_dir, Path(data_dir))
     folder.mkdir(parents=True, exist_ok=True)
+    base = os.environ.get("UNITTA_CIFAR101_URL") or record.fetch  # a mirror (the tests serve one on 127.0.0.1)
     for file in CIFAR101_FILES:
         target = folder / file
         if not target.is_file():
-            part = download(f"{record.fetch}{file}", folder / f"{file}.part", progress=progress)
+            part = download(f"{base}{file}", folder / f"{file}.part", progress=progress)
             part.rename(target)
     _check_cifar101(folder)
     write_md5sums(folder)
