@@ -5,13 +5,18 @@
     python -m unitta.data show fmnist-c --out grid.png [--severity S] [--data-dir DIR]
     python -m unitta.data fetch cifar10-c|cifar100-c|imagenet-c --dir DIR [--keep-archive] [--quiet]
     python -m unitta.data check cifar10-c|cifar100-c|imagenet-c|fmnist-c --dir DIR [--md5]
+    python -m unitta.data check folder --dir ROOT [--domains a,b] [--classes x,y]   (and the natural-shift sets)
+    python -m unitta.data fetch cifar10.1 --dir DIR   (the other natural-shift sets: prints the steps)
+    python -m unitta.data list
+    python -m unitta.data export-folder OUT [--corruptions fog,snow,contrast] [--n-per-domain 100]
 
 ``prepare`` builds the Fashion-MNIST-C cache (progress bar; severity 5 by default, all 5 on request),
 or decodes ImageNet-C's JPEGs once into memory-mapped arrays (``unitta.data.prepared``).
 ``show`` draws one row per corruption and one column per class (the first test image of each class).
 ``fetch`` downloads CIFAR-10-C / CIFAR-100-C from robustbench's Zenodo records (resumable, verified;
 ``unitta.data.fetch``) and prints the steps for ImageNet-C. ``check`` validates a data directory
-(``unitta.data.check``): exit 0 when ready, else one line per problem and exit 1.
+(``unitta.data.check``): exit 0 when ready, else one line per problem and exit 1. ``list`` prints every dataset
+record; ``export-folder`` writes Fashion-MNIST-C images as an image folder (docs/own_data.md).
 """
 
 from __future__ import annotations
