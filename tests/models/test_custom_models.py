@@ -111,3 +111,18 @@ def test_builder_file(folder, tmp_path):
     row = run_cell(cell)
     assert row["status"] == "ok", row["error_text"]
     assert row["n_samples"] == 30
+
+
+def test_builder_ships_and_imports_by_name_where_its_path_is_absent(tmp_path, monkeypatch):
+    from unitta.models.custom import build_custom
+    from unitta.plugins import model_builders, runtime_env
+
+    (tmp_path / "shipped_models.py").write_text(
+        "import torch\ndef build(num_classes):\n    return torch.nn.Sequential(torch.nn.Flatten(), "
+        "torch.nn.Linear(3 * 8 * 8, num_classes))\n")
+    spec = f"{tmp_path / 'shipped_models.py'}:build"
+    assert runtime_env(model_builders({"folder": spec})) == {"py_modules": [str(tmp_path / "shipped_models.py")]}
+    # a worker: Ray's py_modules put the file on the import path; the driver's absolute path does not exist there
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model, size = build_custom("/nowhere/shipped_models.py:build", 4)
+    assert size == 224 and model[1].out_features == 4
