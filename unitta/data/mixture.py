@@ -12,6 +12,7 @@ indexes filtered and relabelled: names only, nothing decoded.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -92,6 +93,23 @@ def index_mixture(
     return FolderIndex(str(root), names, dirs, chosen, files, np.concatenate(labels), sha.hexdigest(), problems)
 
 
+_INDEXES: dict[tuple, FolderIndex] = {}  # a sweep's cells share their folder's index (see index_any)
+
+
+def _stamp(root: Path) -> tuple:
+    """Modification times of ``root`` and its folders two levels down: a file added, removed or renamed in a
+    class folder changes its folder's time (no file is stat'ed here: D + D*K calls, not N)."""
+    stamps = []
+    try:
+        for level1 in [root, *(Path(e.path) for e in os.scandir(root) if e.is_dir())]:
+            stamps.append((str(level1), level1.stat().st_mtime_ns))
+            if level1 != root:
+                stamps += [(e.path, e.stat().st_mtime_ns) for e in os.scandir(level1) if e.is_dir()]
+    except OSError:
+        return ()
+    return tuple(stamps)
+
+
 def index_any(
     name: str,
     data_dir: str | Path | None,
@@ -100,7 +118,22 @@ def index_any(
     classes: Sequence[str] | None = None,
     members: Sequence[str] | None = None,
 ) -> FolderIndex:
-    """The index of a folder, an image-folder natural-shift set or a mixture (``name='mixture'``, ``members``)."""
+    """The index of a folder, an image-folder natural-shift set or a mixture (``name='mixture'``, ``members``).
+
+    Kept per process while its folders' modification times stay the same, so that the cells of a sweep (their
+    identities, the preflight, the driver's dataset) index a folder once."""
+    roots = [data_root(RECORDS[m], data_dir, default_dir) for m in (members or [])] if members else \
+        [data_root(RECORDS[name], data_dir, default_dir)] if RECORDS[name].loader != "mixture" else []
+    key = (name, str(data_dir), str(default_dir), tuple(domains or ()), domains is None, tuple(classes or ()),
+           classes is None, tuple(members or ()), tuple(_stamp(r) for r in roots))
+    if key not in _INDEXES:
+        if len(_INDEXES) > 64:
+            _INDEXES.clear()
+        _INDEXES[key] = _index_any(name, data_dir, default_dir, domains, classes, members)
+    return _INDEXES[key]
+
+
+def _index_any(name, data_dir, default_dir, domains, classes, members) -> FolderIndex:
     if RECORDS[name].loader == "mixture":
         if domains is not None:
             raise FolderProblem(["domains: a mixture's domains are its datasets_as_domains; drop domains"])
