@@ -77,7 +77,7 @@ def build_stream(cell: Cell, dataset):
         # shrinks with it instead of cycling a few images up to the full dataset's S.
         pool = max(1, cell.n_per_domain // dataset.num_classes)
         overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
-    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in ("folder", "natural", "cifar101"):
+    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in ("folder", "natural", "mixture", "cifar101"):
         # an image folder's pools are what the user has: cap S at the largest (domain, class) pool so that the
         # stream is about the folder's size instead of cycling a few images up to a paper dataset's S
         pool = int(np.bincount(dataset.domains * dataset.num_classes + dataset.labels).max())
