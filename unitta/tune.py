@@ -36,7 +36,7 @@ from unitta.run import RunOptions, execute_plan, exits
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.outdir import check_output_dir
-from unitta.run.preflight import DATASET_SHAPES, infeasibility
+from unitta.run.preflight import dataset_shape, infeasibility
 from unitta.schema import check_methods
 from unitta.tune_config import (
     ConfigError,
@@ -108,7 +108,7 @@ def _done_rows(out: Path, finished: set[str]) -> dict[str, dict]:
 
 def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str | None]):
     searched, all_layers, default_layer = layers
-    domains, classes, _ = DATASET_SHAPES[base_cell(cfg).dataset]
+    domains, classes, _ = dataset_shape(base_cell(cfg))
 
     def make(finished: set[str]):
         ctx = TuneContext(cfg, domains, classes, tuple(all_layers), default_layer, _done_rows(out, finished))

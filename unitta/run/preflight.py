@@ -16,7 +16,7 @@ from unitta.data.records import RECORDS, dataset_record
 from unitta.data.source import source_problem
 from unitta.methods import method_class
 
-__all__ = ["DATASET_SHAPES", "infeasibility", "problems"]
+__all__ = ["DATASET_SHAPES", "dataset_shape", "infeasibility", "problems"]
 
 # dataset -> (domains, classes, images per domain): 15 corruptions at one severity; the test sets of
 # CIFAR-10/100 and Fashion-MNIST (10,000 images) and ImageNet's validation set (50,000).
@@ -91,6 +91,13 @@ def _shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
             return None, None  # the missing folder is reported once, by _data_problem
         return _folder_shape(cell)
     return DATASET_SHAPES[cell.dataset], None
+
+
+def dataset_shape(cell: Cell) -> tuple[int, int, int]:
+    """(domains, classes, images of the smallest domain) of the cell's dataset: the record's, or an image folder's
+    index (a folder that cannot be read: (0, 0, 0), and ``problems`` says why)."""
+    shape, _ = _shape(cell)
+    return shape or (0, 0, 0)
 
 
 def _custom_model_problem(cell: Cell) -> str | None:
