@@ -115,3 +115,10 @@ def test_fetch_cifar101_from_a_mirror_then_check(tmp_path, monkeypatch, capsys):
 
     data = load_dataset("cifar10.1", data_dir=tmp_path, n_per_domain=20)
     assert data.domain_names == ["cifar10.1"] and len(data) == 20
+
+
+def test_data_check_compares_a_natural_set_with_its_release(tmp_path, capsys):
+    _tree(tmp_path, "imagenet-a", ["n01498041", "n01531178"], np.random.default_rng(0))
+    assert data_main(["check", "imagenet-a", "--dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "2 class folders, the release has 200" in err and "4 images, the release has 7,500" in err

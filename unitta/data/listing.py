@@ -54,4 +54,18 @@ def check_folder_dataset(name: str, data_dir: Path, domains: Sequence[str] | Non
         index = index_dataset(name, data_dir, default_data_dir(), domains, classes)
     except (FileNotFoundError, FolderProblem) as err:
         return list(getattr(err, "problems", [str(err)]))
-    return index.problems + verify_images(index)
+    return index.problems + _release_problems(record, index) + verify_images(index)
+
+
+def _release_problems(record: DatasetRecord, index) -> list[str]:
+    """A natural-shift set's class and image counts against its public release (the record's)."""
+    problems = []
+    if record.loader != "natural":
+        return problems
+    if record.num_classes and len(index.classes) != record.num_classes:
+        problems.append(f"{index.root}: {len(index.classes)} class folders, the release has {record.num_classes}; "
+                        f"{record.class_list}")
+    if record.images_per_domain and len(index.labels) != record.images_per_domain * max(1, len(record.domains)):
+        problems.append(f"{index.root}: {len(index.labels):,} images, the release has "
+                        f"{record.images_per_domain:,} (an incomplete or altered copy; {record.fetch})")
+    return problems
