@@ -13,6 +13,7 @@ identity holds it, as for the zoo's models).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -78,8 +79,9 @@ def any_weights_digest(dataset: str, name: str | None, checkpoint: str | None,
     return weights_digest(dataset, name, checkpoint_dir)
 
 
+@cache
 def any_norm_kind(dataset: str, name: str | None) -> str:
-    """The normalisation kind of a model (a custom one is built, with random weights, to look)."""
+    """The normalisation kind of a model (a custom one is built once, with random weights, to look)."""
     if is_custom(name):
         model, _ = build_custom(name, 10)
         return norm_kind(model)
