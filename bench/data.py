@@ -1,6 +1,7 @@
 """Dataset figures: Fashion-MNIST-C preparation time, batch assembly throughput (images/s).
 
     python bench/data.py [--n 1000] [--batch 64] [--threads 1]
+    python bench/data.py --folder [--threads 1] [--batch 64] [--device cpu|cuda]   (bench/folder_data.py)
 
 1. Preparation: corrupts a class-balanced subset of ``--n`` images (all 15 corruptions, severity 5)
    into a temporary cache and times it, per corruption and in total; the full-set figures
@@ -146,10 +147,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1000, help="subset size for the preparation timing (multiple of 10)")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (--folder: decoding threads too)")
+    parser.add_argument("--folder", action="store_true",
+                        help="only the image-folder figures: decode vs forward, indexing 100,000 files")
+    parser.add_argument("--device", default="cpu", help="--folder: the model's device (cpu, cuda)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"cores: {os.cpu_count()}, load average: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    if args.folder:
+        from folder_data import main as folder_main
+
+        folder_main(args.threads, args.batch, args.device)
+        return
     bench_preparation(args.n)
     bench_in_memory(args.batch)
     bench_jpeg(args.batch)

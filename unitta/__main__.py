@@ -2,7 +2,7 @@
 
     unitta sweep CONFIG.yaml [--local] [--dry-run] ...      = python -m unitta.sweep
     unitta tune CONFIG.yaml [--local] [--dry-run] ...       = python -m unitta.tune
-    unitta data fetch|check|prepare|show ...                = python -m unitta.data
+    unitta data fetch|check|prepare|show|list|export-folder = python -m unitta.data
     unitta models fetch|train ...                           = python -m unitta.models
     unitta methods check|list|space ...                     = python -m unitta.methods
     unitta streams ...                                      = python -m unitta.streams
@@ -27,7 +27,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("unitta.sweep", "run a sweep config's grid of cells (local or Ray), results as Parquet"),
     "tune": ("unitta.tune", "search stream factors / the BDN layer (grid or Optuna) with the sweep's executor"),
-    "data": ("unitta.data.__main__", "datasets: fetch, check, prepare, show"),
+    "data": ("unitta.data.__main__", "datasets: fetch, check, prepare, show, list, export-folder"),
     "models": ("unitta.models.__main__", "models: fetch a paper checkpoint, train the embedded ResNet-20"),
     "methods": ("unitta.methods.__main__", "methods: check the contract, list methods, print a search space"),
     "streams": ("unitta.streams.__main__", "inspect a benchmark stream of a setting (summary, plot) without images"),

@@ -33,6 +33,7 @@ from unitta.cell.adapt import Adapted, adapt_stream, device_batch, precision_mod
 from unitta.cell.horizon import repeat_rounds, round_errors
 from unitta.cell.metrics import stream_metrics
 from unitta.cell.realtime import Schedule
+from unitta.data.records import RECORDS
 
 __all__ = ["DatasetUnavailable", "load_cell_dataset",
            "evaluate", "run_cell", "failed_row", "build_stream",
@@ -54,12 +55,10 @@ def load_cell_dataset(cell: Cell):
     The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
     message names the file and what to do (docs/results.md, "Before the first cell").
     """
-    from unitta.data import load_dataset
+    from unitta.cell.inputs import load_dataset_of
 
     try:
-        return load_dataset(
-            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
-        )
+        return load_dataset_of(cell)
     except (OSError, ValueError) as exc:
         raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
 
@@ -67,16 +66,22 @@ def load_cell_dataset(cell: Cell):
 # ---------------------------------------------------------------------- the stream
 def build_stream(cell: Cell, dataset):
     """The cell's stream over ``dataset`` (``unitta.streams.make_stream`` with the cell's factors, S, length)."""
+    from unitta.cell.inputs import iid_overrides
     from unitta.streams import make_stream
     from unitta.streams.settings import default_state_cap
 
-    overrides: dict[str, Any] = dict(cell.factors)
+    overrides: dict[str, Any] = {**iid_overrides(cell, dataset.num_domains, dataset.num_classes), **cell.factors}
     if cell.S is not None:
         overrides["S"] = cell.S
     elif cell.n_per_domain is not None and cell.sampler == "official":
         # A subset shrinks every (domain, class) pool; cap S at the pool size so that the stream
         # shrinks with it instead of cycling a few images up to the full dataset's S.
         pool = max(1, cell.n_per_domain // dataset.num_classes)
+        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
+    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in ("folder", "natural", "mixture", "cifar101"):
+        # an image folder's pools are what the user has: cap S at the largest (domain, class) pool so that the
+        # stream is about the folder's size instead of cycling a few images up to a paper dataset's S
+        pool = int(np.bincount(dataset.domains * dataset.num_classes + dataset.labels).max())
         overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
     if cell.length is not None:
         overrides["length"] = cell.length
@@ -209,10 +214,9 @@ def evaluate(
     """
     import torch
 
-    from unitta.data import load_dataset
-    from unitta.data.source import load_clean_test, load_source
+    from unitta.cell.inputs import load_cell_model, load_cell_source, load_dataset_of
+    from unitta.data.source import load_clean_test
     from unitta.methods import get_method, method_class
-    from unitta.models import load_model
 
     wall_start = time.perf_counter()
     if cell.num_threads:
@@ -222,13 +226,9 @@ def evaluate(
         torch.cuda.reset_peak_memory_stats(device)
     ccc = cell.sampler == "ccc"  # its images are generated from the clean test set (unitta.cell.ccc_calibration)
     if dataset is None and not ccc:
-        dataset = load_dataset(
-            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
-        )
+        dataset = load_dataset_of(cell)
     if model_and_info is None:
-        model_and_info = load_model(
-            cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir, trust_checkpoints=cell.trust_checkpoints
-        )
+        model_and_info = load_cell_model(cell, dataset)
     model, info = model_and_info
     _check_weights(cell, info)
     model = model.to(device).eval()
@@ -244,7 +244,7 @@ def evaluate(
     stream = repeat_rounds(stream, cell.rounds)
     source = None
     if method_class(cell.method).needs_source:  # loaded only for the methods that use it
-        source = load_source(cell.dataset, data_dir=cell.data_dir)
+        source = load_cell_source(cell, dataset)
     method = get_method(
         cell.method,
         model,

@@ -31,7 +31,7 @@ from types import ModuleType
 
 from unitta.schema import ConfigError
 
-__all__ = ["Plugin", "resolve", "load", "module_name", "import_on_worker", "runtime_env"]
+__all__ = ["Plugin", "resolve", "load", "model_builders", "module_name", "import_on_worker", "runtime_env"]
 
 
 @dataclass(frozen=True)
@@ -234,6 +234,17 @@ def import_on_worker(specs: Sequence[str]) -> None:
     list_methods()
     for spec in specs:
         importlib.import_module(module_name(spec))
+
+
+def model_builders(models: dict[str, str] | None) -> list[Plugin]:
+    """The builder files of ``models`` values ``/abs/path/my_models.py:build`` (docs/own_data.md): shipped to the
+    workers like plugin files, where ``unitta.models.custom`` imports them by module name if the path is absent."""
+    found = []
+    for spec in (models or {}).values():
+        head = spec.rpartition(":")[0] if isinstance(spec, str) else ""
+        if head.endswith(".py") and Path(head).is_file():
+            found.append(Plugin(spec, Path(head).stem, Path(head)))
+    return found
 
 
 def runtime_env(plugins: Sequence[Plugin]) -> dict | None:

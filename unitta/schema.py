@@ -379,13 +379,21 @@ def check_methods(
 def _norm_kind_problem(method: str, dataset: str, model: str | None, source: str) -> str | None:
     """Why ``method`` cannot run on the dataset's model (its normalisation kind), or None."""
     from unitta.methods import method_class, norm_kind_problem
-    from unitta.models.zoo import list_models, model_norm_kind
+    from unitta.models.any_model import any_norm_kind
+    from unitta.models.custom import is_custom
+    from unitta.models.zoo import list_models, model_norm_kind, zoo_table
 
-    known = list_models().get(dataset, [])
+    if is_custom(model):
+        try:
+            return norm_kind_problem(method_class(method), any_norm_kind(dataset, model), model)
+        except (ValueError, ImportError) as exc:
+            raise ConfigError(f"{source}: models: {dataset}: {exc}".replace("\n", " ")) from None
+    known = list_models().get(zoo_table(dataset, model), [])
     if model is not None and model not in known:
         raise ConfigError(f"{source}: models: {dataset}: unknown model {model!r}{hint(model, known)}; known: "
                           f"{', '.join(known)}")
-    if dataset not in list_models():
+    if zoo_table(dataset, model) not in list_models():
         return None  # no zoo entry to ask (e.g. a dataset a plugin adds); the cell names the problem
     name = model if model is not None else known[0]
+    dataset = zoo_table(dataset, model)
     return norm_kind_problem(method_class(method), model_norm_kind(dataset, name), name)

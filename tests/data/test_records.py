@@ -24,7 +24,7 @@ def test_every_table_is_the_records() -> None:
         assert DATASET_SHAPES[name] == (record.num_domains, record.num_classes, record.images_per_domain)
         assert PAPER_DATASETS.get(name) == record.paper_table
         assert all(DATASET_ALIASES[alias] == record.preset_family for alias in record.names)
-        assert dataset_record(record.aliases[0]) is record
+        assert all(dataset_record(alias) is record for alias in record.names)
 
 
 def test_the_embedded_record_matches_its_data() -> None:

@@ -87,14 +87,19 @@ def check_stream_size(dataset: str, S: int | None, length: int | None) -> None:
 
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
-PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints")
+# ``checkpoint`` and ``source_dir`` are paths: what they hold enters the identity as digests (``weights``, ``data``).
+PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints",
+                    "checkpoint", "source_dir", "cache_images")
 
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
 # (docs/results.md, "Resume"). A new field of Cell goes here.
 LATER_FIELDS: tuple[str, ...] = (
-    "protocol", "cost", "forgetting", "delta", "rounds", "reset", "ccc", "curve_points"
+    "protocol", "cost", "forgetting", "delta", "rounds", "reset", "ccc", "curve_points", "domains", "classes",
+    "datasets_as_domains",
 )
+# Datasets read from image folders: their identity holds the digest of the folder's index (``data``).
+_FOLDER_LOADERS = ("folder", "natural", "mixture")
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,13 @@ class Cell:
     rounds: how often the stream is played in the same order; reset: 'none' | 'each_shift' | 'each_batch', when the
     method goes back to its initial state; ccc: the ccc sampler's {target_error, transition} (defaults filled in);
     curve_points: the parts of ``error_curve`` (``unitta.cell.horizon``, docs/long_horizon.md).
+    domains, classes: the domain / class folders of an image folder (``dataset: folder``, ``data_dir`` its root)
+    or a natural-shift set to use, in this order (None: all, sorted by name; docs/own_data.md).
+    checkpoint: the weights file of a ``torchvision:NAME`` / ``timm:NAME`` / ``file.py:function`` model.
+    source_dir: the labelled source images (``ROOT/<class>/<image>`` or ``ROOT/<domain>/<class>/<image>``) of an
+    image folder, for the methods that need source data.
+    datasets_as_domains: with ``dataset='mixture'``, the natural-shift sets whose domains form the pool.
+    cache_images: decode an image folder once into memory instead of per batch (same images, same results).
     """
 
     dataset: str = "fmnist-c"
@@ -151,8 +163,19 @@ class Cell:
     reset: str = "none"
     ccc: dict[str, float] | None = None
     curve_points: int = 10
+    domains: tuple[str, ...] | None = None
+    classes: tuple[str, ...] | None = None
+    checkpoint: str | None = None
+    source_dir: str | None = None
+    datasets_as_domains: tuple[str, ...] | None = None
+    cache_images: bool = False
 
     def __post_init__(self) -> None:
+        for key in ("domains", "classes", "datasets_as_domains"):
+            if getattr(self, key) is not None:
+                object.__setattr__(self, key, tuple(getattr(self, key)))
+        if self.dataset in RECORDS and (RECORDS[self.dataset].loader == "mixture") != bool(self.datasets_as_domains):
+            raise ValueError("datasets_as_domains: give it with dataset 'mixture', and only then (docs/own_data.md)")
         self._check_sampler()
         check_seed(self.seed)
         check_stream_size(self.dataset, self.S, self.length)
@@ -221,9 +244,24 @@ class Cell:
 
         Computed once per file and cached by its path, size and modification time (``unitta.models.digest``).
         """
-        from unitta.models.zoo import weights_digest
+        from unitta.models.any_model import any_weights_digest
 
-        return weights_digest(self.dataset, self.model, self.checkpoint_dir)
+        return any_weights_digest(self.dataset, self.model, self.checkpoint, self.checkpoint_dir)
+
+    @cached_property
+    def data_digest(self) -> str | None:
+        """For a dataset read from an image folder: the SHA-256 of its index (every file's name and size,
+        ``unitta.data.folder``), None when the folder cannot be read (the cell then fails) or for other datasets."""
+        if RECORDS[self.dataset].loader not in _FOLDER_LOADERS:
+            return None
+        from unitta.data import default_data_dir
+        from unitta.data.mixture import index_any
+
+        try:
+            return index_any(self.dataset, self.data_dir, default_data_dir(), self.domains, self.classes,
+                             self.datasets_as_domains).digest
+        except (OSError, ValueError):
+            return None
 
     # ------------------------------------------------------------------ identity
     @cached_property
@@ -239,6 +277,8 @@ class Cell:
         data["method_version"] = self.method_version
         if not self._reference_weights:
             data["weights"] = self.weights
+        if RECORDS[self.dataset].loader in _FOLDER_LOADERS:
+            data["data"] = self.data_digest
         return data
 
     def identity(self) -> dict[str, Any]:
@@ -254,6 +294,8 @@ class Cell:
         cells keep their ids, like a field of LATER_FIELDS at its default."""
         from unitta.models.zoo import is_reference_weights
 
+        if self.checkpoint or ":" in self.model_name:
+            return False
         return self.dataset in DEFAULT_MODELS and is_reference_weights(self.dataset, self.model_name, self.weights)
 
     @cached_property

@@ -15,7 +15,7 @@ from pydantic import field_validator, model_validator
 from unitta.cell import PRECISIONS, Cell, check_device, check_seed
 from unitta.cell.horizon import RESETS, check_ccc
 from unitta.cell.realtime import COST_MODELS, PROTOCOLS
-from unitta.data.records import DATASETS
+from unitta.data.records import DATASETS, RECORDS
 from unitta.profile_names import PROFILES
 from unitta.schema import Strict, hint
 from unitta.streams import CCC_SAMPLER, SAMPLERS, ULMM_SAMPLERS
@@ -28,7 +28,9 @@ __all__ = ["CellFields", "CellSpec", "check_dataset_name", "check_setting"]
 def check_dataset_name(name: str) -> str:
     """``name`` if it is a known dataset, else ValueError with a 'did you mean' hint."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}{hint(name, DATASETS)}; known: {', '.join(DATASETS)}")
+        alias = next((r.name for r in RECORDS.values() if name in r.aliases), None)  # a clean set's name
+        near = f" (did you mean {alias!r}?)" if alias else hint(name, DATASETS)
+        raise ValueError(f"unknown dataset {name!r}{near}; known: {', '.join(DATASETS)}")
     return name
 
 
@@ -65,6 +67,26 @@ class CellFields(Strict):
     reset: Literal[RESETS] = "none"  # type: ignore[valid-type]
     ccc: dict[str, Any] | None = None
     curve_points: int = 10
+    domains: list[str] | None = None  # an image folder's domain / class folders (docs/own_data.md)
+    classes: list[str] | None = None
+    checkpoint: str | None = None  # weights of a torchvision:/timm:/builder model
+    source_dir: str | None = None  # an image folder's labelled source images
+    datasets_as_domains: list[str] | None = None  # with dataset mixture: the natural-shift sets forming its domains
+    cache_images: bool = False  # decode an image folder once into memory (placement: results unchanged)
+
+    @field_validator("datasets_as_domains")
+    @classmethod
+    def _members(cls, value: list[str] | None) -> list[str] | None:
+        from unitta.data.mixture import check_members
+
+        return None if value is None else check_members(value)
+
+    @field_validator("domains", "classes")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or len(set(value)) != len(value)):
+            raise ValueError(f"expected a non-empty list of distinct folder names, got {value}")
+        return value
 
     @field_validator("sampler")
     @classmethod
@@ -119,9 +141,13 @@ class CellFields(Strict):
 
     def cell_fields(self) -> dict[str, Any]:
         """These fields as ``Cell`` keyword arguments (fresh copies of the mappings)."""
-        return {
+        fields = {
             name: (dict(v) if isinstance(v := getattr(self, name), dict) else v) for name in CellFields.model_fields
         }
+        for key in ("domains", "classes", "datasets_as_domains"):
+            if fields[key] is not None:
+                fields[key] = tuple(fields[key])
+        return fields
 
 
 class CellSpec(CellFields):

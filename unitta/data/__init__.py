@@ -94,6 +94,12 @@ def load_dataset(
     severity: int | Sequence[int] = 5,
     corruptions: Sequence[str] | None = None,
     n_per_domain: int | None = None,
+    *,
+    image_size: int | None = None,
+    domains: Sequence[str] | None = None,
+    classes: Sequence[str] | None = None,
+    num_workers: int | None = None,
+    members: Sequence[str] | None = None,
 ) -> CorruptedDataset:
     """A corrupted test set, one domain per (corruption, severity), corruption-major.
 
@@ -108,6 +114,11 @@ def load_dataset(
         (x severities).
     n_per_domain: a class-balanced subset, the first n/K images of each class in test-set order,
         the same images in every domain (tests, debugging). Must be a multiple of the class count.
+    image_size, domains, classes, num_workers: for an image folder (``name='folder'``, ``data_dir`` its root)
+        and the natural-shift sets (``unitta.data.natural``): the model's input side (images are resized and
+        centre-cropped to it when decoded), the domain / class folders to use (default: all, sorted), the
+        decoding threads. members: with ``name='mixture'``, the natural-shift sets whose domains form the pool
+        (``unitta.data.mixture``).
     """
     if name not in DATASETS:
         raise ValueError(f"name={name!r}: expected one of {', '.join(DATASETS)}")
@@ -118,6 +129,8 @@ def load_dataset(
         if isinstance(n_per_domain, bool) or not isinstance(n_per_domain, (int, np.integer)) or n_per_domain <= 0:
             raise ValueError(f"n_per_domain={n_per_domain!r}: expected None or a positive integer")
         n_per_domain = int(n_per_domain)
+    if record.loader in ("folder", "natural", "cifar101", "mixture"):
+        return _load_natural(record, data_dir, n_per_domain, image_size, domains, classes, num_workers, members)
     if record.loader == "fmnist":
         from unitta.data.fmnist_c import load_fmnist_c
 
@@ -130,3 +143,24 @@ def load_dataset(
     from unitta.data.cifar_c import load_cifar_c
 
     return load_cifar_c(name, root, severities, chosen, n_per_domain)
+
+
+def _load_natural(
+    record: DatasetRecord,
+    data_dir: str | Path | None,
+    n_per_domain: int | None,
+    image_size: int | None,
+    domains: Sequence[str] | None,
+    classes: Sequence[str] | None,
+    num_workers: int | None,
+    members: Sequence[str] | None,
+) -> CorruptedDataset:
+    from unitta.data.folder import load_folder
+    from unitta.data.mixture import index_any
+    from unitta.data.natural import data_root, load_cifar101
+
+    if record.loader == "cifar101":
+        return load_cifar101(data_root(record, data_dir, default_data_dir()), n_per_domain)
+    index = index_any(record.name, data_dir, default_data_dir(), domains, classes, members)
+    size = image_size or record.image_shape[1] or 224
+    return load_folder(index, record.name, n_per_domain, size, num_workers)

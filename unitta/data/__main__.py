@@ -5,13 +5,18 @@
     python -m unitta.data show fmnist-c --out grid.png [--severity S] [--data-dir DIR]
     python -m unitta.data fetch cifar10-c|cifar100-c|imagenet-c --dir DIR [--keep-archive] [--quiet]
     python -m unitta.data check cifar10-c|cifar100-c|imagenet-c|fmnist-c --dir DIR [--md5] [--corruptions held_out]
+    python -m unitta.data check folder --dir ROOT [--domains a,b] [--classes x,y]   (and the natural-shift sets)
+    python -m unitta.data fetch cifar10.1 --dir DIR   (the other natural-shift sets: prints the steps)
+    python -m unitta.data list
+    python -m unitta.data export-folder OUT [--corruptions fog,snow,contrast] [--n-per-domain 100]
 
 ``prepare`` builds the Fashion-MNIST-C cache (progress bar; severity 5 by default, all 5 on request),
 or decodes ImageNet-C's JPEGs once into memory-mapped arrays (``unitta.data.prepared``).
 ``show`` draws one row per corruption and one column per class (the first test image of each class).
 ``fetch`` downloads CIFAR-10-C / CIFAR-100-C from robustbench's Zenodo records (resumable, verified;
 ``unitta.data.fetch``) and prints the steps for ImageNet-C. ``check`` validates a data directory
-(``unitta.data.check``): exit 0 when ready, else one line per problem and exit 1.
+(``unitta.data.check``): exit 0 when ready, else one line per problem and exit 1. ``list`` prints every dataset
+record; ``export-folder`` writes Fashion-MNIST-C images as an image folder (docs/own_data.md).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import numpy as np
 
 from unitta.data import load_dataset
 from unitta.data.fmnist_c import prepare_fmnist_c
-from unitta.data.records import DATASETS
+from unitta.data.records import DATASETS, NATURAL_SHIFT, RECORDS
 
 
 def _severities(text: str) -> list[int]:
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("--columns", type=int, default=10, help="at most this many classes (default 10)")
     show.add_argument("--data-dir", default=None)
     fetch = commands.add_parser("fetch", help="download CIFAR-10-C / CIFAR-100-C (ImageNet-C: print the steps)")
-    fetch.add_argument("dataset", choices=["cifar10-c", "cifar100-c", "imagenet-c"])
+    fetch.add_argument("dataset", choices=["cifar10-c", "cifar100-c", "imagenet-c", *NATURAL_SHIFT])
     fetch.add_argument("--dir", "--data-dir", dest="data_dir", default=None, help="data root (default $UNITTA_DATA)")
     fetch.add_argument("--keep-archive", action="store_true", help="keep the verified .tar after extracting it")
     fetch.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -138,7 +143,17 @@ def main(argv: list[str] | None = None) -> int:
                        help="a comma list to check (default: all 15), or 'held_out' (the four held-out ones)")
     check.add_argument("--n-per-domain", type=int, default=None, help="fmnist-c: check this subset cache")
     check.add_argument("--severity", type=_severities, default=[5], help="imagenet-c: severity folders (default 5)")
+    check.add_argument("--domains", default=None, help="folder: a comma list of domain folders (default: all)")
+    check.add_argument("--classes", default=None, help="folder: a comma list of class folders (default: all)")
+    commands.add_parser("list", help="every dataset: domains, classes, size, where its files go")
+    export = commands.add_parser("export-folder", help="write Fashion-MNIST-C images as PNG folders (docs/own_data.md)")
+    export.add_argument("out", help="a new folder: OUT/<corruption>/<class>/<n>.png")
+    export.add_argument("--corruptions", default="fog,snow,contrast", help="a comma list (default fog,snow,contrast)")
+    export.add_argument("--n-per-domain", type=int, default=100, help="images per corruption, a multiple of 10")
+    export.add_argument("--severity", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.command in ("list", "export-folder"):
+        return _list(args) if args.command == "list" else _export(args)
     if args.command in ("fetch", "check"):
         return _fetch(args) if args.command == "fetch" else _check(args)
     try:
@@ -157,6 +172,15 @@ def _fetch(args: argparse.Namespace) -> int:
     if args.dataset == "imagenet-c":
         print(imagenet_c_steps(data_dir))
         return 0
+    if args.dataset in NATURAL_SHIFT:
+        from unitta.data.natural_fetch import fetch_natural
+
+        try:
+            print(fetch_natural(args.dataset, data_dir, progress=not args.quiet))
+        except DownloadError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        return 0
     try:
         folder = fetch_cifar_c(args.dataset, data_dir, progress=not args.quiet, keep_archive=args.keep_archive)
     except DownloadError as err:
@@ -171,6 +195,19 @@ def _check(args: argparse.Namespace) -> int:
     from unitta.data.check import check_dataset
 
     data_dir = args.data_dir or default_data_dir()
+    if RECORDS[args.dataset].loader in ("folder", "natural", "cifar101"):
+        from unitta.data.listing import check_folder_dataset
+
+        if args.dataset == "folder" and not args.data_dir:
+            print("error: check folder needs --dir ROOT (ROOT/<domain>/<class>/<image>)", file=sys.stderr)
+            return 2
+        split = lambda text: text.split(",") if text else None  # noqa: E731
+        problems = check_folder_dataset(args.dataset, data_dir, split(args.domains), split(args.classes))
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        verdict = f"{len(problems)} problem(s)" if problems else "ok"
+        print(f"{args.dataset} in {data_dir}: {verdict}")
+        return 1 if problems else 0
     try:
         corruptions = _corruption_list(args.corruptions) if args.corruptions else None
         problems = check_dataset(args.dataset, data_dir, args.md5, corruptions, args.n_per_domain, args.severity)
@@ -183,6 +220,27 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.dataset} in {data_dir}: ok" + (" (md5 checked)" if args.md5 else "")
           + (" (sha256 checked)" if args.dataset == "fmnist-c" else ""))
+    return 0
+
+
+
+def _list(args: argparse.Namespace) -> int:
+    from unitta.data import default_data_dir
+    from unitta.data.listing import describe_records
+
+    print("\n".join(describe_records(default_data_dir())))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from unitta.data.export import export_fmnist_c
+
+    try:
+        folder, written = export_fmnist_c(args.out, args.corruptions.split(","), args.n_per_domain, args.severity)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {written} PNG images to {folder} (<corruption>/<class>/<n>.png)")
     return 0
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from unitta.data.records import RECORDS
 from unitta.models.catalog import (  # noqa: F401 (the constants and Normalized: re-exported, as before the split)
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -68,8 +69,26 @@ def model_norm_kind(dataset: str, name: str | None = None) -> str:
     return model_entry(dataset, name)[1].norm_kind
 
 
+def zoo_table(dataset: str, name: str | None) -> str:
+    """The zoo table a model is looked up in: the dataset's own, else (an image folder, a natural-shift set) the
+    table holding ``name`` (default: the dataset record's default model), e.g. 'resnet20' -> 'fmnist-c'."""
+    if dataset in ZOO or dataset not in RECORDS:
+        return dataset
+    name = name or RECORDS[dataset].default_model
+    for table, models in ZOO.items():
+        if name in models:
+            return table
+    return dataset
+
+
 def model_entry(dataset: str, name: str | None) -> tuple[str, ModelEntry]:
-    """(name, catalog entry) of a model of ``dataset`` (``name`` None: the dataset's default model)."""
+    if name is None and dataset in RECORDS and dataset not in ZOO:
+        name = RECORDS[dataset].default_model
+    dataset = zoo_table(dataset, name)
+    if dataset in RECORDS and dataset not in ZOO:
+        known = [n for models in ZOO.values() for n in models]
+        raise ValueError(f"model={name!r} for dataset {dataset!r}: expected a zoo model ({', '.join(known)}) or "
+                         "torchvision:NAME, timm:NAME, my_models.py:function (docs/own_data.md)")
     if dataset not in ZOO:
         raise ValueError(f"dataset={dataset!r}: expected one of {', '.join(ZOO)}")
     models = ZOO[dataset]

@@ -31,7 +31,9 @@ Finished = tuple[Cell, dict[str, Any], str]
 
 
 def dataset_key(cell: Cell) -> tuple:
-    return (cell.dataset, cell.data_dir, cell.severity, cell.n_per_domain)
+    return (cell.dataset, cell.data_dir, cell.severity, cell.n_per_domain, cell.domains, cell.classes,
+            cell.datasets_as_domains, cell.cache_images,
+            cell.model if cell.dataset in ("folder",) or ":" in (cell.model or "") else None)
 
 
 class LocalBackend:
@@ -123,7 +125,9 @@ class RayBackend:
 
         self.write = write
         # the plugins' files travel to every worker (Ray's py_modules); cfg.plugins are imported on this driver already
-        runtime_env = plugins.runtime_env(plugins.load(self.cfg.plugins))
+        # and so do the files of model builders (``models: {folder: my_models.py:build}``; docs/own_data.md)
+        builders = plugins.model_builders(getattr(self.cfg, "models", None))
+        runtime_env = plugins.runtime_env([*plugins.load(self.cfg.plugins), *builders])
         self.ray, self.started_here = ray_cluster.connect(self.address, self.num_cpus, runtime_env=runtime_env)
         joined = ray_cluster.joined_line(self.ray)
         niceness = self.cfg.resources.niceness

@@ -16,7 +16,7 @@ from unitta.data.records import RECORDS, dataset_record
 from unitta.data.source import clean_test_problem, source_problem
 from unitta.methods import method_class
 
-__all__ = ["DATASET_SHAPES", "infeasibility", "problems"]
+__all__ = ["DATASET_SHAPES", "dataset_shape", "infeasibility", "problems"]
 
 # dataset -> (domains, classes, images per domain): 15 corruptions at one severity; the test sets of
 # CIFAR-10/100 and Fashion-MNIST (10,000 images) and ImageNet's validation set (50,000).
@@ -39,7 +39,10 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
     if cell.sampler not in ("official", "exact"):
         return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
+    from unitta.cell.inputs import iid_overrides
+
     size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
+    size.update(iid_overrides(cell, num_domains, num_classes))
     try:
         make_stream(
             labels, domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
@@ -53,13 +56,70 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
 def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | None:
     from unitta.data import default_data_dir
 
-    return dataset_record(dataset).data_problem(data_dir, severity, default_data_dir())
+    record = dataset_record(dataset)
+    if record.loader == "mixture":
+        return None  # its members' folders are checked when it is indexed (_folder_shape)
+    if record.loader in ("folder", "natural", "cifar101"):
+        from unitta.data.natural import natural_problem
+
+        return natural_problem(record, data_dir, default_data_dir())
+    return record.data_problem(data_dir, severity, default_data_dir())
+
+
+def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
+    """(domains, classes, smallest domain) of an image-folder cell's dataset, or a problem naming the path."""
+    from unitta.data import default_data_dir
+    from unitta.data.folder import FolderProblem
+    from unitta.data.mixture import index_any
+
+    try:
+        index = index_any(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes,
+                          cell.datasets_as_domains)
+    except (FileNotFoundError, ValueError) as exc:
+        return None, f"{cell.dataset}: {exc}"
+    if index.problems:
+        return None, f"{cell.dataset}: {FolderProblem(index.problems)}"
+    if len(index.domain_names) < 2:
+        return None, (f"{cell.dataset}: one domain ({index.domain_names[0]}); a stream needs at least two: use it as "
+                      f"one domain of a mixture (dataset: mixture, datasets_as_domains: [{cell.dataset}, ...])")
+    return (len(index.domain_names), len(index.classes), min(len(f) for f in index.files)), None
+
+
+def _shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
+    if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
+        if RECORDS[cell.dataset].loader != "mixture" and _data_problem(cell.dataset, cell.data_dir, cell.severity):
+            return None, None  # the missing folder is reported once, by _data_problem
+        return _folder_shape(cell)
+    return DATASET_SHAPES[cell.dataset], None
+
+
+def dataset_shape(cell: Cell) -> tuple[int, int, int]:
+    """(domains, classes, images of the smallest domain) of the cell's dataset: the record's, or an image folder's
+    index (a folder that cannot be read: (0, 0, 0), and ``problems`` says why)."""
+    shape, _ = _shape(cell)
+    return shape or (0, 0, 0)
+
+
+def _custom_model_problem(cell: Cell) -> str | None:
+    from unitta.models.any_model import weights_file
+
+    path = weights_file(cell.model, cell.checkpoint, cell.checkpoint_dir)
+    if path is None or not path.is_file():
+        return (f"{cell.dataset}: no weights for model {cell.model!r}"
+                + (f" at {path}" if path is not None else "") + "; set checkpoint: PATH (docs/own_data.md)")
+    return None
 
 
 def _model_problem(cell: Cell) -> str | None:
-    from unitta.models.zoo import checkpoint_path, list_models, pickled_code_problem
+    from unitta.models.custom import is_custom
+    from unitta.models.zoo import checkpoint_path, list_models, pickled_code_problem, zoo_table
 
-    known = list_models().get(cell.dataset, [])
+    if is_custom(cell.model):
+        return _custom_model_problem(cell)
+    if cell.checkpoint:
+        return f"{cell.dataset}: checkpoint: is for torchvision:/timm:/builder models; zoo model {cell.model_name!r} " \
+               "reads checkpoint_dir"
+    known = list_models().get(zoo_table(cell.dataset, cell.model), [])
     if cell.model is not None and cell.model not in known:
         return f"{cell.dataset}: unknown model {cell.model!r}; known: {', '.join(known)}"
     path = checkpoint_path(cell.dataset, cell.model, cell.checkpoint_dir)
@@ -86,7 +146,8 @@ def _device_problem(cell: Cell, num_gpus: float, local: bool) -> str | None:
 
 def _may_be_infeasible(cell: Cell) -> bool:
     """Whether the sampler could refuse the cell's setting and factors (see ``problems``)."""
-    return cell.sampler != "official" or bool(cell.factors)
+    folder = RECORDS[cell.dataset].loader in ("folder", "natural", "mixture")  # its own domain and class counts
+    return cell.sampler != "official" or bool(cell.factors) or folder
 
 
 def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, feasibility: bool = True) -> list[str]:
@@ -103,7 +164,12 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
     checked: set[tuple] = set()
     needs_source: dict[tuple, list[str]] = {}
     for cell in cells:
-        domains, classes, per_domain = DATASET_SHAPES[cell.dataset]
+        shape, why = _shape(cell)
+        add(why)
+        if shape is None:
+            add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
+            continue
+        domains, classes, per_domain = shape
         # feasibility depends on the factors, not on the seed; the official sampler at its default factors is
         # the reference's own setting (nothing to refuse), and sampling it for ImageNet's 15,000 states takes
         # seconds per setting: `--dry-run` of the paper's grid spent half a minute there
@@ -116,7 +182,7 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
         if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
-        key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir)
+        key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir, cell.checkpoint)
         if key not in checked:
             checked.add(key)
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
@@ -127,7 +193,7 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
             add(clean_test_problem(cell.dataset, cell.data_dir))
         _note_source_need(cell, needs_source)
     for (dataset, data_dir), methods in needs_source.items():
-        why = source_problem(dataset, data_dir) if methods else None
+        why = _source_problem(dataset, data_dir) if methods else None
         if why:
             add(f"{why} (needed by {', '.join(methods)})")
     return list(found)
@@ -135,7 +201,21 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
 
 def _note_source_need(cell: Cell, needs: dict[tuple, list[str]]) -> None:
     """Record that ``cell``'s method needs its dataset's source split (TTAMethod.needs_source)."""
-    methods = needs.setdefault((cell.dataset, cell.data_dir), [])
+    where = cell.source_dir if RECORDS[RECORDS[cell.dataset].source_from or cell.dataset].loader == "folder" \
+        else cell.data_dir
+    methods = needs.setdefault((cell.dataset, where), [])
     if cell.method not in methods and method_class(cell.method).needs_source:
         methods.append(cell.method)
 
+
+
+def _source_problem(dataset: str, where: str | None) -> str | None:
+    """``source_problem`` for every dataset: an image folder's ``source_dir``, a natural-shift set's stand-in."""
+    from pathlib import Path
+
+    source_from = RECORDS[dataset].source_from or dataset
+    if RECORDS[source_from].loader == "folder":
+        if not where:
+            return f"{dataset}: no source_dir (ROOT/<class>/<image>, the same class names) for the methods that need it"
+        return None if Path(where).is_dir() else f"source_dir {where}: no such folder"
+    return source_problem(source_from, where)

@@ -93,6 +93,8 @@ class SweepConfig(RunConfig, CellFields):
         if not isinstance(data, dict):
             raise ValueError(f"a sweep config is a mapping of keys, got {type(data).__name__}")
         data = dict(data)
+        if data.get("datasets_as_domains") and "datasets" not in data:
+            data["datasets"] = ["mixture"]  # the members are the domains of one pool
         for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta"):
             if key in data and not isinstance(data[key], list) and not (key == "delta" and data[key] is None):
                 data[key] = [data[key]]
@@ -355,6 +357,7 @@ def parse_config(data: Any, source: str = "<config>", base_dir: str | Path | Non
     from unitta import plugins
 
     cfg = validate(SweepConfig, data, source)
+    cfg = _absolute_builders(cfg, base_dir)
     if cfg.plugins:
         loaded = plugins.load(cfg.plugins, base_dir, source)
         cfg = cfg.model_copy(update={"plugins": [p.spec for p in loaded]})
@@ -364,6 +367,18 @@ def parse_config(data: Any, source: str = "<config>", base_dir: str | Path | Non
     )
     _check_duplicates(cfg, source)
     return cfg
+
+
+def _absolute_builders(cfg: SweepConfig, base_dir: str | Path | None) -> SweepConfig:
+    """``models: {folder: my_models.py:build}``: the file relative to the config's folder, made absolute (the
+    file must then be at that path on every node; an installed module, ``my_pkg.models:build``, need not)."""
+    models = {}
+    for dataset, spec in cfg.models.items():
+        head, _, function = spec.rpartition(":")
+        if head.endswith(".py") and not Path(head).is_absolute():
+            spec = f"{(Path(base_dir or Path.cwd()) / head).resolve()}:{function}"
+        models[dataset] = spec
+    return cfg.model_copy(update={"models": models})
 
 
 def _check_duplicates(cfg: SweepConfig, source: str) -> None:

@@ -42,7 +42,7 @@ from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.executor import RunOptions, execute_plan
 from unitta.run.outdir import check_output_dir, fresh_output_dir
-from unitta.run.preflight import DATASET_SHAPES
+from unitta.run.preflight import dataset_shape
 from unitta.run.summary import failure_lines
 from unitta.schema import ConfigError, check_methods
 from unitta.tune.config import (
@@ -63,10 +63,9 @@ def _load_bn_layers(cfg: TuneConfig) -> tuple[list[str], list[str], str | None]:
     """(searched layers, all BatchNorm layers in module order, default BDN layer) of the cell's model."""
     if cfg.space.layer is None:
         return [], [], None
-    from unitta.models import load_model
+    from unitta.cell_inputs import model_layers
 
-    base = base_cell(cfg)
-    _, info = load_model(base.dataset, base.model, checkpoint_dir=base.checkpoint_dir)
+    info = model_layers(base_cell(cfg))
     if cfg.space.layer == "all":
         searched = list(info.bn_layers)
     else:
@@ -110,7 +109,7 @@ def _done_rows(out: Path, finished: set[str], name: str) -> tuple[dict[str, dict
 
 def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str | None]):
     searched, all_layers, default_layer = layers
-    domains, classes, _ = DATASET_SHAPES[base_cell(cfg).dataset]
+    domains, classes, _ = dataset_shape(base_cell(cfg))
 
     def make(finished: set[str]):
         done, history = _done_rows(out, finished, cfg.name)

@@ -1,0 +1,101 @@
+"""Image folders as datasets (docs/own_data.md): a folder written from Fashion-MNIST-C images (3 corruptions as
+domains, 10 class folders, 3 images each) runs TEST and TENT cells with the embedded ResNet-20, and TEST's error
+over the folder equals the model's error on the same PNG files computed directly; problems are one line naming
+the path; the folder's digest is in the cell identity."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from unitta.cell import Cell
+from unitta.data.export import export_fmnist_c
+from unitta.data.folder import FolderProblem, index_folder
+from unitta.evaluate import evaluate, run_cell
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CORRUPTIONS = ["fog", "snow", "contrast"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    root, written = export_fmnist_c(tmp_path_factory.mktemp("own") / "images", CORRUPTIONS, n_per_domain=30)
+    assert written == 90
+    return root
+
+
+def test_default_cell_ids_unchanged():
+    # computed on the code before image folders, custom models and their Cell fields existed
+    assert Cell().cell_id() == "fmnist-c__test__i111__b30060e13390447c"
+    assert Cell(dataset="cifar10-c", method="tent", setting="nui1").cell_id() == "cifar10-c__tent__nui1__03d20a8d63b57a4a"
+
+
+def test_index_reads_domains_and_classes(folder):
+    index = index_folder(folder)
+    assert index.domain_names == sorted(CORRUPTIONS)
+    assert len(index.classes) == 10 and index.classes[0] == "0_tshirt_top"
+    assert (index.counts == 3).all() and not index.problems
+
+
+def test_test_error_equals_direct_error(folder, embedded_model):
+    # the sorted order shows every image once, so the stream's error is the error over the folder
+    row = evaluate(Cell(dataset="folder", data_dir=str(folder), method="test", sampler="sorted", setting="1111"))
+    model, _ = embedded_model
+    paths = sorted(folder.glob("*/*/*.png"))
+    classes = sorted({p.parent.name for p in paths})
+    x = torch.from_numpy(np.stack([np.asarray(Image.open(p).convert("RGB")) for p in paths])).permute(0, 3, 1, 2)
+    labels = torch.tensor([classes.index(p.parent.name) for p in paths])
+    with torch.no_grad():
+        wrong = int((model(x.float() / 255).argmax(1) != labels).sum())
+    assert row["n_samples"] == len(paths) == 90
+    assert row["n_samples"] - row["n_correct"] == wrong
+    cached = Cell(dataset="folder", data_dir=str(folder), method="test", sampler="sorted", setting="1111",
+                  cache_images=True)
+    assert cached.cell_id() == row["cell_id"]  # where the pixels wait is placement
+    assert evaluate(cached)["n_correct"] == row["n_correct"]
+
+
+def test_tent_runs_on_the_folder(folder):
+    row = run_cell(Cell(dataset="folder", data_dir=str(folder), method="tent", setting="i111", batch_size=16))
+    assert row["status"] == "ok", row["error_text"]
+    assert row["n_samples"] >= 90 and 0 <= row["error"] <= 100
+    assert [d["name"] for d in row["per_domain"]] == sorted(CORRUPTIONS)
+
+
+def test_identity_follows_the_folder(folder, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    cell = Cell(dataset="folder", data_dir=str(folder))
+    assert Cell(dataset="folder", data_dir=str(copy)).cell_id() == cell.cell_id()  # a copy: same names and sizes
+    next(copy.glob("fog/*/*.png")).unlink()
+    assert Cell(dataset="folder", data_dir=str(copy)).cell_id() != cell.cell_id()
+    assert Cell(dataset="folder", data_dir=str(folder), domains=("fog", "snow")).cell_id() != cell.cell_id()
+
+
+def test_problems_name_the_path(folder, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    shutil.rmtree(broken / "snow" / "3_dress")
+    (broken / "fog" / "1_trouser" / "00001.png").write_bytes(b"not a png")
+    index = index_folder(broken)
+    assert len(index.problems) == 1 and "snow/3_dress: missing" in index.problems[0]
+    with pytest.raises(FolderProblem, match="snow/3_dress: missing"):
+        evaluate(Cell(dataset="folder", data_dir=str(broken)))
+    from unitta.data.__main__ import main
+
+    assert main(["check", "folder", "--dir", str(broken)]) == 1
+    from unitta.data.listing import check_folder_dataset
+
+    problems = check_folder_dataset("folder", broken)
+    assert len(problems) == 2 and "unreadable image" in problems[1] and "00001.png" in problems[1]
+    from unitta.run.preflight import problems as preflight
+
+    found = preflight([Cell(dataset="folder", data_dir=str(broken))])
+    assert len(found) == 1 and "snow/3_dress: missing" in found[0]
+    too_many = preflight([Cell(dataset="folder", data_dir=str(folder), n_per_domain=50)])
+    assert too_many and "n_per_domain: 50" in too_many[0]

@@ -1,0 +1,125 @@
+"""Models beyond the zoo: ``torchvision:NAME``, ``timm:NAME`` and a user's builder ``my_models.py:build``
+(docs/own_data.md, "Your model").
+
+Each is built without weights (no network) for the dataset's number of classes and takes images in [0, 1]:
+torchvision's and timm's networks are wrapped in ``Normalized`` with their weights' mean and std (torchvision:
+ImageNet's; timm: the model's ``pretrained_cfg``), so their keys are ``model.*`` and a bare checkpoint (the
+libraries' own files) loads into ``model``. A builder is a function ``build(num_classes) -> nn.Module`` whose
+module takes [0, 1] images itself (an ``input_size`` attribute on the module gives its input side, else 224).
+Weights come from ``checkpoint: PATH`` or, for torchvision, its own file name in ``checkpoint_dir``
+(``resnet18-f37072fd.pth``), for timm ``<checkpoint_dir>/<NAME>.safetensors`` / ``.pth``; ``.safetensors``
+files are read with safetensors (tensors only), others with the zoo's safe loader (``read_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from unitta.models.catalog import IMAGENET_MEAN, IMAGENET_STD, Normalized
+from unitta.models.digest import bytes_digest
+from unitta.models.zoo import read_checkpoint
+
+__all__ = ["KINDS", "build_custom", "is_custom", "own_weights_file", "parse_spec", "read_weights"]
+
+KINDS = ("torchvision", "timm")  # any other '<module>:<function>' is a builder
+
+
+def is_custom(name: str | None) -> bool:
+    """Whether ``name`` is a ``kind:NAME`` / ``module:function`` spec rather than a zoo model name."""
+    return isinstance(name, str) and ":" in name
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """('torchvision' | 'timm' | the builder's module path or name, the model or function name)."""
+    head, _, tail = spec.rpartition(":")
+    if not head or not tail:
+        raise ValueError(f"model={spec!r}: expected torchvision:NAME, timm:NAME or my_models.py:function")
+    return head, tail
+
+
+def _torchvision(name: str, num_classes: int) -> tuple[nn.Module, int]:
+    import torchvision
+
+    if name not in torchvision.models.list_models(module=torchvision.models):
+        raise ValueError(f"model=torchvision:{name}: torchvision has no classification model {name!r} "
+                         "(torchvision.models.list_models())")
+    crop = torchvision.models.get_model_weights(name).DEFAULT.transforms.keywords.get("crop_size", 224)
+    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    return Normalized(model, IMAGENET_MEAN, IMAGENET_STD), int(crop)
+
+
+def _timm(name: str, num_classes: int) -> tuple[nn.Module, int]:
+    import timm
+
+    try:
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+    except RuntimeError as err:  # timm: "Unknown model (...)"
+        raise ValueError(f"model=timm:{name}: {err}") from None
+    cfg = model.pretrained_cfg
+    return Normalized(model, tuple(cfg["mean"]), tuple(cfg["std"])), int(cfg["input_size"][-1])
+
+
+def _builder(module: str, function: str):
+    name = Path(module).stem if module.endswith(".py") else module
+    if name not in sys.modules:
+        path = Path(module)
+        if module.endswith(".py") and path.is_file():
+            spec = importlib.util.spec_from_file_location(name, path)
+            loaded = importlib.util.module_from_spec(spec)
+            sys.modules[name] = loaded
+            spec.loader.exec_module(loaded)
+        else:
+            try:
+                importlib.import_module(name)
+            except ImportError as err:
+                raise ValueError(f"model={module}:{function}: cannot import {name!r} ({err})") from None
+    build = getattr(sys.modules[name], function, None)
+    if not callable(build):
+        raise ValueError(f"model={module}:{function}: {name} has no function {function!r}")
+    return build
+
+
+def build_custom(spec: str, num_classes: int) -> tuple[nn.Module, int]:
+    """The model of ``spec`` with random weights for ``num_classes`` classes, and its input side."""
+    kind, name = parse_spec(spec)
+    if kind == "torchvision":
+        return _torchvision(name, num_classes)
+    if kind == "timm":
+        return _timm(name, num_classes)
+    model = _builder(kind, name)(num_classes=num_classes)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model={spec}: {name}(num_classes) returned {type(model).__name__}, not a torch nn.Module")
+    return model, int(getattr(model, "input_size", 224))
+
+
+def own_weights_file(spec: str, checkpoint_dir: Path) -> Path | None:
+    """The library's own weights file for ``spec`` in ``checkpoint_dir`` (the first that exists), or None."""
+    kind, name = parse_spec(spec)
+    if kind == "torchvision":
+        import torchvision
+
+        try:
+            url = torchvision.models.get_model_weights(name).DEFAULT.url
+        except (ValueError, KeyError):
+            return None
+        return checkpoint_dir / url.rsplit("/", 1)[-1]
+    if kind == "timm":
+        found = [checkpoint_dir / f"{name}{ext}" for ext in (".safetensors", ".pth")]
+        return next((p for p in found if p.is_file()), found[0])
+    return None
+
+
+def read_weights(path: Path, trust_checkpoints: bool) -> tuple[dict[str, torch.Tensor], str]:
+    """A weights file's state_dict and the SHA-256 of its bytes (``.safetensors``: tensors only by design)."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load
+
+        data = path.read_bytes()
+        return load(data), bytes_digest(data)
+    return read_checkpoint(path, trust_checkpoints)
