@@ -7,15 +7,36 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from unitta.cell import Cell
+from unitta.criteria import CriteriaMeter
 from unitta.metrics import NLL_FLOOR
 from unitta.realtime import Schedule
 
-__all__ = ["Adapted", "adapt_stream", "device_batch", "precision_mode"]
+__all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch", "precision_mode"]
+
+# A progress-report hook: called every ``Report.every`` batches with (batches done, {'error': % so far,
+# '<criterion>': value so far}); returns True to stop the cell there (``unitta select``'s ASHA).
+ReportHook = Callable[[int, dict[str, float]], bool]
+
+
+@dataclass
+class Report:
+    """Where a cell reports partial results along its stream (docs/selection.md, "Early stopping")."""
+
+    every: int
+    hook: ReportHook
+
+
+class Stopped(Exception):  # noqa: N818 (a decision, not an error)
+    """The report hook stopped the cell after ``batches`` batches (its ``reports``: (batches, values) so far)."""
+
+    def __init__(self, batches: int, reports: list[tuple[int, dict[str, float]]]) -> None:
+        super().__init__(f"stopped early after {batches} batches")
+        self.batches, self.reports = batches, reports
 
 
 @contextlib.contextmanager
@@ -62,6 +83,8 @@ class Adapted:
     data_seconds: float
     adapt_seconds: float
     schedule: Schedule
+    criteria: dict[str, float] = field(default_factory=dict)
+    reports: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
 
 def _log_probabilities(scores, kind: str):
@@ -102,6 +125,7 @@ def adapt_stream(
     device,
     progress: bool | Callable[[int, int], None] = False,
     schedule: Schedule | None = None,
+    report: Report | None = None,
 ):
     """Feed the stream to ``method`` in batches of ``cell.batch_size``; returns the predictions.
 
@@ -109,6 +133,9 @@ def adapt_stream(
     ``_CHECK_EVERY`` batches (and at the end): the host never waits for a batch to finish before
     queueing the next one. A non-finite output raises ``FloatingPointError`` naming the stream range.
     ``schedule`` (default: online) says which batches the method adapts on (``unitta.realtime``).
+    The cell's label-free criteria (``Cell.criteria``, ``unitta.criteria``) are accumulated on the way;
+    ``report`` gets the partial error and criteria every ``report.every`` batches and may stop the cell
+    (``Stopped``).
     """
     import torch
 
@@ -119,6 +146,8 @@ def adapt_stream(
     confidence = torch.empty(n, dtype=torch.float32, device=device)
     true_log_prob = torch.empty(n, dtype=torch.float32, device=device)
     finite = torch.ones((), dtype=torch.bool, device=device)
+    meter = CriteriaMeter(cell.criteria, cell.seed, device)
+    reports: list[tuple[int, dict[str, float]]] = []
     kind = getattr(method, "scores", "logits")
     bar = None
     if progress is True:
@@ -144,6 +173,9 @@ def adapt_stream(
                 log_probs = _log_probabilities(scores.detach(), kind)
                 confidence[start:end] = log_probs.amax(dim=1).exp()
                 true_log_prob[start:end] = log_probs.gather(1, labels[start:end, None]).squeeze(1)
+            meter.update(method, x, log_probs, lambda s: _log_probabilities(s, kind))
+            if report is not None and (i + 1) % report.every == 0 and end < n:
+                _report(report, i + 1, predictions[:end] == labels[:end], meter, reports)
             if (i + 1) % _CHECK_EVERY == 0 or end == n:
                 if not bool(finite):  # one host sync per _CHECK_EVERY batches
                     raise FloatingPointError(
@@ -159,5 +191,14 @@ def adapt_stream(
     if bar is not None:
         bar.close()
     return Adapted(
-        out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule
+        out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule,
+        meter.values(), reports,
     )
+
+
+def _report(report: Report, batches: int, correct, meter: CriteriaMeter, reports: list) -> None:
+    """One progress report (a host synchronisation, only for cells that report); raise ``Stopped`` if told to."""
+    values = {"error": 100.0 * (1.0 - float(correct.double().mean())), **meter.partial()}
+    reports.append((batches, values))
+    if report.hook(batches, values):
+        raise Stopped(batches, reports)

@@ -59,7 +59,7 @@ PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "comp
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
 # (docs/results.md, "Resume"). A new field of Cell goes here.
-LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta")
+LATER_FIELDS: tuple[str, ...] = ("protocol", "cost", "forgetting", "delta", "corruptions", "criteria")
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,9 @@ class Cell:
     protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.realtime``);
     cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
     clean source images after the stream (docs/results.md, "Forgetting").
+    corruptions: the dataset's domains (None: its test corruptions; ``unitta select`` runs validation streams
+    on held-out ones, docs/selection.md). criteria: label-free selection criteria the cell records as
+    ``criterion_<name>`` columns (``unitta.criteria``; docs/selection.md).
     """
 
     dataset: str = "fmnist-c"
@@ -109,9 +112,12 @@ class Cell:
     cost: str = "passes"
     forgetting: bool = False
     delta: float | None = None
+    corruptions: tuple[str, ...] | None = None
+    criteria: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self._check_sampler()
+        self._check_lists()
         check_device(self.device)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
@@ -139,6 +145,20 @@ class Cell:
             extra = [k for k, v in (("factors", self.factors), ("S", self.S), ("length", self.length)) if v]
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the {self.sampler} sampler takes none (each image once)")
+
+    def _check_lists(self) -> None:
+        from unitta.criteria import CRITERIA
+
+        if self.corruptions is not None:
+            values = (self.corruptions,) if isinstance(self.corruptions, str) else tuple(self.corruptions)
+            if not values or len(set(values)) < len(values):
+                raise ValueError(f"corruptions={self.corruptions!r}: expected distinct corruption names")
+            object.__setattr__(self, "corruptions", values)
+        criteria = (self.criteria,) if isinstance(self.criteria, str) else tuple(self.criteria)
+        unknown = [c for c in criteria if c not in CRITERIA]
+        if unknown or len(set(criteria)) < len(criteria):
+            raise ValueError(f"criteria={self.criteria!r}: expected distinct names among {', '.join(CRITERIA)}")
+        object.__setattr__(self, "criteria", criteria)
 
     @property
     def model_name(self) -> str:
@@ -237,6 +257,7 @@ class Cell:
             "factor_overrides": json.dumps(self.factors, sort_keys=True),
             "protocol": self.protocol,
             "forgetting": self.forgetting,
+            "corruptions": None if self.corruptions is None else list(self.corruptions),
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
 

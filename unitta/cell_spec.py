@@ -40,6 +40,13 @@ def check_setting(code: Any) -> str:
     return code
 
 
+def _known_corruptions(test: tuple[str, ...]) -> tuple[str, ...]:
+    """The test corruptions and the held-out ones (``unitta.data.HELD_OUT_CORRUPTIONS``, where present)."""
+    import unitta.data
+
+    return (*test, *getattr(unitta.data, "HELD_OUT_CORRUPTIONS", ()))
+
+
 class CellFields(Strict):
     """The fields every cell of a config shares (see ``unitta.cell.Cell`` for what each one means)."""
 
@@ -59,6 +66,20 @@ class CellFields(Strict):
     protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
     cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
     forgetting: bool = False
+    corruptions: list[str] | None = None  # the domains (None: the dataset's test corruptions; docs/selection.md)
+
+    @field_validator("corruptions")
+    @classmethod
+    def _corruptions(cls, value: list[str] | None) -> list[str] | None:
+        from unitta.data.records import CORRUPTIONS
+
+        known = _known_corruptions(CORRUPTIONS)
+        for name in value or []:
+            if name not in known:
+                raise ValueError(f"unknown corruption {name!r}{hint(name, known)}; known: {', '.join(known)}")
+        if value is not None and (not value or len(set(value)) < len(value)):
+            raise ValueError(f"expected distinct corruption names, got {value}")
+        return value
 
     @field_validator("sampler")
     @classmethod

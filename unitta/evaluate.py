@@ -28,17 +28,18 @@ from typing import Any
 
 import numpy as np
 
-from unitta.adapt import Adapted, adapt_stream, device_batch, precision_mode
+from unitta.adapt import Adapted, Report, Stopped, adapt_stream, device_batch, precision_mode
 from unitta.cell import DEFAULT_MODELS, Cell
 from unitta.metrics import stream_metrics
 from unitta.realtime import Schedule
 
 __all__ = ["Cell", "DEFAULT_MODELS", "DatasetUnavailable", "load_cell_dataset",
            "evaluate", "run_cell", "failed_row", "build_stream", "adapt_stream",
-           "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED"]
+           "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED", "STATUS_STOPPED"]
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
+STATUS_STOPPED = "stopped"  # stopped early by its progress-report hook (``unitta select``'s ASHA): not a result
 
 
 # ---------------------------------------------------------------------- the data
@@ -57,7 +58,8 @@ def load_cell_dataset(cell: Cell):
 
     try:
         return load_dataset(
-            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
+            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, corruptions=cell.corruptions,
+            n_per_domain=cell.n_per_domain,
         )
     except (OSError, ValueError) as exc:
         raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
@@ -175,6 +177,8 @@ def result_row(
         "torch_version": torch.__version__,
         "python_version": sys.version.split()[0],
         "method_extra": json.dumps(method.extra_metrics(), sort_keys=True, default=str),
+        **adapted.criteria,
+        **({"report_values": json.dumps(adapted.reports)} if adapted.reports else {}),
     }
 
 
@@ -195,12 +199,14 @@ def evaluate(
     dataset=None,
     model_and_info=None,
     progress: bool | Callable[[int, int], None] = False,
+    report: Report | None = None,
 ) -> dict[str, Any]:
     """Run ``cell`` and return its result row (a flat dict, see docs/results.md).
 
     dataset / model_and_info: already-loaded objects to reuse (the sweep passes the dataset it put
     in Ray's object store); loaded from the cell when None.
     progress: True for a tqdm bar, or a callback(done_images, total_images).
+    report: partial results every k batches to a hook that may stop the cell (``unitta.adapt.Stopped``).
     """
     import torch
 
@@ -217,7 +223,8 @@ def evaluate(
         torch.cuda.reset_peak_memory_stats(device)
     if dataset is None:
         dataset = load_dataset(
-            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, n_per_domain=cell.n_per_domain
+            cell.dataset, data_dir=cell.data_dir, severity=cell.severity, corruptions=cell.corruptions,
+            n_per_domain=cell.n_per_domain,
         )
     if model_and_info is None:
         model_and_info = load_model(
@@ -249,7 +256,7 @@ def evaluate(
                         never_adapts=not method.adapts)
     clean = load_clean_test(cell.dataset, cell.data_dir, cell.n_per_domain) if cell.forgetting else None
     before = _clean_error(method.source_model, clean, cell.batch_size, device) if clean is not None else None
-    adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule)
+    adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule, report)
     forgetting = None
     if clean is not None:
         forgetting = {
@@ -348,13 +355,26 @@ def failed_row(cell: Cell, error_text: str, **extra: Any) -> dict[str, Any]:
     return {**cell.coordinates(), "status": STATUS_FAILED, "error_text": error_text, **extra}
 
 
-def run_cell(cell: Cell, dataset=None, **extra: Any) -> dict[str, Any]:
+def stopped_row(cell: Cell, stop: Stopped) -> dict[str, Any]:
+    """The row of a cell its report hook stopped: status 'stopped', no metrics, how far it went and what it
+    reported (never a result: a sweep runs it again; docs/selection.md)."""
+    return {
+        **cell.coordinates(),
+        "status": STATUS_STOPPED,
+        "error_text": f"stopped early after {stop.batches} batches",
+        "report_values": json.dumps(stop.reports),
+        "stopped_at_batch": stop.batches,
+    }
+
+
+def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: Any) -> dict[str, Any]:
     """Run one cell and return its result row; never raises for a failing cell.
 
     The row is ``evaluate(cell, dataset)``'s, plus status ('ok' | 'failed'), error_text, started_at,
     finished_at, duration_s, hostname, node_id, worker_pid, cuda_visible_devices, git_commit and
     ray_version (docs/results.md). An exception, or a non-finite error, gives a 'failed' row with the
-    cell's coordinates and the error text. Torch's thread count is pinned to ``cell.num_threads``.
+    cell's coordinates and the error text; a cell its ``report`` hook stopped gives a 'stopped' row
+    (``stopped_row``). Torch's thread count is pinned to ``cell.num_threads``.
     ``extra`` columns (e.g. sweep_name, git_commit computed once by the driver) are added to the row.
     """
     import torch
@@ -364,10 +384,12 @@ def run_cell(cell: Cell, dataset=None, **extra: Any) -> dict[str, Any]:
     started = now()
     t0 = time.perf_counter()
     try:
-        row = evaluate(cell, dataset=dataset)
+        row = evaluate(cell, dataset=dataset, report=report)
         if not math.isfinite(row.get("error", float("nan"))):
             raise FloatingPointError(f"error={row.get('error')} is not finite")
         row["status"], row["error_text"] = STATUS_OK, None
+    except Stopped as stop:
+        row = stopped_row(cell, stop)
     except Exception as exc:  # a failing cell is a result, not a crash of the sweep
         traceback.print_exc(file=sys.stderr)
         row = failed_row(cell, short_error(exc))

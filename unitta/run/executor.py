@@ -106,6 +106,9 @@ class Planner(Protocol):
     def done(self) -> bool:
         """Nothing more to submit or write."""
 
+    # optional: ``attach(backend)`` once the backend started (e.g. to start a Ray actor), ``report_for(cell)``
+    # the cell's progress-report hook (``unitta.adapt.Report``; ``unitta select``'s ASHA)
+
 
 class GridPlanner:
     """A fixed list of cells (the sweep's grid): every one without an 'ok' file, all at once."""
@@ -154,8 +157,9 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
     """Submit what the planner offers, write what it releases, until it is done and nothing runs."""
     while True:
         submitted = planner.take()
+        report_for = getattr(planner, "report_for", None)
         for cell in submitted:
-            backend.submit(cell)
+            backend.submit(cell, report_for(cell) if report_for else None)
         written = planner.drain()
         for row, text in written:
             record(out, row, text)
@@ -249,6 +253,8 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
     bar = None
     try:
         backend.start(lambda line: bar.write(line) if bar else print(line, file=sys.stderr))
+        if hasattr(planner, "attach"):
+            planner.attach(backend)
         write_manifest(out, cfg, planner.n_cells, backend.mode, opts.argv)
         bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
         _loop(planner, backend, out, bar, outcome, cfg.name)
