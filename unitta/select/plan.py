@@ -86,7 +86,7 @@ class GroupPlan:
         self.chosen_planned = False
         self.search: Any = None  # Optuna: Ray Tune's searcher; grid: the points left
         self.asked = 0
-        self.open: dict[str, str] = {}  # point key -> the searcher's trial handle
+        self.open: dict[str, str] = {}  # the searcher's trial handle -> its point's key
 
     def add_point(self, point: dict[str, Any]) -> list[Cell]:
         key = point_key(point)
@@ -119,6 +119,7 @@ class SelectPlanner:
         self.rows = {cid: r for cid, r in rows.items() if r.get("status") in (STATUS_OK, STATUS_STOPPED)}
         self.plans = {g.key: GroupPlan(cfg, g) for g in groups(cfg)}
         self.owner: dict[str, GroupPlan] = {}  # cell id -> its group
+        self.stream: dict[str, str] = {}  # cell id -> its stream (STREAMS)
         self.queue: list[Cell] = []
         self.waiting: set[str] = set()
         self.outbox: list[tuple[dict[str, Any], str]] = []
@@ -130,7 +131,7 @@ class SelectPlanner:
         self.report_every: dict[str, int] = {}
         for plan in self.plans.values():
             self._init_search(plan)
-            self._enqueue(plan, [plan.default_cell()])
+            self._enqueue(plan, [plan.default_cell()], "default")
         self._advance()
 
     # ------------------------------------------------------------------ the searches
@@ -150,7 +151,7 @@ class SelectPlanner:
             points_to_evaluate=[p for p, _ in previous] or None, evaluated_rewards=[v for _, v in previous] or None,
         )
         for point, _ in previous:
-            self._enqueue(plan, plan.add_point(point))
+            self._add_point(plan, point)
         plan.asked = len(previous)
 
     def _previous_points(self, plan: GroupPlan) -> list[tuple[dict[str, Any], float]]:
@@ -177,7 +178,7 @@ class SelectPlanner:
             plan.asked += 1
             handle = f"{plan.group.key}:{plan.asked}"
             point = dict(plan.search.suggest(handle))
-            plan.open[point_key(point)] = handle
+            plan.open[handle] = point_key(point)
             out.append(point)
         return out
 
@@ -191,7 +192,7 @@ class SelectPlanner:
         if isinstance(plan.search, list):
             return
         stream, col, _ = objective(self.cfg)
-        for key, handle in list(plan.open.items()):
+        for handle, key in list(plan.open.items()):
             point = json.loads(key)
             if any(self._missing(plan.cell(point, s)) for s in plan.streams):
                 continue
@@ -201,37 +202,41 @@ class SelectPlanner:
                 plan.search.on_trial_complete(handle, error=True)
             else:
                 plan.search.on_trial_complete(handle, result={"objective": float(value)})
-            del plan.open[key]
+            del plan.open[handle]
 
     # ------------------------------------------------------------------ bookkeeping
     def _missing(self, cell: Cell | None) -> bool:
         return cell is not None and cell.cell_id() not in self.rows
 
-    def _enqueue(self, plan: GroupPlan, cells: list[Cell]) -> None:
+    def _enqueue(self, plan: GroupPlan, cells: list[Cell], stream: str) -> None:
         for cell in cells:
             cid = cell.cell_id()
             if cid in self.owner:
                 continue
-            self.owner[cid] = plan
+            self.owner[cid], self.stream[cid] = plan, stream
             self.added_members.append(cid)
             self.n_cells += 1
-            if cid in self.rows and (self.rows[cid]["status"] == STATUS_OK or cell.corruptions is not None):
+            if cid in self.rows and (self.rows[cid]["status"] == STATUS_OK or stream == "validation"):
                 self.n_skipped += 1  # done before: reused ('stopped' counts only for a validation trial)
             else:
                 self.rows.pop(cid, None)
                 self.queue.append(cell)
+
+    def _add_point(self, plan: GroupPlan, point: dict[str, Any]) -> None:
+        for cell, stream in zip(plan.add_point(point), plan.streams):
+            self._enqueue(plan, [cell], stream)
 
     def _advance(self) -> None:
         """Plan every cell that can be planned now (new points, holdout's chosen test cells)."""
         for plan in self.plans.values():
             self._tell(plan)
             for point in self._next_points(plan):
-                self._enqueue(plan, plan.add_point(point))
+                self._add_point(plan, point)
             self._tell(plan)
             if self._needs_chosen(plan):
                 best = best_point(plan, self.rows, "validation", "error", "min")
                 if best is not None:
-                    self._enqueue(plan, [plan.chosen_cell(best[0])])
+                    self._enqueue(plan, [plan.chosen_cell(best[0])], "chosen")
                 else:
                     plan.chosen_planned = True
 
@@ -279,7 +284,7 @@ class SelectPlanner:
         return lengths[key]
 
     def report_for(self, cell: Cell) -> Report | None:
-        if self.arbiter is None or cell.corruptions is None:
+        if self.arbiter is None or self.stream[cell.cell_id()] != "validation":
             return None
         plan = self.owner[cell.cell_id()]
         return Report(self.report_every[plan.group.key], AshaHook(self.arbiter, plan.group.key, cell.cell_id()))
@@ -294,7 +299,7 @@ class SelectPlanner:
         self.waiting.discard(cid)
         self.outbox.append((row, text))
         self.rows[cid] = row
-        if self.arbiter is not None and cell.corruptions is not None and row.get("status") == STATUS_OK:
+        if self.arbiter is not None and self.stream[cid] == "validation" and row.get("status") == STATUS_OK:
             self._call("complete", self.owner[cid].group.key, cid, batches_of(row), float(row["error"]))
         self._advance()
 
