@@ -6,8 +6,9 @@ The figure of docs/models.md (the per-corruption table):
   (train-mode BN, no parameter update), i.e. Nado et al. 2020 / Schneider et al. 2020 "BN adapt".
 Each domain is shuffled with a fixed seed so that batches mix classes; the last batch may be smaller.
 Prints a Markdown table (error %, one row per corruption, plus clean test data and the mean of 15).
+``--held-out``: the four held-out validation corruptions (``unitta.data.HELD_OUT_CORRUPTIONS``) instead of the 15.
 
-    .venv/bin/python bench/model_table.py [--n-per-domain 1000] [--batch-size 64] [--threads 2]
+    .venv/bin/python bench/model_table.py [--n-per-domain 1000] [--batch-size 64] [--threads 2] [--held-out]
     .venv/bin/python bench/model_table.py --model vit_tiny --checkpoint my_vit.pt   # a checkpoint of `train --out`
 """
 
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from unitta.data import load_dataset
+from unitta.data import HELD_OUT_CORRUPTIONS, load_dataset
 from unitta.data.fashion_mnist import read_fashion_mnist
 from unitta.models import load_model
 from unitta.models.train import pad_to_32, to_input
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=None,
                         help="weights to evaluate instead of the packaged ones (e.g. python -m unitta.models train "
                              "fmnist --out PATH), read through the safe loader")
+    parser.add_argument("--held-out", action="store_true",
+                        help="the four held-out corruptions (speckle_noise, gaussian_blur, spatter, saturate)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
@@ -83,7 +86,8 @@ def main() -> None:
         return error(adapted, batches) if adapted is not None else float("nan")
 
     start = time.perf_counter()
-    dataset = load_dataset("fmnist-c", data_dir=args.data_dir, severity=args.severity, n_per_domain=args.n_per_domain)
+    dataset = load_dataset("fmnist-c", data_dir=args.data_dir, severity=args.severity, n_per_domain=args.n_per_domain,
+                           corruptions=HELD_OUT_CORRUPTIONS if args.held_out else None)
     load_seconds = time.perf_counter() - start
 
     test_x, test_y = read_fashion_mnist("test")

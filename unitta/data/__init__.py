@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from unitta.data.records import CORRUPTIONS, DATASETS, RECORDS, DatasetRecord, dataset_record
+from unitta.data.records import (
+    ALL_CORRUPTIONS,
+    CORRUPTIONS,
+    DATASETS,
+    HELD_OUT_CORRUPTIONS,
+    RECORDS,
+    DatasetRecord,
+    dataset_record,
+)
 
 if TYPE_CHECKING:
     from unitta.data.base import CorruptedDataset
@@ -26,6 +34,7 @@ __all__ = [
     "DATASETS",
     "RECORDS",
     "DatasetRecord",
+    "HELD_OUT_CORRUPTIONS",
     "dataset_record",
     "default_data_dir",
     "load_dataset",
@@ -68,10 +77,11 @@ def _corruptions(corruptions: Sequence[str] | None) -> list[str]:
     if corruptions is None:
         return list(CORRUPTIONS)
     values = [corruptions] if isinstance(corruptions, str) else list(corruptions)
-    unknown = [c for c in values if c not in CORRUPTIONS]
+    unknown = [c for c in values if c not in ALL_CORRUPTIONS]
     if not values or unknown or len(set(values)) < len(values):
         raise ValueError(
-            f"corruptions={corruptions!r}: expected distinct names among {', '.join(CORRUPTIONS)}"
+            f"corruptions={corruptions!r}: expected distinct names among the 15 test corruptions "
+            f"({', '.join(CORRUPTIONS)}) and the held-out ones ({', '.join(HELD_OUT_CORRUPTIONS)})"
             + (f" (unknown: {', '.join(map(str, unknown))})" if unknown else "")
         )
     return values
@@ -92,7 +102,9 @@ def load_dataset(
         ``~/.cache/unitta``. Nothing is downloaded; fmnist-c is prepared on first use.
     severity: 1..5 or a list of them (default 5, the paper's setting).
     corruptions: a subset / order of ``CORRUPTIONS`` (default: all 15 in the reference order, the reference's
-        dataset config); domain id = position in this list (x severities).
+        dataset config), or of ``HELD_OUT_CORRUPTIONS`` (Hendrycks' four validation corruptions, e.g.
+        ``corruptions=HELD_OUT_CORRUPTIONS`` for a held-out validation set); domain id = position in this list
+        (x severities).
     n_per_domain: a class-balanced subset, the first n/K images of each class in test-set order,
         the same images in every domain (tests, debugging). Must be a multiple of the class count.
     """

@@ -4,7 +4,7 @@
     python -m unitta.data prepare imagenet-c --dir DATA_DIR [--severity 5] [--workers N] [--force] [--verify]
     python -m unitta.data show fmnist-c --out grid.png [--severity S] [--data-dir DIR]
     python -m unitta.data fetch cifar10-c|cifar100-c|imagenet-c --dir DIR [--keep-archive] [--quiet]
-    python -m unitta.data check cifar10-c|cifar100-c|imagenet-c|fmnist-c --dir DIR [--md5]
+    python -m unitta.data check cifar10-c|cifar100-c|imagenet-c|fmnist-c --dir DIR [--md5] [--corruptions held_out]
 
 ``prepare`` builds the Fashion-MNIST-C cache (progress bar; severity 5 by default, all 5 on request),
 or decodes ImageNet-C's JPEGs once into memory-mapped arrays (``unitta.data.prepared``).
@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--md5", action="store_true",
                        help="also hash every downloaded file against its fetch manifest (MD5SUMS); stored "
                        "checksums (Fashion-MNIST-C's sha256) and sizes are always checked")
-    check.add_argument("--corruptions", default=None, help="a comma list to check (default: all 15)")
+    check.add_argument("--corruptions", default=None,
+                       help="a comma list to check (default: all 15), or 'held_out' (the four held-out ones)")
     check.add_argument("--n-per-domain", type=int, default=None, help="fmnist-c: check this subset cache")
     check.add_argument("--severity", type=_severities, default=[5], help="imagenet-c: severity folders (default 5)")
     args = parser.parse_args(argv)
@@ -157,6 +158,10 @@ def _check(args: argparse.Namespace) -> int:
 
     data_dir = args.data_dir or default_data_dir()
     corruptions = args.corruptions.split(",") if args.corruptions else None
+    if corruptions == ["held_out"]:
+        from unitta.data import HELD_OUT_CORRUPTIONS
+
+        corruptions = list(HELD_OUT_CORRUPTIONS)
     try:
         problems = check_dataset(args.dataset, data_dir, args.md5, corruptions, args.n_per_domain, args.severity)
     except (ValueError, OSError) as err:

@@ -24,6 +24,7 @@ import numpy as np
 from unitta.data.base import CORRUPTIONS
 from unitta.data.cifar_c import IMAGE_SHAPE, ROWS_PER_SEVERITY, SOURCES
 from unitta.data.download import file_digest
+from unitta.data.records import ALL_CORRUPTIONS, HELD_OUT_CORRUPTIONS
 
 SEVERITIES = 5
 IMAGENET_CLASSES = 1000
@@ -109,6 +110,8 @@ def check_cifar_c(
     folder_name, num_classes, _ = SOURCES[dataset]
     folder = data_dir / folder_name
     fix = f"run `python -m unitta.data fetch {dataset} --dir {data_dir}` (after deleting {folder})"
+    if set(corruptions) & set(HELD_OUT_CORRUPTIONS):
+        fix += "; the archive holds the held-out corruptions too"
     if not folder.is_dir():
         return [f"{folder}: missing; run `python -m unitta.data fetch {dataset} --dir {data_dir}`"]
     rows = ROWS_PER_SEVERITY * SEVERITIES
@@ -122,8 +125,11 @@ def check_cifar_c(
     return problems
 
 
-def check_fmnist_c(data_dir: Path, md5: bool = False, n_per_domain: int | None = None) -> list[str]:
-    """The Fashion-MNIST-C cache: meta.json, labels, every file it lists and its recorded sha256."""
+def check_fmnist_c(
+    data_dir: Path, md5: bool = False, n_per_domain: int | None = None, corruptions: Sequence[str] = CORRUPTIONS
+) -> list[str]:
+    """The Fashion-MNIST-C cache: meta.json, labels, every file it lists and its recorded sha256; ``corruptions``
+    not prepared yet are reported (they are built on first use)."""
     from unitta.data.fmnist_c import FORMAT, cache_folder
 
     folder = cache_folder(data_dir, n_per_domain)
@@ -141,7 +147,7 @@ def check_fmnist_c(data_dir: Path, md5: bool = False, n_per_domain: int | None =
         return [f"{meta_path}: cache format {meta.get('format')}, this unitta writes {FORMAT}; {fix}"]
     n = int(meta["n"])
     problems = _check_labels(folder / "labels.npy", n, 10, 1, fix)
-    missing = [c for c in CORRUPTIONS if c not in meta["severities"]]
+    missing = [c for c in corruptions if c not in meta["severities"]]
     if missing:
         problems.append(f"{folder}: no {', '.join(missing)} yet (prepared on first use, or now: {prepare})")
     for corruption, severities in meta["severities"].items():
@@ -179,6 +185,7 @@ def check_imagenet_c(
     """
     root = data_dir / "ImageNet-C"
     fix = f"see `python -m unitta.data fetch imagenet-c --dir {data_dir}` for how to install it"
+    extra = f"extract ImageNet-C's extra.tar (the held-out corruptions) into {root}; {fix}"
     if not root.is_dir():
         return [f"{root}: missing; {fix}"]
     problems = []
@@ -187,7 +194,7 @@ def check_imagenet_c(
         for severity in severities:
             folder = root / corruption / str(severity)
             if not folder.is_dir():
-                problems.append(f"{folder}: missing; {fix}")
+                problems.append(f"{folder}: missing; {extra if corruption in HELD_OUT_CORRUPTIONS else fix}")
                 continue
             wnids = sorted(e.name for e in os.scandir(folder) if e.is_dir())
             if len(wnids) != IMAGENET_CLASSES or (reference is not None and wnids != reference):
@@ -212,18 +219,20 @@ def check_dataset(
 ) -> list[str]:
     """Problems with ``dataset`` under ``data_dir``, one line each naming the file and the fix; [] when ready.
 
-    corruptions: check only these (default all 15). n_per_domain: the Fashion-MNIST-C subset cache to check.
+    corruptions: check only these (default all 15; ``HELD_OUT_CORRUPTIONS`` the four held-out ones).
+    n_per_domain: the Fashion-MNIST-C subset cache to check.
     severities: ImageNet-C's severity folders to check (CIFAR-C files always hold all 5).
     """
     data_dir = Path(data_dir)
     corruptions = list(CORRUPTIONS if corruptions is None else corruptions)
-    unknown = [c for c in corruptions if c not in CORRUPTIONS]
+    unknown = [c for c in corruptions if c not in ALL_CORRUPTIONS]
     if unknown:
-        raise ValueError(f"corruptions: unknown {', '.join(unknown)}; expected names among {', '.join(CORRUPTIONS)}")
+        raise ValueError(f"corruptions: unknown {', '.join(unknown)}; expected names among {', '.join(ALL_CORRUPTIONS)}"
+                         " ('held_out' on the command line: the four held-out ones)")
     if dataset in SOURCES:
         return check_cifar_c(dataset, data_dir, md5, corruptions)
     if dataset == "fmnist-c":
-        return check_fmnist_c(data_dir, md5, n_per_domain)
+        return check_fmnist_c(data_dir, md5, n_per_domain, corruptions)
     if dataset == "imagenet-c":
         if md5:
             raise ValueError("--md5: ImageNet-C has no checksum manifest (it is installed by hand); check without it")

@@ -100,7 +100,8 @@ def load_cifar_c(
     folder = Path(data_dir) / folder_name
     hint = (
         f"{name} needs {folder}/<corruption>.npy (uint8 50000 x 32 x 32 x 3, severities 1-5 stacked) and "
-        f"labels.npy. Get {source} and extract it into {Path(data_dir)} (unitta never downloads data)."
+        f"labels.npy. Get {source} and extract it into {Path(data_dir)} (unitta never downloads data; the archive "
+        "also holds the held-out corruptions speckle_noise, gaussian_blur, spatter, saturate)."
     )
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} not found. {hint}")

@@ -1,4 +1,5 @@
-"""The 15 common corruptions at CIFAR-10-C's strengths, on batches of uint8 images.
+"""The 15 common corruptions at CIFAR-10-C's strengths, on batches of uint8 images (and, through ``corrupt``,
+the four held-out ones of ``unitta.data.held_out_corruptions``).
 
 What it is for: building Fashion-MNIST-C (docs/models.md), the embedded
 default benchmark. The severity tables are those of hendrycks/robustness
@@ -37,6 +38,7 @@ from PIL import Image
 from scipy import ndimage
 
 from unitta.data.base import CORRUPTIONS
+from unitta.data.held_out_corruptions import HELD_OUT_FUNCTIONS
 from unitta.data.image_ops import (
     _FROST_CHOICES,
     Rngs,
@@ -51,6 +53,7 @@ from unitta.data.image_ops import (
     _plasma_draws,
     _to_uint8,
 )
+from unitta.data.records import ALL_CORRUPTIONS
 
 SEVERITIES = (1, 2, 3, 4, 5)
 
@@ -266,7 +269,8 @@ def jpeg_compression(x: np.ndarray, severity: int, rngs: Rngs) -> np.ndarray:
 
 
 CORRUPTION_FUNCTIONS: dict[str, Callable[[np.ndarray, int, Rngs], np.ndarray]] = {
-    name: globals()[name] for name in CORRUPTIONS
+    **{name: globals()[name] for name in CORRUPTIONS},
+    **HELD_OUT_FUNCTIONS,
 }
 
 
@@ -277,14 +281,15 @@ def corrupt(
     seed: int = 0,
     image_ids: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Apply ``corruption`` at ``severity`` (1-5, CIFAR-10-C strengths) to a batch.
+    """Apply ``corruption`` (one of ``ALL_CORRUPTIONS``: the 15 and the 4 held-out) at ``severity`` (1-5,
+    CIFAR-10-C strengths) to a batch.
 
     images: uint8 (N, H, W, 3). image_ids: one id per image (default 0..N-1); each image's random
     numbers come from ``default_rng((seed, corruption id, severity, image id))``, so the output for
     an image does not depend on the rest of the batch. Returns uint8 (N, H, W, 3).
     """
     if corruption not in CORRUPTION_FUNCTIONS:
-        raise ValueError(f"corruption={corruption!r}: expected one of {', '.join(CORRUPTIONS)}")
+        raise ValueError(f"corruption={corruption!r}: expected one of {', '.join(ALL_CORRUPTIONS)}")
     if severity not in SEVERITIES:
         raise ValueError(f"severity={severity!r}: expected an integer in 1..5")
     images = np.asarray(images)
@@ -295,7 +300,7 @@ def corrupt(
     image_ids = np.asarray(image_ids, dtype=np.int64)
     if image_ids.shape != (len(images),):
         raise ValueError(f"image_ids: expected shape ({len(images)},), got {image_ids.shape}")
-    cid = CORRUPTIONS.index(corruption)
+    cid = ALL_CORRUPTIONS.index(corruption)  # the 15 keep their ids (and pixels); the held-out ones follow
     rngs = [np.random.default_rng((seed, cid, severity, int(i))) for i in image_ids]
     out = CORRUPTION_FUNCTIONS[corruption](images, severity, rngs)
     assert out.shape == images.shape and out.dtype == np.uint8, (corruption, out.shape, out.dtype)

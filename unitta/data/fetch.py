@@ -145,10 +145,11 @@ def imagenet_c_steps(directory: str | Path) -> str:
     directory = Path(directory)
     return f"""ImageNet-C is not fetched automatically (about 66 GB from Zenodo, hours of transfer). To install it:
   1. Download blur.tar, digital.tar, noise.tar and weather.tar from https://zenodo.org/records/2235448
-     (Hendrycks & Dietterich, ICLR 2019; extra.tar holds the 4 extra corruptions, not used).
+     (Hendrycks & Dietterich, ICLR 2019). extra.tar holds the 4 held-out corruptions (speckle_noise,
+     gaussian_blur, spatter, saturate): needed only for hyper-parameter selection on held-out data (holdout).
      Resumable: `wget -c https://zenodo.org/records/2235448/files/noise.tar` (likewise for the others).
   2. mkdir -p {directory / 'ImageNet-C'} && for t in blur digital noise weather; do
-       tar -xf $t.tar -C {directory / 'ImageNet-C'}; done
+       tar -xf $t.tar -C {directory / 'ImageNet-C'}; done   (add extra to the list for the held-out 4)
   3. The layout is then {directory / 'ImageNet-C'}/<corruption>/<severity 1-5>/<wnid>/*.JPEG:
      15 corruptions x 5 severities, 1,000 wnid folders of 50 images each (50,000 per severity).
   4. Check it: python -m unitta.data check imagenet-c --dir {directory}"""

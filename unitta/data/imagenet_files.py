@@ -15,7 +15,10 @@ from PIL import Image
 __all__ = ["IMAGE_SIZE", "SOURCE", "decode_image", "list_domain"]
 
 IMAGE_SIZE = 224  # the reference's ImageNet config: INPUT.SIZE 224
-SOURCE = "https://zenodo.org/record/2235448 (the ImageNet-C tar files: blur.tar, digital.tar, noise.tar, weather.tar)"
+SOURCE = (
+    "https://zenodo.org/record/2235448 (the ImageNet-C tar files: blur.tar, digital.tar, noise.tar, weather.tar; "
+    "extra.tar for the held-out corruptions speckle_noise, gaussian_blur, spatter, saturate)"
+)
 _EXTENSIONS = {".jpeg", ".jpg", ".png"}
 
 

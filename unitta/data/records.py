@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CORRUPTIONS", "DatasetRecord", "RECORDS", "DATASETS", "dataset_record"]
+__all__ = [
+    "CORRUPTIONS", "HELD_OUT_CORRUPTIONS", "ALL_CORRUPTIONS", "DatasetRecord", "RECORDS", "DATASETS", "dataset_record",
+]
 
 # The reference's corruption order (the reference's configs/order/*.yaml; docs/streams.md): it defines domain ids,
 # the continual order and the head -> tail order of domain imbalance. Same list for every dataset config.
@@ -32,6 +34,12 @@ CORRUPTIONS: tuple[str, ...] = (
     "jpeg_compression",
     "impulse_noise",
 )
+# Hendrycks & Dietterich's four extra corruptions (ICLR'19, sec. 3: "for validation"), disjoint from the 15: the
+# held-out validation domains of hyper-parameter selection. CIFAR-10-C / CIFAR-100-C ship them as <name>.npy beside
+# the 15, ImageNet-C in its extra.tar; Fashion-MNIST-C generates them (unitta/data/held_out_corruptions.py).
+HELD_OUT_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+ALL_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS + HELD_OUT_CORRUPTIONS
+_EXTRA_TAR = " (the held-out corruptions are in its extra.tar)"
 
 
 @dataclass(frozen=True)
@@ -55,22 +63,28 @@ class DatasetRecord:
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
-    def data_problem(self, data_dir: str | Path | None, severity: int, default_dir: Path) -> str | None:
-        """One line if the dataset's files at ``severity`` are missing under ``data_dir``, else None (cheap)."""
+    def data_problem(
+        self, data_dir: str | Path | None, severity: int, default_dir: Path, corruptions: tuple[str, ...] = CORRUPTIONS
+    ) -> str | None:
+        """One line if the dataset's files at ``severity`` are missing under ``data_dir``, else None (cheap).
+
+        corruptions: the ones to look for (default the 15; ``HELD_OUT_CORRUPTIONS`` for a held-out validation set).
+        """
         if self.folder is None:
             return None  # built from Debian's Fashion-MNIST on first use; its loader names the package if missing
         root = Path(data_dir) if data_dir else default_dir
         folder = root / self.folder
         if self.loader == "imagenet":
-            missing = [c for c in CORRUPTIONS if not (folder / c / str(severity)).is_dir()]
+            missing = [c for c in corruptions if not (folder / c / str(severity)).is_dir()]
             if missing and not (root / f"{self.folder}-prepared").is_dir():
                 return (
                     f"{self.name}: {folder} lacks {len(missing)} corruption folder(s) at severity "
                     f"{severity} (e.g. {missing[0]}/{severity}); see `python -m unitta.data fetch {self.name}` "
-                    "for how to obtain ImageNet-C, or set data_dir"
+                    f"for how to obtain ImageNet-C{_EXTRA_TAR if set(missing) & set(HELD_OUT_CORRUPTIONS) else ''}, "
+                    "or set data_dir"
                 )
             return None
-        missing = [f"{c}.npy" for c in CORRUPTIONS if not (folder / f"{c}.npy").is_file()]
+        missing = [f"{c}.npy" for c in corruptions if not (folder / f"{c}.npy").is_file()]
         if not (folder / "labels.npy").is_file():
             missing.append("labels.npy")
         if missing:

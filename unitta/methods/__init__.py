@@ -18,14 +18,21 @@ from unitta.methods.base import (
     register_method,
     resolved_config,
 )
+from unitta.methods.space import Choice, IntUniform, LogUniform, Uniform, check_space, method_space
 
 __all__ = [
+    "Choice",
+    "IntUniform",
+    "LogUniform",
     "MethodCost",
     "TTAMethod",
+    "Uniform",
     "build_config",
+    "check_space",
     "get_method",
     "list_methods",
     "method_class",
+    "method_space",
     "norm_kind_problem",
     "preset_key",
     "register_method",

@@ -8,6 +8,7 @@ Examples::
     python -m unitta.methods check tent --model vit_tiny          # on the embedded LayerNorm ViT
     python -m unitta.methods check my_tta.py:my_tta --set steps=1 --set lr=1e-4
     python -m unitta.methods list
+    python -m unitta.methods space tent                           # the method's search space (unitta select)
 
 ``check`` runs the contract of ``unitta/methods/contract.py`` on the embedded ResNet-20 (``--model vit_tiny``:
 the LayerNorm ViT; a method whose ``norm_kinds`` exclude the model's kind is a usage error) and Fashion-MNIST-C
@@ -200,12 +201,35 @@ def _list_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _space_command(args: argparse.Namespace) -> int:
+    from unitta import plugins
+    from unitta.methods.space import space_rows
+    from unitta.schema import ConfigError
+
+    try:
+        plugins.load(args.plugins, source=None)
+        rows = space_rows(args.name)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not rows:
+        print(f"{args.name}: no hyper-parameters to search (an empty space)")
+        return EXIT_OK
+    header = ("hyper-parameter", "kind", "range", "default")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m unitta.methods",
-        description="List the registered TTA methods, or check one against the method contract.",
+        description="List the registered TTA methods, check one against the method contract, or print its "
+        "search space.",
         epilog="examples:\n  python -m unitta.methods check examples/my_method/my_method.py:pseudo_label\n"
         "  python -m unitta.methods check tent\n  python -m unitta.methods list\n"
+        "  python -m unitta.methods space tent\n"
         "exit codes: 0 all checks pass, 1 a check failed, 2 usage error or plugin that cannot be loaded\n"
         "docs: docs/adding_a_method.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -223,6 +247,11 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE_OR_FILE",
                     help="load this plugin first (repeatable)")
     ls.set_defaults(run=_list_command)
+    sp = sub.add_parser("space", help="a method's search space: hyper-parameter, kind, range, default")
+    sp.add_argument("name", help="a registered method name")
+    sp.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE_OR_FILE",
+                    help="load this plugin first (repeatable)")
+    sp.set_defaults(run=_space_command)
     return p
 
 

@@ -53,6 +53,7 @@ from unitta.methods.contrastive import class_aware_instance_loss, moco_logits
 from unitta.methods.ema import ema_update_, make_teacher
 from unitta.methods.heads import SplitModel
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import IntUniform, LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_positive, check_probability
 
 __all__ = ["AdaContrast"]
@@ -96,6 +97,13 @@ class AdaContrast(TTAMethod):
             check_at_least("knn_after", self.knn_after, 0)
 
     presets: dict = {}  # md cfgs/{cifar100_c,imagenet_c}/adacontrast.yaml = the CIFAR-10 values
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": LogUniform(2e-5, 2e-3),  # published 2e-4 (SGD, md cfgs/*/adacontrast.yaml): a decade either side
+        "momentum": Uniform(0.99, 0.9999),  # published 0.999 (md M_TEACHER.MOMENTUM, the key encoder)
+        "temperature": LogUniform(0.03, 0.3),  # published 0.07 (md CONTRAST.TEMPERATURE)
+        "num_neighbors": IntUniform(1, 20),  # published 10 (md ADACONTRAST.NUM_NEIGHBORS): up to twice that
+    }
 
     def setup(self) -> None:
         self.model = SplitModel(self.model, self.info.classifier)

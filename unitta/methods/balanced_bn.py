@@ -16,6 +16,7 @@ from torch import Tensor
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
+from unitta.methods.space import BN_EMA, BN_GAMMA
 from unitta.methods.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -36,6 +37,11 @@ class BalancedBN(TTAMethod):
     presets = {
         "cifar100": {"eta": 0.05, "gamma": 0.1},  # configs/adapter/cifar100/tribe_bbn.yaml
         "imagenet": {"eta": 0.5, "gamma": 0.5},  # configs/adapter/imagenet/tribe_bbn.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "eta": BN_EMA,  # published 0.01 / 0.05 / 0.5 (tribe_bbn.yaml, as presets)
+        "gamma": BN_GAMMA,  # published 0 / 0.1 / 0.5 (same files)
     }
 
     def setup(self) -> None:

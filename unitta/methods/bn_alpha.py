@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
+from unitta.methods.space import LogUniform
 from unitta.methods.validate import check_probability
 from unitta.nn.batchnorm import set_submodule
 from unitta.nn.norms import norm_kind
@@ -44,6 +45,12 @@ class BNAlpha(TTAMethod):
 
         def __post_init__(self) -> None:
             check_probability("alpha", self.alpha)
+
+    space = {  # docs/methods.md "Search spaces"
+        # published 0.1 (BN.ALPHA); 1 is plain batch statistics (``bn``), the prior-strength range of Schneider
+        # et al. (NeurIPS'20) maps to alpha from about 0.01 upwards
+        "alpha": LogUniform(0.01, 1.0),
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

@@ -52,6 +52,7 @@ from unitta.methods.ema import ema_tensors_
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.optim import optimizer_from_config
 from unitta.methods.roid import ROID
+from unitta.methods.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_positive, check_probability
 
 __all__ = ["CMF", "PARAM_SCALE"]
@@ -95,6 +96,14 @@ class CMF(ROID):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 2.5e-4},  # md cfgs/imagenet_c/cmf.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 2.5e-4 (ImageNet, SGD): md cfgs/*/cmf.yaml
+        "alpha": Uniform(0.9, 0.999),  # published 0.99 (md CMF.ALPHA)
+        "gamma": Uniform(0.9, 0.999),  # published 0.99 (md CMF.GAMMA)
+        "q": LogUniform(5e-4, 5e-2),  # published 0.005 (md CMF.Q): a decade either side
+        "momentum_probs": Uniform(0.5, 0.99),  # published 0.9 (md ROID.MOMENTUM_PROBS)
     }
 
     def setup(self) -> None:

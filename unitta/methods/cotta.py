@@ -49,6 +49,7 @@ from unitta.methods.ema import ema_update_, make_teacher
 from unitta.methods.losses import symmetric_cross_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -95,6 +96,13 @@ class CoTTA(TTAMethod):
             "anchor_threshold": 0.1,
             "loss": "symmetric",
         },
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 0.01 (ImageNet, SGD): cotta.yaml
+        "teacher_momentum": Uniform(0.99, 0.9999),  # published 0.999 (COTTA.MT, every dataset)
+        "restore_prob": LogUniform(1e-3, 0.1),  # published 0.01 (CIFAR), 0.001 (ImageNet) (COTTA.RST)
+        "anchor_threshold": Uniform(0.1, 0.95),  # published 0.92 / 0.72 / 0.1 (COTTA.AP): their span
     }
 
     def setup(self) -> None:

@@ -46,6 +46,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR, CONFIDENCE_MARGIN, Uniform
 from unitta.methods.validate import check_at_least, check_interval, check_positive
 
 __all__ = ["DeYO", "EXCLUDE"]
@@ -93,6 +94,13 @@ class DeYO(TTAMethod):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 2.5e-4},  # md cfgs/imagenet_c/deyo.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 2.5e-4 (ImageNet, SGD): md cfgs/*/deyo.yaml
+        "margin": Uniform(0.3, 0.7),  # published 0.5 (md DEYO.MARGIN, x ln K)
+        "margin_e0": CONFIDENCE_MARGIN,  # published 0.4 (md EATA.MARGIN_E0, x ln K)
+        "plpd_threshold": Uniform(0.0, 0.5),  # published 0.2 (md DEYO.PLPD)
     }
 
     def setup(self) -> None:

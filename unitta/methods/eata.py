@@ -39,6 +39,7 @@ from torch import Tensor
 from unitta.methods.base import register_method
 from unitta.methods.eta import ETA, ETA_PRESETS
 from unitta.methods.source_batches import take_source
+from unitta.methods.space import LogUniform
 from unitta.methods.validate import check_at_least, check_optional_size
 
 __all__ = ["EATA"]
@@ -66,6 +67,12 @@ class EATA(ETA):
     presets = {
         "cifar100": {**ETA_PRESETS["cifar100"]},  # cfgs/cifar100_c/eata.yaml: fisher_alpha 1, 2000 samples
         "imagenet": {**ETA_PRESETS["imagenet"], "fisher_alpha": 2000.0},  # cfgs/imagenet_c/eata.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        **ETA.space,
+        # published 1 (cfgs/cifar10_c/eata.yaml) and 2000 (EATA paper, cfgs/imagenet_c/eata.yaml): their span
+        "fisher_alpha": LogUniform(1.0, 2000.0),
     }
 
     def setup(self) -> None:

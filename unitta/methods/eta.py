@@ -35,6 +35,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.entropy_filter import SampleFilter, entropy_margin, weighted_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR, CONFIDENCE_MARGIN, Uniform
 from unitta.methods.validate import check_interval, check_positive, check_probability
 from unitta.nn.norms import NORM_KINDS
 
@@ -67,6 +68,12 @@ class ETA(TTAMethod):
             check_probability("d_margin", self.d_margin)
 
     presets = ETA_PRESETS
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 2.5e-4 (ImageNet, SGD): cfgs/*/eta.yaml
+        "e_factor": CONFIDENCE_MARGIN,  # published 0.4 (EATA paper sec. 5)
+        "d_margin": Uniform(0.05, 0.5),  # published 0.4 / 0.1 / 0.05 (cfgs/*/eta.yaml EATA.D_MARGIN; paper 0.05)
+    }
 
     def setup(self) -> None:
         self.params = adapt_norm_affine(self.model)

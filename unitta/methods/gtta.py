@@ -45,6 +45,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.optim import optimizer_from_config
 from unitta.methods.source_batches import SourceBatches
+from unitta.methods.space import LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -79,6 +80,11 @@ class GTTA(TTAMethod):
                 check_at_least("source_batch_size", self.source_batch_size, 1)
 
     presets: dict = {}  # md cfgs/{cifar100_c,imagenet_c}/gtta.yaml: the CIFAR-10 values (ImageNet: see docstring)
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": LogUniform(1e-6, 1e-4),  # published 1e-5 (md cfgs/*/gtta.yaml): a decade either side
+        "lambda_mixup": Uniform(0.0, 1.0),  # published 1/3 (md GTTA.LAMBDA_MIXUP): the weight's whole range
+    }
 
     def setup(self) -> None:
         replace_batchnorms(self.model, lambda name, bn: BatchStatsNorm(bn))

@@ -30,6 +30,7 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.heads import FeatureModel
+from unitta.methods.space import Choice, IntUniform
 from unitta.methods.validate import check_at_least
 
 # fiveai/LAME: u = -log(p + 1e-10), at most 100 steps, stop at relative energy change 1e-8.
@@ -55,6 +56,11 @@ class LAME(TTAMethod):
             check_at_least("max_steps", self.max_steps, 1)
 
     presets = {}  # UT uses the same values on every dataset
+
+    space = {  # docs/methods.md "Search spaces"
+        "affinity": Choice(("knn", "rbf", "linear")),  # LAME paper sec. 3's three kernels (UT: knn, md: rbf)
+        "knn": IntUniform(1, 10),  # published 5 (UT and md): from 1 to twice that
+    }
 
     scores = "probabilities"
 

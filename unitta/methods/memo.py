@@ -49,6 +49,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import marginal_entropy
 from unitta.methods.norm.alpha_bn import convert_to_alpha_bn
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_positive, check_probability
 
 __all__ = ["MEMO"]
@@ -79,6 +80,11 @@ class MEMO(TTAMethod):
     presets = {
         # md cfgs/imagenet_c/memo.yaml: SGD 2.5e-4, 64 views; RandomResizedCrop for non-CIFAR images
         "imagenet": {"lr": 2.5e-4, "n_augmentations": 64, "preaugment": "resized_crop"},
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": LogUniform(1e-4, 5e-2),  # published 5e-3 (CIFAR), 2.5e-4 (ImageNet), SGD: md cfgs/*/memo.yaml
+        "bn_alpha": Uniform(0.0, 0.5),  # published 0.1 (md BN.ALPHA): from source statistics to half the batch's
     }
 
     def setup(self) -> None:

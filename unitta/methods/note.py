@@ -37,6 +37,7 @@ from unitta.methods.losses import softmax_entropy
 from unitta.methods.memory import PBRSMemory, split_at_updates
 from unitta.methods.norm.iabn import InstanceAwareBN
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import IntUniform, LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
@@ -69,6 +70,13 @@ class NOTE(TTAMethod):
             check_at_least("skip_threshold", self.skip_threshold, 0)
 
     presets: dict = {}  # the same values on every dataset (UT and original)
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": LogUniform(1e-5, 1e-3),  # published 1e-4 (original, UT note.yaml): a decade either side
+        "memory_size": IntUniform(16, 128),  # published 64 (original): a factor 4 below, 2 above
+        "iabn_k": Uniform(1.0, 8.0),  # published k = 4 (original and UT iabn.py)
+        "bn_momentum": LogUniform(1e-3, 0.1),  # published 0.01 (original and UT): a decade either side
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

@@ -26,6 +26,7 @@ from torch import Tensor
 from unitta.methods.base import register_method
 from unitta.methods.eta import ETA, ETA_PRESETS
 from unitta.methods.snapshot import Snapshot
+from unitta.methods.space import Choice
 from unitta.methods.validate import check_at_least
 
 __all__ = ["RDumb"]
@@ -48,6 +49,13 @@ class RDumb(ETA):
     presets = {
         "cifar100": {"d_margin": 0.4},  # cfgs/cifar100_c/rdumb.yaml keeps EATA.D_MARGIN 0.4 (its eta.yaml: 0.1)
         "imagenet": {**ETA_PRESETS["imagenet"]},  # cfgs/imagenet_c/rdumb.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        **ETA.space,
+        # published T = 1000 updates (RDumb paper; cfgs/*/rdumb.yaml): shorter periods too, so that a reset
+        # happens within short streams
+        "reset_every": Choice((50, 100, 250, 500, 1000)),
     }
 
     def setup(self) -> None:

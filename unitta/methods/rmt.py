@@ -71,6 +71,7 @@ from unitta.methods.losses import symmetric_cross_entropy
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.optim import optimizer_from_config
 from unitta.methods.source_batches import SourceBatches, take_source
+from unitta.methods.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -114,6 +115,13 @@ class RMT(TTAMethod):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 0.01},  # md cfgs/imagenet_c/rmt.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 0.01 (ImageNet, SGD): md cfgs/*/rmt.yaml
+        "teacher_momentum": Uniform(0.99, 0.9999),  # published 0.999 (md M_TEACHER.MOMENTUM)
+        "temperature": LogUniform(0.03, 0.3),  # published 0.1 (md CONTRAST.TEMPERATURE)
+        "lambda_ce_src": Uniform(0.0, 1.0),  # published 1 (md RMT.LAMBDA_CE_SRC); 0 is the source-free variant
     }
     # the contract check's first batch has one image: with the test batch size, a 50,000-sample warm-up would
     # be 50,000 steps (and the prototype pass one forward per source image)

@@ -26,6 +26,7 @@ from unitta.methods.balanced_bn import BalancedBN
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.robust_bn import RobustBN
+from unitta.methods.space import LogUniform
 from unitta.methods.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -49,6 +50,11 @@ class RobustBNMethod(TTAMethod):
     presets = {
         "cifar100": {"eta": 0.05},  # UT configs/adapter/cifar100/rotta_rbn.yaml (reference variant)
         "imagenet": {"eta": 0.5},  # UT configs/adapter/imagenet/rotta_rbn.yaml (reference variant)
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        # published 0.05 (ADAPTER.RoTTA.ALPHA, every dataset): a decade either side, log scale (an EMA rate)
+        "alpha": LogUniform(5e-3, 0.5),
     }
 
     def setup(self) -> None:

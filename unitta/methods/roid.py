@@ -48,6 +48,7 @@ from unitta.methods.losses import soft_likelihood_ratio, softmax_entropy, symmet
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.norm.unmixtns import UnMixTNS2d, convert_to_unmixtns
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR, Uniform
 from unitta.methods.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import train_affine
 
@@ -85,6 +86,12 @@ class ROID(TTAMethod):
     presets = {
         # UT configs/adapter/imagenet/roid.yaml: SGD 1e-3 (md: SGD 2.5e-4), momentum 0.9, Nesterov
         "imagenet": {"optimizer": "sgd", "lr": 1e-3},
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (UT/md roid.yaml, CIFAR Adam, ImageNet SGD; md ImageNet 2.5e-4)
+        "momentum_src": Uniform(0.9, 0.999),  # published 0.99 (ROID.MOMENTUM_SRC)
+        "momentum_probs": Uniform(0.5, 0.99),  # published 0.9 (ROID.MOMENTUM_PROBS)
     }
 
     # ------------------------------------------------------------------ set-up

@@ -40,6 +40,7 @@ from unitta.methods.ema import ema_update_, make_teacher
 from unitta.methods.memory import CSTUMemory, split_at_updates
 from unitta.methods.norm.robust_bn import RobustBN
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR, IntUniform, LogUniform
 from unitta.methods.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
 
@@ -76,6 +77,13 @@ class RoTTA(TTAMethod):
             check_optional_size("aug_size", self.aug_size)
 
     presets: dict = {}  # RoTTA uses the same values on CIFAR-10, CIFAR-100 and ImageNet
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (UT configs/adapter/*/rotta.yaml, every dataset)
+        "memory_size": IntUniform(16, 128),  # published 64 (ADAPTER.RoTTA.MEMORY_SIZE): a factor 4 below, 2 above
+        "nu": LogUniform(1e-4, 1e-2),  # published 0.001 (ADAPTER.RoTTA.NU): a decade either side
+        "alpha": LogUniform(5e-3, 0.5),  # published 0.05 (ADAPTER.RoTTA.ALPHA): a decade either side
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)

@@ -34,6 +34,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import generalized_cross_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR, Uniform
 from unitta.methods.validate import check_at_least, check_interval, check_positive
 
 __all__ = ["RPL"]
@@ -62,6 +63,11 @@ class RPL(TTAMethod):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 5e-4},  # md cfgs/imagenet_c/rpl.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 5e-4 (ImageNet, SGD): md cfgs/*/rpl.yaml
+        "q": Uniform(0.5, 1.0),  # published 0.8 (RPL paper, md RPL.Q); q = 1 is the MAE end of GCE
     }
 
     def setup(self) -> None:

@@ -53,6 +53,7 @@ from unitta.methods.losses import aug_cross_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.optim import optimizer_from_config
 from unitta.methods.source_batches import SourceBatches
+from unitta.methods.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_positive
 
 __all__ = ["SANTA"]
@@ -90,6 +91,12 @@ class SANTA(TTAMethod):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 0.01, "source_batch_size": 64},  # md cfgs/imagenet_c/santa.yaml
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 0.01 (ImageNet, SGD): md cfgs/*/santa.yaml
+        "temperature": LogUniform(0.03, 0.3),  # published 0.1 (md CONTRAST.TEMPERATURE)
+        "lambda_cont": Uniform(0.0, 2.0),  # published 1 (md SANTA.LAMBDA_CONT); 0 drops the contrastive term
     }
 
     # ------------------------------------------------------------------ set-up

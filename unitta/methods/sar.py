@@ -47,6 +47,7 @@ from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.sam import SAM, SAM_RHO
 from unitta.methods.snapshot import Snapshot
+from unitta.methods.space import ADAM_LR, CONFIDENCE_MARGIN, LogUniform, Uniform
 from unitta.methods.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.norms import NORM_KINDS
 
@@ -99,6 +100,13 @@ class SAR(TTAMethod):
 
     presets = {
         "imagenet": {"lr": 2.5e-4},  # reference cfgs/imagenet_c/sar.yaml OPTIM.LR; SAR paper sec. 5 (B = 64)
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (cfgs/cifar10_c/sar.yaml), 2.5e-4 (ImageNet; SGD in both)
+        "rho": LogUniform(0.01, 0.5),  # published 0.05 (SAR code): SAM's (Foret et al. ICLR'21) rho grid 0.01-0.5
+        "e_factor": CONFIDENCE_MARGIN,  # published 0.4 (SAR eq. 2)
+        "reset_constant": Uniform(0.05, 0.4),  # published e_m = 0.2 (SAR paper sec. 5): a factor 4 / 2 around it
     }
 
     def setup(self) -> None:

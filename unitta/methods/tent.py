@@ -31,6 +31,7 @@ from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.losses import softmax_entropy
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR
 from unitta.methods.validate import check_at_least, check_positive
 
 __all__ = ["Tent"]
@@ -56,6 +57,10 @@ class Tent(TTAMethod):
 
     presets = {
         "imagenet": {"optimizer": "sgd", "lr": 2.5e-4},  # UT/md imagenet tent.yaml; TENT paper sec. 4
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR, Adam), 2.5e-4 (ImageNet, SGD): tent.yaml
     }
 
     def setup(self) -> None:

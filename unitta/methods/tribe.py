@@ -35,6 +35,7 @@ from unitta.methods.losses import masked_mean, softmax_entropy
 from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
 from unitta.methods.optim import optimizer_from_config
+from unitta.methods.space import ADAM_LR, BN_EMA, BN_GAMMA, Uniform
 from unitta.methods.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -66,6 +67,14 @@ class TRIBE(TTAMethod):
         "cifar100": {"eta": 0.05, "gamma": 0.1, "h0": 0.2},  # configs/adapter/cifar100/tribe.yaml
         # configs/adapter/imagenet/tribe.yaml; lr 5e-4 is UT's ImageNet dataset LR (configs/dataset/imagenet)
         "imagenet": {"eta": 0.5, "gamma": 0.5, "h0": 0.4, "lr": 5e-4},
+    }
+
+    space = {  # docs/methods.md "Search spaces"
+        "eta": BN_EMA,  # published 0.01 / 0.05 / 0.5 (tribe.yaml ADAPTER.TRIBE.ETA, as presets)
+        "gamma": BN_GAMMA,  # published 0 / 0.1 / 0.5 (ADAPTER.TRIBE.GAMMA)
+        "h0": Uniform(0.05, 0.4),  # published 0.05 / 0.2 / 0.4 (ADAPTER.TRIBE.H0): their span
+        "lam": Uniform(0.0, 1.0),  # published 0.5 (ADAPTER.TRIBE.LAMBDA): from no anchor to twice the weight
+        "lr": ADAM_LR,  # published 1e-3 (CIFAR), 5e-4 (ImageNet)
     }
 
     def setup(self) -> None:

@@ -30,6 +30,7 @@ from unitta.methods.cofa import FeatureAverager
 from unitta.methods.heads import FeatureModel
 from unitta.methods.norm.bdn import BalancedDomainNorm2d
 from unitta.methods.norm.groups import ClassGroups, SlotGroups
+from unitta.methods.space import BN_EMA, BN_GAMMA
 from unitta.methods.validate import check_at_least, check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -79,6 +80,11 @@ class BDNFramework(TTAMethod):
         self.last_domain_pred: Tensor | None = None
 
     scores = "probabilities"
+
+    space = {  # docs/methods.md "Search spaces"
+        "eta": BN_EMA,  # published 0.01 / 0.05 / 0.5 (configs/adapter/*/unitta.yaml ETA, as presets)
+        "gamma": BN_GAMMA,  # published 0 / 0.1 / 0.5 (GAMMA, same files)
+    }
 
     def predict_scores(self, x: Tensor) -> Tensor:
         """Non-adapting prediction: ``forward``'s first pass (evaluation mode, the balanced BN's global

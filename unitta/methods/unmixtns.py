@@ -20,6 +20,7 @@ from torch import Tensor
 
 from unitta.methods.base import TTAMethod, register_method
 from unitta.methods.norm.unmixtns import convert_to_unmixtns
+from unitta.methods.space import Choice
 from unitta.methods.validate import check_at_least
 
 
@@ -37,6 +38,11 @@ class UnMixTNS(TTAMethod):
             check_at_least("max_batch_size", self.max_batch_size, 1)
 
     presets = {}  # UT uses the same values on CIFAR-10, CIFAR-100 and ImageNet
+
+    space = {  # docs/methods.md "Search spaces"
+        # published K = 16 (UT unmixtns.yaml, original run.sh) and 128 (UT ADAPTER.ROID.UNMIXTNS): powers of two
+        "num_components": Choice((4, 8, 16, 32, 64, 128)),
+    }
 
     def setup(self) -> None:
         self.model.requires_grad_(False)
