@@ -13,7 +13,8 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 
 from unitta.cell import PRECISIONS, PROFILES, Cell, check_device
-from unitta.data.records import DATASETS
+from unitta.data import HELD_OUT_CORRUPTIONS
+from unitta.data.records import CORRUPTIONS, DATASETS
 from unitta.realtime import COST_MODELS, PROTOCOLS
 from unitta.schema import Strict, hint
 from unitta.streams import SAMPLERS, ULMM_SAMPLERS
@@ -40,13 +41,6 @@ def check_setting(code: Any) -> str:
     return code
 
 
-def _known_corruptions(test: tuple[str, ...]) -> tuple[str, ...]:
-    """The test corruptions and the held-out ones (``unitta.data.HELD_OUT_CORRUPTIONS``, where present)."""
-    import unitta.data
-
-    return (*test, *getattr(unitta.data, "HELD_OUT_CORRUPTIONS", ()))
-
-
 class CellFields(Strict):
     """The fields every cell of a config shares (see ``unitta.cell.Cell`` for what each one means)."""
 
@@ -71,9 +65,7 @@ class CellFields(Strict):
     @field_validator("corruptions")
     @classmethod
     def _corruptions(cls, value: list[str] | None) -> list[str] | None:
-        from unitta.data.records import CORRUPTIONS
-
-        known = _known_corruptions(CORRUPTIONS)
+        known = (*CORRUPTIONS, *HELD_OUT_CORRUPTIONS)
         for name in value or []:
             if name not in known:
                 raise ValueError(f"unknown corruption {name!r}{hint(name, known)}; known: {', '.join(known)}")

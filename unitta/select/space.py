@@ -110,39 +110,25 @@ def trial_cell(cfg: SelectConfig, group: Group, point: dict[str, Any] | None, st
 
 
 def check_spaces(cfg: SelectConfig, source: str) -> None:
-    """Every method and hyper-parameter against the registry and its Config (did-you-mean, ranges), and
-    against the method's declared space (``unitta.methods.check_space``); ConfigError (one line)."""
+    """Every method against the registry (did-you-mean) and every space against the method's Config
+    (``unitta.methods.check_space``: names with did-you-mean, each value or range end within its checks)."""
+    from unitta.methods import check_space
+
     base = base_cell(cfg)
     entries = [("methods", m, dict(base.method_kwargs)) for m in cfg.methods]
     check_methods(entries, [base.dataset], base.profile, source, models={base.dataset: base.model})
     for method in cfg.methods:
-        dims = method_dims(cfg, method)
-        if not dims:
-            raise ConfigError(f"{source}: space.{method}: {method} declares no hyper-parameters to search")
-        corners = [{name: v} for name, dim in dims.items() for v in _bounds(dim)]
-        for corner in corners:
-            check_methods([(f"space.{method}", method, {**base.method_kwargs, **corner})], [base.dataset],
-                          base.profile, source)
-        if cfg.space != "declared":
-            _check_declared(method, dims, source)
+        dims = {name: _as_dim(dim) for name, dim in method_dims(cfg, method).items()}
+        try:
+            check_space(method, dims)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: space.{method}: {exc}".replace("\n", " ")) from None
 
 
-def _bounds(dim: Any) -> list[Any]:
-    if isinstance(dim, list):
-        return list(dim)
+def _as_dim(dim: Any) -> Any:
+    """A config range as the methods' dimension (``unitta.methods.space``); lists and Dims as they are."""
+    from unitta.methods.space import LogUniform, Uniform
+
     if isinstance(dim, RangeSpec):
-        return [dim.low, dim.high]
-    return list(dim.corners()) if hasattr(dim, "corners") else []
-
-
-def _check_declared(method: str, dims: dict[str, Any], source: str) -> None:
-    """The user's space inside the method's declared one, where the methods declare spaces."""
-    import unitta.methods
-
-    check = getattr(unitta.methods, "check_space", None)
-    if check is None:  # the declared spaces (unitta.methods.space) are not in this checkout yet
-        return
-    try:
-        check(method, dims)
-    except ValueError as exc:
-        raise ConfigError(f"{source}: space.{method}: {exc}".replace("\n", " ")) from None
+        return LogUniform(dim.low, dim.high) if dim.log else Uniform(dim.low, dim.high)
+    return dim
