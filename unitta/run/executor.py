@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from unitta.cell import Cell
-from unitta.evaluate import STATUS_OK, DatasetUnavailable, git_commit
+from unitta.evaluate import STATUS_FAILED, STATUS_OK, DatasetUnavailable, git_commit
 from unitta.results import add_to_membership, cells_dir, consolidate, done_cells, write_membership
 from unitta.run.backends import LocalBackend, RayBackend
 from unitta.run.outdir import (
@@ -79,7 +79,7 @@ class RunOutcome:
     def count(self, row: dict[str, Any]) -> None:
         if row["status"] == STATUS_OK:
             self.n_ok += 1
-        else:
+        elif row["status"] == STATUS_FAILED:  # a 'stopped' row (early stopping) is neither
             self.n_failed += 1
         if row.get("duration_s") is not None:
             self.cell_seconds.append(float(row["duration_s"]))
