@@ -63,7 +63,8 @@ def error_table(df: pl.DataFrame) -> str:
                 cells.append("–")
                 continue
             gap = row["gap_to_oracle"][0]
-            cells.append(f"{row['test_error'][0]:.2f}" + ("" if gap is None or choice == "oracle" else f" (+{gap:.2f})"))
+            extra = "" if gap is None or choice == "oracle" else f" (+{gap:.2f})"
+            cells.append(f"{row['test_error'][0]:.2f}{extra}")
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -119,7 +120,8 @@ def rankings_markdown(ranks: pl.DataFrame, n_units: int) -> str:
              "| choice | winner (share of resamples) | Kendall's tau vs default [95 % interval] | ranking (best first) |",
              "|---|---|---:|---|"]
     for r in ranks.iter_rows(named=True):
-        tau = "–" if np.isnan(r["kendall_tau"]) else f"{r['kendall_tau']:.2f} [{r['tau_low']:.2f}, {r['tau_high']:.2f}]"
+        tau = "–" if np.isnan(r["kendall_tau"]) else (
+            f"{r['kendall_tau']:.2f} [{r['tau_low']:.2f}, {r['tau_high']:.2f}]")
         lines.append(f"| {r['choice']} | **{r['winner']}** ({r['winner_share']:.0%}) | {tau} | {r['ranking']} |")
     return "\n".join(lines)
 

@@ -355,18 +355,6 @@ def failed_row(cell: Cell, error_text: str, **extra: Any) -> dict[str, Any]:
     return {**cell.coordinates(), "status": STATUS_FAILED, "error_text": error_text, **extra}
 
 
-def stopped_row(cell: Cell, stop: Stopped) -> dict[str, Any]:
-    """The row of a cell its report hook stopped: status 'stopped', no metrics, how far it went and what it
-    reported (never a result: a sweep runs it again; docs/selection.md)."""
-    return {
-        **cell.coordinates(),
-        "status": STATUS_STOPPED,
-        "error_text": f"stopped early after {stop.batches} batches",
-        "report_values": json.dumps(stop.reports),
-        "stopped_at_batch": stop.batches,
-    }
-
-
 def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: Any) -> dict[str, Any]:
     """Run one cell and return its result row; never raises for a failing cell.
 
@@ -374,7 +362,7 @@ def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: An
     finished_at, duration_s, hostname, node_id, worker_pid, cuda_visible_devices, git_commit and
     ray_version (docs/results.md). An exception, or a non-finite error, gives a 'failed' row with the
     cell's coordinates and the error text; a cell its ``report`` hook stopped gives a 'stopped' row
-    (``stopped_row``). Torch's thread count is pinned to ``cell.num_threads``.
+    (docs/selection.md). Torch's thread count is pinned to ``cell.num_threads``.
     ``extra`` columns (e.g. sweep_name, git_commit computed once by the driver) are added to the row.
     """
     import torch
@@ -388,8 +376,9 @@ def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: An
         if not math.isfinite(row.get("error", float("nan"))):
             raise FloatingPointError(f"error={row.get('error')} is not finite")
         row["status"], row["error_text"] = STATUS_OK, None
-    except Stopped as stop:
-        row = stopped_row(cell, stop)
+    except Stopped as stop:  # its report hook stopped it: how far it went, what it reported; never a result
+        row = {**failed_row(cell, str(stop)), "status": STATUS_STOPPED, "stopped_at_batch": stop.batches,
+               "report_values": json.dumps(stop.reports)}
     except Exception as exc:  # a failing cell is a result, not a crash of the sweep
         traceback.print_exc(file=sys.stderr)
         row = failed_row(cell, short_error(exc))
