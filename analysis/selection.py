@@ -117,7 +117,8 @@ def rankings(df: pl.DataFrame, n_boot: int = N_BOOTSTRAP, seed: int = SEED) -> p
 def rankings_markdown(ranks: pl.DataFrame, n_units: int) -> str:
     lines = [f"Bootstrap over {n_units} (setting, seed) unit(s), {N_BOOTSTRAP} resamples; tau: Kendall's tau of the "
              "methods' mean errors against the default protocol's.", "",
-             "| choice | winner (share of resamples) | Kendall's tau vs default [95 % interval] | ranking (best first) |",
+             "| choice | winner (share of resamples) | Kendall's tau vs default [95 % interval] "
+             "| ranking (best first) |",
              "|---|---|---:|---|"]
     for r in ranks.iter_rows(named=True):
         tau = "–" if np.isnan(r["kendall_tau"]) else (
