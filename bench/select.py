@@ -15,16 +15,21 @@ of a 20-images-per-domain subset (minutes on a contended CPU). Ratios within one
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
+import sys
 from pathlib import Path
 
-import polars as pl
+if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # run as a script: this file's name would shadow the standard library's select module
 
-from unitta.results import load_results
-from unitta.run import RunOptions
-from unitta.select import parse_select_config, run_select
+import argparse  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import polars as pl  # noqa: E402
+
+from unitta.results import load_results  # noqa: E402
+from unitta.run import RunOptions  # noqa: E402
+from unitta.select import parse_select_config, run_select  # noqa: E402
 
 MAIN = {"tent": ("lr", 1e-4, 1e-2), "eata": ("lr", 1e-4, 1e-2), "sar": ("lr", 1e-4, 1e-2),
         "rotta": ("lr", 1e-4, 1e-2), "roid": ("lr", 1e-4, 1e-2), "unitta": ("eta", 1e-3, 0.5)}
@@ -68,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     full, full_s = run(config(scale, "none"), root / "full", opts)
     asha, asha_s = run(config(scale, "asha"), root / "asha", opts)
     print(f"## ASHA (reduction factor 3, 27 points per method) vs every trial to the end  [{root}]")
-    print("| method | setting | batches full | batches ASHA | ratio | test error full's choice | ASHA's choice | diff |")
+    print("| method | setting | batches full | batches ASHA | ratio | test error: full's choice | ASHA's | diff |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     both = full.join(asha, on=["method", "setting", "seed"], suffix="_asha")
     for r in both.sort("method", "setting").iter_rows(named=True):

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "selection (docs/selection.md).",
         epilog="examples:\n  unitta select sweeps/select_quick.yaml --local\n"
         "  python -m unitta.select sweeps/select_grid.yaml --dry-run\n"
-        "exit codes: 0 ok, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
+        "exit codes: 0 ok, 1 some trials failed, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", help="select YAML (sweeps/select_*.yaml)")
@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         for line in summary_lines(selection):
             print(line)
         print(f"selection: {outcome.out_dir / 'selection.parquet'}  (python analysis/selection.py {outcome.out_dir})")
+        if outcome.n_failed:
+            print(f"{outcome.n_failed} trial(s) failed (see {outcome.out_dir / 'logs'}); rerun the same command to retry")
+            return exits.EXIT_FAILED_CELLS
         return exits.EXIT_OK
 
     return run_command(body)
