@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line)
         print(f"selection: {outcome.out_dir / 'selection.parquet'}  (python analysis/selection.py {outcome.out_dir})")
         if outcome.n_failed:
-            print(f"{outcome.n_failed} trial(s) failed (see {outcome.out_dir / 'logs'}); rerun the same command to retry")
+            print(f"{outcome.n_failed} trial(s) failed (logs: {outcome.out_dir / 'logs'}); rerun the command to retry")
             return exits.EXIT_FAILED_CELLS
         return exits.EXIT_OK
 
