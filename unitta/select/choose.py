@@ -7,7 +7,7 @@ One row per (dataset, setting, seed, method, protocol, criterion):
   win: they have no result);
 - unsupervised: per criterion, the point best on the test stream by that label-free criterion.
 Only the oracle reads test errors to choose; the others read validation errors or criterion columns.
-Ties go to the earlier point (grid or suggestion order). Errors are percent, as in the rows' ``error``.
+Ties go to the point whose JSON sorts first (independent of run order). Errors are percent, as in the rows' ``error``.
 """
 
 from __future__ import annotations

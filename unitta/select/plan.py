@@ -46,16 +46,18 @@ def ok_value(row: dict[str, Any] | None, col: str) -> float | None:
 
 
 def best_point(plan: GroupPlan, rows: dict[str, dict], stream: str, col: str, mode: str):
-    """(point, value) of the best 'ok' row by ``col`` on ``stream`` (earlier point on ties), or None."""
-    best = None
+    """(point, value) of the best 'ok' row by ``col`` on ``stream``, or None. Ties go to the point whose JSON
+    (``point_key``) sorts first, so that a choice does not depend on the order points were run or resumed in."""
+    found = []
     for point in plan.points:
         cell = plan.cell(point, stream)
         value = ok_value(rows.get(cell.cell_id()) if cell is not None else None, col)
-        if value is None:
-            continue
-        if best is None or (value < best[1] if mode == "min" else value > best[1]):
-            best = (point, value)
-    return best
+        if value is not None:
+            found.append((value if mode == "min" else -value, point_key(point), point, value))
+    if not found:
+        return None
+    best = min(found, key=lambda f: (f[0], f[1]))
+    return best[2], best[3]
 
 
 def holdout_choice(plan: GroupPlan, rows: dict[str, dict]) -> dict[str, Any] | None:
