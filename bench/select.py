@@ -9,8 +9,9 @@ per method (each method's main hyper-parameter on a log grid over its declared r
     and the test error of ASHA's choice and of the full search's choice (target: within 0.5 points);
 (b) the workers' busy fraction of each run: the cells' summed durations / (workers x the run's wall time from
     the first cell's start to the last cell's end) (target >= 85 %).
-Full: select_quick's six methods on four settings (27 x 6 x 4 trials per run); ``--quick``: tent on one setting
-of a 20-images-per-domain subset (minutes on a contended CPU). Ratios within one run are what counts.
+Full: six methods on four settings of a 100-images-per-domain subset, batch 16 (27 x 6 x 4 trials per run);
+``--quick``: tent on one setting
+of the same subset (minutes on a contended CPU). Ratios within one run are what counts.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ MAIN = {"tent": ("lr", 1e-4, 1e-2), "eata": ("lr", 1e-4, 1e-2), "sar": ("lr", 1e
 FULL = {"methods": list(MAIN), "settings": ["n111", "nu11", "i111", "nuiu"],
         "cell": {"dataset": "fmnist-c", "n_per_domain": 100, "S": 5, "batch_size": 16}}
 QUICK = {"methods": ["tent"], "settings": ["n111"],
-         "cell": {"dataset": "fmnist-c", "n_per_domain": 20, "S": 2, "batch_size": 4}}
+         "cell": {"dataset": "fmnist-c", "n_per_domain": 100, "S": 5, "batch_size": 16}}
 
 
 def config(scale: dict, scheduler: str, points: int = 27) -> dict:
@@ -62,7 +63,7 @@ def run(raw: dict, out: Path, opts: RunOptions) -> tuple[pl.DataFrame, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tent on one setting of a tiny subset")
+    parser.add_argument("--quick", action="store_true", help="tent on one setting")
     parser.add_argument("--workers", type=int, default=2, help="Ray CPUs (one cell each)")
     parser.add_argument("--local", action="store_true", help="run in this process (no Ray; no busy fraction)")
     parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
