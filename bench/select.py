@@ -10,8 +10,7 @@ per method (each method's main hyper-parameter on a log grid over its declared r
 (b) the workers' busy fraction of each run: the cells' summed durations / (workers x the run's wall time from
     the first cell's start to the last cell's end) (target >= 85 %).
 Full: six methods on four settings of a 100-images-per-domain subset, batch 16 (27 x 6 x 4 trials per run);
-``--quick``: tent on one setting
-of the same subset (minutes on a contended CPU). Ratios within one run are what counts.
+``--quick``: tent on one setting of the same subset (minutes on a contended CPU). Ratios within one run count.
 """
 
 from __future__ import annotations
