@@ -229,7 +229,7 @@ def test_check_passes_the_example_and_fails_a_reset_that_keeps_the_adapted_model
 
     assert main(["check", str(ROOT / "examples" / "my_method" / "my_method.py:pseudo_label")]) == 0
     out = capsys.readouterr().out
-    assert out.count("PASS") == 10 and "WARN" not in out and "all checks passed" in out
+    assert out.count("PASS") == 11 and "WARN" not in out and "all checks passed" in out
 
     _write(tmp_path / "zz_leaky.py", LEAKY_PLUGIN)
     assert main(["check", f"{tmp_path / 'zz_leaky.py'}:leaky_bn"]) == 1

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from unitta.methods import TTAMethod, register_method
+from unitta.methods import LogUniform, TTAMethod, Uniform, register_method
 
 
 @register_method("pseudo_label")
@@ -34,6 +34,8 @@ class PseudoLabel(TTAMethod):
                 raise ValueError(f"threshold must be in [0, 1), got {self.threshold}")
 
     presets = {"imagenet": {"lr": 2.5e-4}}  # dataset family -> overrides (TENT's ImageNet value)
+    # what `unitta select` searches: TENT's 1e-3 a decade either side; Lee's 0.9 among lower thresholds
+    space = {"lr": LogUniform(1e-4, 1e-2), "threshold": Uniform(0.5, 0.95)}
 
     def setup(self) -> None:
         """On ``self.model``, a fresh copy of the source: batch statistics, trainable BN affine parameters."""

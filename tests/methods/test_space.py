@@ -191,3 +191,18 @@ def test_corner_points_build_and_run_one_batch(name, corner, model_and_images, o
     assert torch.isfinite(scores).all()
     assert all(getattr(method.cfg, key) == value or math.isclose(getattr(method.cfg, key), value)
                for key, value in point.items())
+
+
+def test_the_contract_check_refuses_a_space_outside_the_config(monkeypatch):
+    """``python -m unitta.methods check`` has a ``space`` item: a key that is no Config field, a value the Config
+    refuses, or something that is not a dimension fails it with the reason."""
+    from unitta.methods.__main__ import _check_space
+
+    assert _check_space("sar").passed and _check_space("test").passed
+    cls = method_class("sar")
+    for bad, reason in [({"lrr": LogUniform(1e-4, 1e-2)}, "no hyper-parameter 'lrr'"),
+                        ({"e_factor": Uniform(0.0, 0.5)}, "e_factor=0.0 must be in (0, 1]"),
+                        ({"lr": [1e-4, 1e-3]}, "is not a LogUniform")]:
+        monkeypatch.setattr(cls, "space", bad)
+        result = _check_space("sar")
+        assert not result.passed and reason in result.reason, result.reason

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from unitta.data.base import CorruptedDataset
 
 __all__ = [
+    "ALL_CORRUPTIONS",
     "ArrayDataset",
     "CORRUPTIONS",
     "CorruptedDataset",

@@ -1,6 +1,6 @@
 """Command line for the datasets.
 
-    python -m unitta.data prepare fmnist-c [--severity 1..5|all] [--n-per-domain N] [--data-dir DIR]
+    python -m unitta.data prepare fmnist-c [--severity 1..5|all] [--n-per-domain N] [--data-dir DIR] [--corruptions C]
     python -m unitta.data prepare imagenet-c --dir DATA_DIR [--severity 5] [--workers N] [--force] [--verify]
     python -m unitta.data show fmnist-c --out grid.png [--severity S] [--data-dir DIR]
     python -m unitta.data fetch cifar10-c|cifar100-c|imagenet-c --dir DIR [--keep-archive] [--quiet]
@@ -37,22 +37,33 @@ def _severities(text: str) -> list[int]:
     return values
 
 
+def _corruption_list(text: str | None) -> list[str]:
+    """--corruptions: a comma list, 'held_out' (the four held-out ones), or None (the 15)."""
+    from unitta.data import ALL_CORRUPTIONS, CORRUPTIONS, HELD_OUT_CORRUPTIONS
+
+    if text == "held_out":
+        return list(HELD_OUT_CORRUPTIONS)
+    corruptions = text.split(",") if text else list(CORRUPTIONS)
+    unknown = [c for c in corruptions if c not in ALL_CORRUPTIONS]
+    if unknown:
+        raise ValueError(f"--corruptions: unknown {', '.join(unknown)}; expected among {', '.join(ALL_CORRUPTIONS)} "
+                         "or 'held_out'")
+    return corruptions
+
+
 def _prepare(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    corruptions = _corruption_list(args.corruptions)
     if args.dataset == "imagenet-c":
-        from unitta.data import CORRUPTIONS, default_data_dir
+        from unitta.data import default_data_dir
         from unitta.data.prepared import prepare_imagenet_c
 
         data_dir = args.data_dir or default_data_dir()
-        corruptions = args.corruptions.split(",") if args.corruptions else list(CORRUPTIONS)
-        unknown = [c for c in corruptions if c not in CORRUPTIONS]
-        if unknown:
-            raise ValueError(f"--corruptions: unknown {', '.join(unknown)}; expected among {', '.join(CORRUPTIONS)}")
         for line in prepare_imagenet_c(data_dir, args.severity, corruptions, args.workers, args.force, args.verify):
             print(line)
         print(f"ImageNet-C cache in {data_dir}: {time.perf_counter() - started:.1f} s")
         return 0
-    folder = prepare_fmnist_c(args.data_dir, args.severity, n_per_domain=args.n_per_domain, progress=True)
+    folder = prepare_fmnist_c(args.data_dir, args.severity, corruptions, n_per_domain=args.n_per_domain, progress=True)
     print(f"Fashion-MNIST-C (severities {args.severity}) in {folder}: {time.perf_counter() - started:.1f} s")
     return 0
 
@@ -99,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", "--dir", default=None, help="data / cache root (default $UNITTA_DATA or ~/.cache/unitta)"
     )
     prepare.add_argument("--workers", type=int, default=None, help="imagenet-c: decoding processes (default: cores)")
-    prepare.add_argument("--corruptions", default=None, help="imagenet-c: a comma list (default: all 15)")
+    prepare.add_argument("--corruptions", default=None,
+                         help="a comma list (default: all 15), or 'held_out' (the four held-out ones)")
     prepare.add_argument("--force", action="store_true", help="imagenet-c: rebuild caches that exist")
     prepare.add_argument("--verify", action="store_true", help="imagenet-c: re-hash the caches that are kept")
     show = commands.add_parser("show", help="draw a grid of corrupted images (PNG)")
@@ -157,12 +169,8 @@ def _check(args: argparse.Namespace) -> int:
     from unitta.data.check import check_dataset
 
     data_dir = args.data_dir or default_data_dir()
-    corruptions = args.corruptions.split(",") if args.corruptions else None
-    if corruptions == ["held_out"]:
-        from unitta.data import HELD_OUT_CORRUPTIONS
-
-        corruptions = list(HELD_OUT_CORRUPTIONS)
     try:
+        corruptions = _corruption_list(args.corruptions) if args.corruptions else None
         problems = check_dataset(args.dataset, data_dir, args.md5, corruptions, args.n_per_domain, args.severity)
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -18,10 +18,11 @@ from unitta.methods.base import (
     register_method,
     resolved_config,
 )
-from unitta.methods.space import Choice, IntUniform, LogUniform, Uniform, check_space, method_space
+from unitta.methods.space import Choice, Dim, IntUniform, LogUniform, Uniform, check_space, method_space
 
 __all__ = [
     "Choice",
+    "Dim",
     "IntUniform",
     "LogUniform",
     "MethodCost",

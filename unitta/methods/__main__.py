@@ -14,7 +14,8 @@ Examples::
 the LayerNorm ViT; a method whose ``norm_kinds`` exclude the model's kind is a usage error) and Fashion-MNIST-C
 images (no downloads) and prints one line per item, PASS or FAIL with the reason: finite (B, K) scores at
 B = 64 and B = 1, ``reset()`` restores the source exactly, the same seed gives the same outputs, the Config
-refuses unknown names and wrong types, every dataset preset is a valid Config, forward/backward passes
+refuses unknown names and wrong types, every dataset preset is a valid Config, the declared search space (if any)
+lies within the Config's checks, forward/backward passes
 are counted, the source model passed in is never modified; WARN lines for a method whose outputs equal the
 source model's ("never adapts") and for host synchronisations in ``forward``. Every check runs on its own copy
 of the model. What an author runs before a sweep (docs/adding_a_method.md). Exit code 0 when every item
@@ -115,6 +116,25 @@ def _check_presets(name: str):
     return CheckResult("presets", name, True, "ok")
 
 
+def _check_space(name: str):
+    """The method's declared search space: dimensions over Config fields, every point within the Config's checks."""
+    from unitta.methods.contract import CheckResult
+    from unitta.methods.space import DIM_TYPES, check_space, method_space
+
+    space = method_space(name)
+    if not space:
+        return CheckResult("space", name, True, "ok")
+    wrong = [key for key, dim in space.items() if not isinstance(dim, DIM_TYPES)]
+    if wrong:
+        return CheckResult("space", name, False, f"space[{wrong[0]!r}] is not a LogUniform, Uniform, IntUniform or "
+                                                 "Choice (unitta.methods.space)")
+    try:
+        check_space(name, space)
+    except ValueError as exc:
+        return CheckResult("space", name, False, f"the declared space is refused: {exc}")
+    return CheckResult("space", name, True, "ok")
+
+
 def check(name: str, model, info, images, **overrides: Any) -> list:
     """The contract items for method ``name`` (``contract.run_checks``, each guarded) plus the presets."""
     from unitta.methods import contract, method_class
@@ -123,7 +143,8 @@ def check(name: str, model, info, images, **overrides: Any) -> list:
     results = contract.run_checks(name, model, info, images, guard=_guarded, **overrides)
     results = [r if r.method else dataclasses.replace(r, method=name) for r in results]
     at = [r.check for r in results].index("config_validation") + 1
-    return [*results[:at], _guarded("presets", lambda: _check_presets(name)), *results[at:]]
+    extra = [_guarded("presets", lambda: _check_presets(name)), _guarded("space", lambda: _check_space(name))]
+    return [*results[:at], *extra, *results[at:]]
 
 
 _WHAT = {
@@ -132,6 +153,7 @@ _WHAT = {
     "deterministic": "same seed -> same outputs",
     "config_validation": "Config refuses unknown names and wrong types",
     "presets": "every dataset preset is a valid Config",
+    "space": "its search space (if any) lies within the Config's checks",
     "cost": "forward/backward passes counted",
     "bf16": "finite scores under bf16 autocast (precision: bf16)",
     "source_unchanged": "the source model passed in is never modified",

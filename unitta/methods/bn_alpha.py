@@ -47,8 +47,8 @@ class BNAlpha(TTAMethod):
             check_probability("alpha", self.alpha)
 
     space = {  # docs/methods.md "Search spaces"
-        # published 0.1 (BN.ALPHA); 1 is plain batch statistics (``bn``), the prior-strength range of Schneider
-        # et al. (NeurIPS'20) maps to alpha from about 0.01 upwards
+        # published 0.1 (BN.ALPHA): a decade below it (nearly the source statistics) up to 1, plain batch
+        # statistics (``bn``); log scale, as alpha = n / (N + n) for a prior strength N (Schneider et al. NeurIPS'20)
         "alpha": LogUniform(0.01, 1.0),
     }
 

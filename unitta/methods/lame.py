@@ -58,7 +58,7 @@ class LAME(TTAMethod):
     presets = {}  # UT uses the same values on every dataset
 
     space = {  # docs/methods.md "Search spaces"
-        "affinity": Choice(("knn", "rbf", "linear")),  # LAME paper sec. 3's three kernels (UT: knn, md: rbf)
+        "affinity": Choice(("knn", "rbf", "linear")),  # LAME's three affinities (UT uses knn, md rbf)
         "knn": IntUniform(1, 10),  # published 5 (UT and md): from 1 to twice that
     }
 

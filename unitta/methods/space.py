@@ -186,7 +186,7 @@ def _check_n(n: Any) -> None:
 
 # Two decades around 1e-3, the CIFAR learning rate (Adam) of TENT, EATA, SAR, RoTTA, ROID, CoTTA, RMT, ... in their
 # reference configs (UT configs/adapter/cifar10/*.yaml, md cfgs/cifar10_c/*.yaml); contains their ImageNet (SGD)
-# rates 2.5e-4 to 1e-3 too. The grid(3) of this range is the example grid [1e-4, 1e-3, 1e-2].
+# rates, 2.5e-4 to 1e-2, too. The grid(3) of this range is the example grid [1e-4, 1e-3, 1e-2].
 ADAM_LR = LogUniform(1e-4, 1e-2)
 # The Balanced / Robust BN statistics EMA rate: TRIBE's configs use 0.01 (CIFAR-10), 0.05 (CIFAR-100), 0.5
 # (ImageNet) (UT configs/adapter/*/tribe.yaml ETA); a decade below the smallest and up to the largest.
@@ -195,7 +195,7 @@ BN_EMA = LogUniform(1e-3, 0.5)
 # same files (GAMMA).
 BN_GAMMA = Uniform(0.0, 0.5)
 # E_0 = e_factor * ln K, the entropy margin of EATA, ETA, SAR and DeYO: 0.4 in all their papers and configs
-# (EATA sec. 5, SAR eq. 2); EATA's sensitivity study spans about 0.2 to 0.6 of ln K.
+# (EATA sec. 5, SAR eq. 2); 0.2 of ln K either side.
 CONFIDENCE_MARGIN = Uniform(0.2, 0.6)
 
 
