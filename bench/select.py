@@ -9,7 +9,8 @@ per method (each method's main hyper-parameter on a log grid over its declared r
     and the test error of ASHA's choice and of the full search's choice (target: within 0.5 points);
 (b) the workers' busy fraction of each run: the cells' summed durations / (workers x the run's wall time from
     the first cell's start to the last cell's end) (target >= 85 %).
-Full: six methods on four settings of a 100-images-per-domain subset, batch 16 (27 x 6 x 4 trials per run);
+Full: six methods on four settings of a 200-images-per-domain subset, S = 10, batch 16 (validation streams of
+25 batches; 27 x 6 x 4 trials per run);
 ``--quick``: tent on one setting of the same subset (minutes on a contended CPU). Ratios within one run count.
 """
 
@@ -34,9 +35,8 @@ from unitta.select import parse_select_config, run_select  # noqa: E402
 MAIN = {"tent": ("lr", 1e-4, 1e-2), "eata": ("lr", 1e-4, 1e-2), "sar": ("lr", 1e-4, 1e-2),
         "rotta": ("lr", 1e-4, 1e-2), "roid": ("lr", 1e-4, 1e-2), "unitta": ("eta", 1e-3, 0.5)}
 FULL = {"methods": list(MAIN), "settings": ["n111", "nu11", "i111", "nuiu"],
-        "cell": {"dataset": "fmnist-c", "n_per_domain": 100, "S": 5, "batch_size": 16}}
-QUICK = {"methods": ["tent"], "settings": ["n111"],
-         "cell": {"dataset": "fmnist-c", "n_per_domain": 100, "S": 5, "batch_size": 16}}
+        "cell": {"dataset": "fmnist-c", "n_per_domain": 200, "S": 10, "batch_size": 16}}
+QUICK = {"methods": ["tent"], "settings": ["n111"], "cell": FULL["cell"]}
 
 
 def config(scale: dict, scheduler: str, points: int = 27) -> dict:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["AshaArbiter", "AshaHook", "first_rung"]
+__all__ = ["AshaArbiter", "AshaHook", "first_rung", "milestones"]
 
 _TIME, _METRIC = "batches", "error"
 
@@ -25,6 +25,16 @@ _TIME, _METRIC = "batches", "error"
 def first_rung(max_t: int, reduction_factor: float, rungs: int = 3) -> int:
     """ASHA's grace period: the stream's batches / rf^rungs (at least 1), so that there are ``rungs`` rungs."""
     return max(1, int(math.floor(max_t / reduction_factor**rungs)))
+
+
+def milestones(max_t: int, grace: int, reduction_factor: float) -> tuple[int, ...]:
+    """ASHA's rungs (grace x rf^k below max_t), rounded up to whole report intervals: the only reports at which
+    the scheduler can decide anything, so the only ones a cell asks about."""
+    out, t = [], float(grace)
+    while t < max_t:
+        out.append(int(math.ceil(t / grace) * grace))
+        t *= reduction_factor
+    return tuple(out)
 
 
 class AshaArbiter:
@@ -84,8 +94,11 @@ class AshaHook:
     arbiter: Any
     group: str
     trial: str
+    milestones: tuple[int, ...] | None = None  # None: ask at every report
 
     def __call__(self, batches: int, values: dict[str, float]) -> bool:
+        if self.milestones is not None and batches not in self.milestones:
+            return False  # between rungs the scheduler only says continue: no round trip to the actor
         decide = self.arbiter.decide
         if hasattr(decide, "remote"):
             import ray

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import random
 from typing import Any
 
 from unitta.adapt import Report
 from unitta.cell import Cell
 from unitta.criteria import CRITERION_MODES, column
 from unitta.evaluate import STATUS_OK, STATUS_STOPPED, build_stream, load_cell_dataset
-from unitta.select.asha import AshaArbiter, AshaHook, first_rung
+from unitta.select.asha import AshaArbiter, AshaHook, first_rung, milestones
 from unitta.select.config import SelectConfig
 from unitta.select.space import Group, distributions, grid_points, groups, point_key, trial_cell
 
@@ -131,6 +132,7 @@ class SelectPlanner:
         self.n_cells = self.n_skipped = 0
         self.arbiter: Any = None
         self.report_every: dict[str, int] = {}
+        self.milestones: dict[str, tuple[int, ...]] = {}
         for plan in self.plans.values():
             self._init_search(plan)
             self._enqueue(plan, [plan.default_cell()], "default")
@@ -140,6 +142,8 @@ class SelectPlanner:
     def _init_search(self, plan: GroupPlan) -> None:
         if self.cfg.search.algorithm == "grid":
             plan.search = grid_points(self.cfg, plan.group.method)
+            if self.cfg.search.scheduler == "asha":  # asynchronous halving assumes no order (a sorted grid would
+                random.Random(self.cfg.search.seed).shuffle(plan.search)  # keep improving and never stop)
             return
         import optuna
         from ray.tune.search.optuna import OptunaSearch
@@ -262,6 +266,7 @@ class SelectPlanner:
             max_t = self._validation_batches(plan, lengths)
             every = self.cfg.search.report_every or first_rung(max_t, self.cfg.search.reduction_factor)
             self.report_every[plan.group.key] = every
+            self.milestones[plan.group.key] = milestones(max_t, every, self.cfg.search.reduction_factor)
             self._call("add_group", plan.group.key, max_t, every)
             for (_, stream), cell in plan.cells.items():
                 row = self.rows.get(cell.cell_id())
@@ -289,7 +294,8 @@ class SelectPlanner:
         if self.arbiter is None or self.stream[cell.cell_id()] != "validation":
             return None
         plan = self.owner[cell.cell_id()]
-        return Report(self.report_every[plan.group.key], AshaHook(self.arbiter, plan.group.key, cell.cell_id()))
+        key = plan.group.key
+        return Report(self.report_every[key], AshaHook(self.arbiter, key, cell.cell_id(), self.milestones[key]))
 
     def take(self) -> list[Cell]:
         cells, self.queue = self.queue, []
