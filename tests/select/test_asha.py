@@ -16,8 +16,8 @@ from unitta.select.asha import AshaArbiter, first_rung
 CELL = {"dataset": "fmnist-c", "n_per_domain": 20, "S": 2, "batch_size": 4}
 
 
-def test_first_rung_gives_three_rungs() -> None:
-    assert first_rung(27, 3) == 1 and first_rung(270, 3) == 10 and first_rung(5, 3) == 1
+def test_first_rung_gives_three_rungs_and_skips_the_first_batch() -> None:
+    assert first_rung(27, 3) == 2 and first_rung(270, 3) == 10 and first_rung(5, 3) == 1
 
 
 def test_arbiter_stops_the_worse_trials_at_each_rung() -> None:

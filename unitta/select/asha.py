@@ -23,8 +23,9 @@ _TIME, _METRIC = "batches", "error"
 
 
 def first_rung(max_t: int, reduction_factor: float, rungs: int = 3) -> int:
-    """ASHA's grace period: the stream's batches / rf^rungs (at least 1), so that there are ``rungs`` rungs."""
-    return max(1, int(math.floor(max_t / reduction_factor**rungs)))
+    """ASHA's grace period: the stream's batches / rf^rungs, so that there are ``rungs`` rungs; at least 2 where
+    the stream is long enough (the first batch is scored before most methods adapt on it: every point ties)."""
+    return max(2 if max_t >= 2 * reduction_factor else 1, int(math.floor(max_t / reduction_factor**rungs)))
 
 
 def milestones(max_t: int, grace: int, reduction_factor: float) -> tuple[int, ...]:
