@@ -143,7 +143,8 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None) -> pl.DataFrame:
     df = pl.concat(frames, how="diagonal_relaxed")
     # The same cell in two directories (a re-run): keep one row, an 'ok' one if there is one.
     df = df.sort(pl.col("status") != "ok").unique(subset="cell_id", keep="first", maintain_order=True)
-    return df
+    # trials an early stop ended (unitta select's ASHA, docs/selection.md) are not results, nor failures
+    return df.filter(pl.col("status") != "stopped")
 
 
 def split_rows(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
