@@ -164,6 +164,8 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str]
     df = pl.concat(frames, how="diagonal_relaxed")
     # The same cell in two directories (a re-run): keep one row, an 'ok' one if there is one.
     df = df.sort(pl.col("status") != "ok").unique(subset="cell_id", keep="first", maintain_order=True)
+    # trials an early stop ended (unitta select's ASHA, docs/selection.md) are not results, nor failures
+    df = df.filter(pl.col("status") != "stopped")
     try:
         return apply_where(normalise_rows(df), where)
     except ValueError as exc:

@@ -9,7 +9,8 @@ Writes ``<out>/report.html`` (figures embedded as base64 PNG, no external file o
 panel: the paper-style table (mean ± 95 % interval where there are seeds), the heatmap, the per-method
 domain x class grids, best vs runner-up (analysis/stats.py) and the per-setting ranking; then the comparison with the
 paper's table (the dataset's own, else ``--paper-dataset``, by default CIFAR-10-C as a proxy) with its scatter
-plot and Spearman's rho; then the tune figures if the directories hold tune rows. The figures and tables
+plot and Spearman's rho; then the tune figures if the directories hold tune rows, and the hyper-parameter
+selection (analysis/selection.py) of the directories that hold a ``selection.parquet``. The figures and tables
 themselves are written beside it (analysis/heatmaps.py and analysis/compare_paper.py outputs).
 """
 
@@ -28,7 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import polars as pl  # noqa: E402
 
-from analysis import compare_paper, heatmaps, plots  # noqa: E402
+from analysis import compare_paper, heatmaps, plots, selection  # noqa: E402
 from analysis.common import (  # noqa: E402
     AnalysisError,
     add_sweep_argument,
@@ -143,12 +144,25 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
         nav.append('<a href="#tune">tune</a>')
         body.append('<h2 id="tune">Tune runs</h2>')
         body += [f"<h3>{html.escape(p.stem)}</h3>" + _img(p, p.stem) for p in tune_figs]
+    body += _selection_section(dirs, out, nav)
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>unitta report</title>"
             f"<style>{_CSS}</style></head><body>\n<nav>{' '.join(nav)}</nav>\n" + "\n".join(body)
             + "\n</body></html>\n")
     path = out / "report.html"
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _selection_section(dirs, out: Path, nav: list[str]) -> list[str]:
+    """The hyper-parameter selection of the folders that hold a ``selection.parquet`` (analysis/selection.py)."""
+    chosen = [d for d in dirs if (Path(d) / "selection.parquet").is_file()]
+    if not chosen:
+        return []
+    md, png = selection.analyse(chosen, out / "selection")
+    nav.append('<a href="#selection">selection</a>')
+    return ['<h2 id="selection">Hyper-parameters chosen without test labels</h2>',
+            '<p class="note">default / oracle / holdout / unsupervised protocols (docs/selection.md)</p>',
+            markdown_to_html(md.read_text()), _img(png, "error of each protocol's choice")]
 
 
 def metric_comparison(rows: pl.DataFrame) -> str:

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.results",),
     ("unitta.run",),
     ("unitta.sweep", "unitta.tune", "unitta.recommend", "unitta.contract"),
+    ("unitta.select",),
     ("analysis",),
 ]
 COMMANDS = "commands: every __main__ module"  # the top layer, above LAYERS

@@ -2,6 +2,7 @@
 
     unitta sweep CONFIG.yaml [--local] [--dry-run] ...      = python -m unitta.sweep
     unitta tune CONFIG.yaml [--local] [--dry-run] ...       = python -m unitta.tune
+    unitta select CONFIG.yaml [--local] [--dry-run] ...     = python -m unitta.select
     unitta data fetch|check|prepare|show|list|export-folder = python -m unitta.data
     unitta models fetch|train ...                           = python -m unitta.models
     unitta methods check|list|space ...                     = python -m unitta.methods
@@ -27,6 +28,7 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("unitta.sweep", "run a sweep config's grid of cells (local or Ray), results as Parquet"),
     "tune": ("unitta.tune", "search stream factors / the BDN layer (grid or Optuna) with the sweep's executor"),
+    "select": ("unitta.select.run", "choose hyper-parameters without test labels: default/oracle/holdout/unsupervised"),
     "data": ("unitta.data.__main__", "datasets: fetch, check, prepare, show, list, export-folder"),
     "models": ("unitta.models.__main__", "models: fetch a paper checkpoint, train the embedded ResNet-20"),
     "methods": ("unitta.methods.__main__", "methods: check the contract, list methods, print a search space"),

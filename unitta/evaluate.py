@@ -16,31 +16,30 @@ import os
 import platform
 import resource
 import socket
-import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from unitta.cell import Cell
-from unitta.cell.adapt import Adapted, adapt_stream, device_batch, precision_mode
+from unitta.cell.adapt import Adapted, Report, Stopped, adapt_stream, device_batch, precision_mode
 from unitta.cell.horizon import repeat_rounds, round_errors
 from unitta.cell.metrics import stream_metrics
+from unitta.cell.provenance import git_commit, now, ray_node_id, ray_version
 from unitta.cell.realtime import Schedule
 from unitta.data.records import RECORDS
 
 __all__ = ["DatasetUnavailable", "load_cell_dataset",
            "evaluate", "run_cell", "failed_row", "build_stream",
-           "result_row", "git_commit", "short_error", "STATUS_OK", "STATUS_FAILED"]
+           "result_row", "short_error", "STATUS_OK", "STATUS_FAILED", "STATUS_STOPPED"]
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
+STATUS_STOPPED = "stopped"  # stopped early by its progress-report hook (``unitta select``'s ASHA): not a result
 
 
 # ---------------------------------------------------------------------- the data
@@ -185,6 +184,8 @@ def result_row(
         "torch_version": torch.__version__,
         "python_version": sys.version.split()[0],
         "method_extra": json.dumps(method.extra_metrics(), sort_keys=True, default=str),
+        **adapted.criteria,
+        **({"report_values": json.dumps(adapted.reports)} if adapted.reports else {}),
     }
 
 
@@ -205,12 +206,14 @@ def evaluate(
     dataset=None,
     model_and_info=None,
     progress: bool | Callable[[int, int], None] = False,
+    report: Report | None = None,
 ) -> dict[str, Any]:
     """Run ``cell`` and return its result row (a flat dict, see docs/results.md).
 
     dataset / model_and_info: already-loaded objects to reuse (the sweep passes the dataset it put
     in Ray's object store); loaded from the cell when None.
     progress: True for a tqdm bar, or a callback(done_images, total_images).
+    report: partial results every k batches to a hook that may stop the cell (``unitta.cell.adapt.Stopped``).
     """
     import torch
 
@@ -261,7 +264,7 @@ def evaluate(
                         never_adapts=not method.adapts)
     clean = load_clean_test(cell.dataset, cell.data_dir, cell.n_per_domain) if cell.forgetting else None
     before = _clean_error(method.source_model, clean, cell.batch_size, device) if clean is not None else None
-    adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule)
+    adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule, report)
     forgetting = None
     if clean is not None:
         forgetting = {
@@ -307,44 +310,6 @@ def _clean_error(predict, clean, batch_size: int, device) -> float:
 
 
 # ---------------------------------------------------------------------- run_cell: for drivers
-@lru_cache(maxsize=1)
-def git_commit() -> str | None:
-    """The checkout's commit (with '+dirty' when tracked files changed), or None outside a git checkout."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root, capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{sha}+dirty" if dirty else sha
-
-
-def ray_version() -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version("ray")
-    except Exception:  # ray is optional for in-process runs
-        return None
-
-
-def _ray_node_id() -> str | None:
-    if "ray" not in sys.modules:
-        return None
-    import ray
-
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
 def short_error(exc: BaseException) -> str:
     """'Type: message (at file:line in function)': one line for the error_text column."""
     text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
@@ -360,13 +325,14 @@ def failed_row(cell: Cell, error_text: str, **extra: Any) -> dict[str, Any]:
     return {**cell.coordinates(), "status": STATUS_FAILED, "error_text": error_text, **extra}
 
 
-def run_cell(cell: Cell, dataset=None, **extra: Any) -> dict[str, Any]:
+def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: Any) -> dict[str, Any]:
     """Run one cell and return its result row; never raises for a failing cell.
 
     The row is ``evaluate(cell, dataset)``'s, plus status ('ok' | 'failed'), error_text, started_at,
     finished_at, duration_s, hostname, node_id, worker_pid, cuda_visible_devices, git_commit and
     ray_version (docs/results.md). An exception, or a non-finite error, gives a 'failed' row with the
-    cell's coordinates and the error text. Torch's thread count is pinned to ``cell.num_threads``.
+    cell's coordinates and the error text; a cell its ``report`` hook stopped gives a 'stopped' row
+    (docs/selection.md). Torch's thread count is pinned to ``cell.num_threads``.
     ``extra`` columns (e.g. sweep_name, git_commit computed once by the driver) are added to the row.
     """
     import torch
@@ -376,10 +342,13 @@ def run_cell(cell: Cell, dataset=None, **extra: Any) -> dict[str, Any]:
     started = now()
     t0 = time.perf_counter()
     try:
-        row = evaluate(cell, dataset=dataset)
+        row = evaluate(cell, dataset=dataset, report=report)
         if not math.isfinite(row.get("error", float("nan"))):
             raise FloatingPointError(f"error={row.get('error')} is not finite")
         row["status"], row["error_text"] = STATUS_OK, None
+    except Stopped as stop:  # its report hook stopped it: how far it went, what it reported; never a result
+        row = {**failed_row(cell, str(stop)), "status": STATUS_STOPPED, "stopped_at_batch": stop.batches,
+               "report_values": json.dumps(stop.reports)}
     except Exception as exc:  # a failing cell is a result, not a crash of the sweep
         traceback.print_exc(file=sys.stderr)
         row = failed_row(cell, short_error(exc))
@@ -388,7 +357,7 @@ def run_cell(cell: Cell, dataset=None, **extra: Any) -> dict[str, Any]:
         finished_at=now(),
         duration_s=time.perf_counter() - t0,
         hostname=socket.gethostname(),
-        node_id=_ray_node_id(),
+        node_id=ray_node_id(),
         worker_pid=os.getpid(),
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         ray_version=ray_version(),

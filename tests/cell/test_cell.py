@@ -67,7 +67,7 @@ def test_a_plan_resolves_once_per_method_and_keeps_every_id():
     """``share_resolution`` (what ``SweepConfig.cells`` does): the same ids as cells that resolve on their own."""
     import dataclasses
 
-    from unitta.cell import share_resolution
+    from unitta.cell.resolution import share_resolution
 
     cells = share_resolution([Cell(method=m, setting=s, seed=seed, method_kwargs=kw)
                               for m, kw in (("test", {}), ("tent", {}), ("tent", {"lr": 1e-4}))

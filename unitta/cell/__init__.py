@@ -41,7 +41,7 @@ from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_del
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
 __all__ = [
-    "Cell", "share_resolution", "DEFAULT_MODELS", "LATER_FIELDS", "MAX_SEED", "PRECISIONS", "PLACEMENT_FIELDS",
+    "Cell", "DEFAULT_MODELS", "LATER_FIELDS", "MAX_SEED", "PRECISIONS", "PLACEMENT_FIELDS",
     "check_device", "check_seed", "check_stream_size",
 ]
 
@@ -96,7 +96,7 @@ PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "comp
 # (docs/results.md, "Resume"). A new field of Cell goes here.
 LATER_FIELDS: tuple[str, ...] = (
     "protocol", "cost", "forgetting", "delta", "rounds", "reset", "ccc", "curve_points", "domains", "classes",
-    "datasets_as_domains",
+    "datasets_as_domains", "corruptions", "criteria",
 )
 # Datasets read from image folders: their identity holds the digest of the folder's index (``data``).
 _FOLDER_LOADERS = ("folder", "natural", "mixture")
@@ -132,6 +132,9 @@ class Cell:
     image folder, for the methods that need source data.
     datasets_as_domains: with ``dataset='mixture'``, the natural-shift sets whose domains form the pool.
     cache_images: decode an image folder once into memory instead of per batch (same images, same results).
+    corruptions: the dataset's domains (None: its test corruptions; ``unitta select`` runs validation streams
+    on held-out ones, docs/selection.md). criteria: label-free selection criteria the cell records as
+    ``criterion_<name>`` columns (``unitta.cell.criteria``; docs/selection.md).
     """
 
     dataset: str = "fmnist-c"
@@ -169,6 +172,8 @@ class Cell:
     source_dir: str | None = None
     datasets_as_domains: tuple[str, ...] | None = None
     cache_images: bool = False
+    corruptions: tuple[str, ...] | None = None
+    criteria: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for key in ("domains", "classes", "datasets_as_domains"):
@@ -184,6 +189,7 @@ class Cell:
         if self.sampler == "ccc" and self.reset == "each_shift":
             raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
                              "use reset: none or each_batch")
+        self._check_lists()
         check_device(self.device)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
@@ -218,6 +224,20 @@ class Cell:
             extra = [k for k, v in (("factors", self.factors), ("S", self.S), ("length", self.length)) if v]
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the {self.sampler} sampler takes none (each image once)")
+
+    def _check_lists(self) -> None:
+        from unitta.cell.criteria import CRITERIA
+
+        if self.corruptions is not None:
+            values = (self.corruptions,) if isinstance(self.corruptions, str) else tuple(self.corruptions)
+            if not values or len(set(values)) < len(values):
+                raise ValueError(f"corruptions={self.corruptions!r}: expected distinct corruption names")
+            object.__setattr__(self, "corruptions", values)
+        criteria = (self.criteria,) if isinstance(self.criteria, str) else tuple(self.criteria)
+        unknown = [c for c in criteria if c not in CRITERIA]
+        if unknown or len(set(criteria)) < len(criteria):
+            raise ValueError(f"criteria={self.criteria!r}: expected distinct names among {', '.join(CRITERIA)}")
+        object.__setattr__(self, "criteria", criteria)
 
     @property
     def model_name(self) -> str:
@@ -350,31 +370,13 @@ class Cell:
             "reset": self.reset,
             "ccc": None if self.ccc is None else json.dumps(self.ccc, sort_keys=True),
             "curve_points": self.curve_points,
+            "corruptions": None if self.corruptions is None else list(self.corruptions),
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
 _IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(Cell) if f.name not in PLACEMENT_FIELDS)
-
-
-def share_resolution(cells: list[Cell]) -> list[Cell]:
-    """``cells`` with what their identities resolve computed once per plan, not once per cell: the method's
-    config and version per (method, dataset, profile, overrides), the weights' digest per (dataset, model,
-    checkpoint_dir). Values set on a cell are those it would compute itself (cached properties), so ids are
-    unchanged; a later plan resolves afresh (a method or checkpoint changed in between is seen)."""
-    methods: dict[tuple, tuple] = {}
-    weights: dict[tuple, tuple] = {}
-    for cell in cells:
-        key = (cell.method, cell.dataset, cell.profile, json.dumps(cell.method_kwargs, sort_keys=True, default=repr))
-        if key not in methods:
-            methods[key] = (cell.method_config, cell.method_version)
-        cell.__dict__["method_config"], cell.__dict__["method_version"] = methods[key]
-        where = (cell.dataset, cell.model_name, cell.checkpoint_dir)
-        if where not in weights:
-            weights[where] = (cell.weights, cell._reference_weights)
-        cell.__dict__["weights"], cell.__dict__["_reference_weights"] = weights[where]
-    return cells
 
 
 def _hash(identity: dict[str, Any]) -> str:

@@ -7,16 +7,37 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from unitta.cell import Cell
+from unitta.cell.criteria import CriteriaMeter
 from unitta.cell.horizon import ResetCounter, batch_bounds, reset_points
 from unitta.cell.metrics import NLL_FLOOR
 from unitta.cell.realtime import Schedule
 
-__all__ = ["Adapted", "adapt_stream", "device_batch", "precision_mode"]
+__all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch", "precision_mode"]
+
+# A progress-report hook: called every ``Report.every`` batches with (batches done, {'error': % so far,
+# '<criterion>': value so far}); returns True to stop the cell there (``unitta select``'s ASHA).
+ReportHook = Callable[[int, dict[str, float]], bool]
+
+
+@dataclass
+class Report:
+    """Where a cell reports partial results along its stream (docs/selection.md, "Early stopping")."""
+
+    every: int
+    hook: ReportHook
+
+
+class Stopped(Exception):  # noqa: N818 (a decision, not an error)
+    """The report hook stopped the cell after ``batches`` batches (its ``reports``: (batches, values) so far)."""
+
+    def __init__(self, batches: int, reports: list[tuple[int, dict[str, float]]]) -> None:
+        super().__init__(f"stopped early after {batches} batches")
+        self.batches, self.reports = batches, reports
 
 
 @contextlib.contextmanager
@@ -65,6 +86,8 @@ class Adapted:
     adapt_seconds: float
     schedule: Schedule
     resets: int = 0
+    criteria: dict[str, float] = field(default_factory=dict)
+    reports: list[tuple[int, dict[str, float]]] = field(default_factory=list)
 
 
 def _batch_plan(stream, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
@@ -105,6 +128,24 @@ def _one_batch(method, x, schedule: Schedule, device):
     return scores
 
 
+def _progress_bar(n: int, cell: Cell):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
+
+
+def _record_scores(scores, kind: str, labels, confidence, true_log_prob):
+    """Write a batch's confidence and true-class log-probability into their (device) slices; returns the
+    batch's log-probabilities (for the label-free criteria)."""
+    import torch
+
+    with torch.no_grad():
+        log_probs = _log_probabilities(scores.detach(), kind)
+        confidence.copy_(log_probs.amax(dim=1).exp())
+        true_log_prob.copy_(log_probs.gather(1, labels[:, None]).squeeze(1))
+    return log_probs
+
+
 def adapt_stream(
     method,
     stream,
@@ -113,6 +154,7 @@ def adapt_stream(
     device,
     progress: bool | Callable[[int, int], None] = False,
     schedule: Schedule | None = None,
+    report: Report | None = None,
 ):
     """Feed the stream to ``method`` in batches of ``cell.batch_size``; returns the predictions.
 
@@ -122,6 +164,9 @@ def adapt_stream(
     ``schedule`` (default: online) says which batches the method adapts on (``unitta.cell.realtime``). Batches follow
     the cell's rounds and reset protocol (``unitta.cell.horizon``: cut at round boundaries, and at domain changes
     under 'each_shift'; the method is reset before the batches the protocol names).
+    The cell's label-free criteria (``Cell.criteria``, ``unitta.cell.criteria``) are accumulated on the way;
+    ``report`` gets the partial error and criteria every ``report.every`` batches and may stop the cell
+    (``Stopped``).
     """
     import torch
 
@@ -132,12 +177,10 @@ def adapt_stream(
     confidence = torch.empty(n, dtype=torch.float32, device=device)
     true_log_prob = torch.empty(n, dtype=torch.float32, device=device)
     finite = torch.ones((), dtype=torch.bool, device=device)
+    meter = CriteriaMeter(cell.criteria, cell.seed, device)
+    reports: list[tuple[int, dict[str, float]]] = []
     kind = getattr(method, "scores", "logits")
-    bar = None
-    if progress is True:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
+    bar = _progress_bar(n, cell) if progress is True else None
     channels_last = cell.precision == "bf16" and device.type == "cuda"
     data_seconds = 0.0
     checked = 0  # stream positions whose outputs are known to be finite
@@ -159,10 +202,10 @@ def adapt_stream(
             end = start + len(x)
             finite &= torch.isfinite(scores).all()
             predictions[start:end] = scores.argmax(dim=1)
-            with torch.no_grad():
-                log_probs = _log_probabilities(scores.detach(), kind)
-                confidence[start:end] = log_probs.amax(dim=1).exp()
-                true_log_prob[start:end] = log_probs.gather(1, labels[start:end, None]).squeeze(1)
+            log_probs = _record_scores(scores, kind, labels[start:end], confidence[start:end], true_log_prob[start:end])
+            meter.update(method, x, log_probs, lambda s: _log_probabilities(s, kind))
+            if report is not None and (i + 1) % report.every == 0 and end < n:
+                _report(report, i + 1, predictions[:end] == labels[:end], meter, reports)
             if (i + 1) % _CHECK_EVERY == 0 or end == n:
                 if not bool(finite):  # one host sync per _CHECK_EVERY batches
                     raise FloatingPointError(
@@ -180,4 +223,13 @@ def adapt_stream(
     return Adapted(
         out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule,
         resets.total(method),
+        meter.values(), reports,
     )
+
+
+def _report(report: Report, batches: int, correct, meter: CriteriaMeter, reports: list) -> None:
+    """One progress report (a host synchronisation, only for cells that report); raise ``Stopped`` if told to."""
+    values = {"error": 100.0 * (1.0 - float(correct.double().mean())), **meter.partial()}
+    reports.append((batches, values))
+    if report.hook(batches, values):
+        raise Stopped(batches, reports)

@@ -67,7 +67,7 @@ def load_dataset_of(cell: Cell):
     """The cell's dataset (``unitta.data.load_dataset``); errors propagate (the caller words them)."""
     from unitta.data import load_dataset
 
-    extra = {}
+    extra = {} if cell.corruptions is None else {"corruptions": cell.corruptions}  # unitta select's validation
     if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
         extra = dict(image_size=input_size(cell.dataset, cell.model), domains=cell.domains, classes=cell.classes,
                      num_workers=cell.num_threads, members=cell.datasets_as_domains)

@@ -15,7 +15,8 @@ from pydantic import field_validator, model_validator
 from unitta.cell import PRECISIONS, Cell, check_device, check_seed
 from unitta.cell.horizon import RESETS, check_ccc
 from unitta.cell.realtime import COST_MODELS, PROTOCOLS
-from unitta.data.records import DATASETS, RECORDS
+from unitta.data import HELD_OUT_CORRUPTIONS
+from unitta.data.records import CORRUPTIONS, DATASETS, RECORDS
 from unitta.profile_names import PROFILES
 from unitta.schema import Strict, hint
 from unitta.streams import CCC_SAMPLER, SAMPLERS, ULMM_SAMPLERS
@@ -63,6 +64,19 @@ class CellFields(Strict):
     protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
     cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
     forgetting: bool = False
+    corruptions: list[str] | None = None  # the domains (None: the dataset's test corruptions; docs/selection.md)
+
+    @field_validator("corruptions")
+    @classmethod
+    def _corruptions(cls, value: list[str] | None) -> list[str] | None:
+        known = (*CORRUPTIONS, *HELD_OUT_CORRUPTIONS)
+        for name in value or []:
+            if name not in known:
+                raise ValueError(f"unknown corruption {name!r}{hint(name, known)}; known: {', '.join(known)}")
+        if value is not None and (not value or len(set(value)) < len(value)):
+            raise ValueError(f"expected distinct corruption names, got {value}")
+        return value
+
     rounds: int = 1
     reset: Literal[RESETS] = "none"  # type: ignore[valid-type]
     ccc: dict[str, Any] | None = None

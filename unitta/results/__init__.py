@@ -31,6 +31,8 @@ import pyarrow.parquet as pq
 
 from unitta.results.compaction import remove_parts
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.cell.criteria import CRITERIA
+from unitta.evaluate import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
 from unitta.files import write_atomically
 from unitta.results.membership import add_to_membership, sweep_cell_ids, sweep_names, write_membership
 from unitta.results.cell_files import BASE_FILE, QUARANTINE_DIR, cells_dir, read_layers, temp_dir
@@ -170,6 +172,11 @@ EXTRA_TYPES = {
     "param_layer_index": pa.int64(),
     "tune_default_layer": pa.string(),
     "tune_algorithm": pa.string(),
+    # unitta select (docs/selection.md): the cell's domains, label-free criteria, progress reports, early stop
+    "corruptions": pa.string(),
+    **{f"criterion_{name}": pa.float64() for name in CRITERIA},
+    "report_values": pa.string(),
+    "stopped_at_batch": pa.int64(),
 }
 
 # The columns whose values must not depend on where or when a cell ran (same config + seed on CPU).
@@ -214,8 +221,10 @@ def _to_table(row: dict[str, Any]) -> pa.Table:
     """One row -> a one-row table with SCHEMA's columns (missing ones null) plus any extra keys."""
     if "cell_id" not in row or not row["cell_id"]:
         raise ValueError("row has no 'cell_id'")
-    if row.get("status") not in (STATUS_OK, STATUS_FAILED):
-        raise ValueError(f"row status={row.get('status')!r}: expected {STATUS_OK!r} or {STATUS_FAILED!r}")
+    if row.get("status") not in (STATUS_OK, STATUS_FAILED, STATUS_STOPPED):
+        raise ValueError(
+            f"row status={row.get('status')!r}: expected {STATUS_OK!r}, {STATUS_FAILED!r} or {STATUS_STOPPED!r}"
+        )
     arrays, fields = [], []
     for f in SCHEMA:
         arrays.append(pa.array([row.get(f.name)], type=f.type))

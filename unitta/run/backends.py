@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.evaluate import failed_row, load_cell_dataset, now, short_error
+from unitta.cell.provenance import now
+from unitta.evaluate import failed_row, load_cell_dataset, short_error
 from unitta.run import ray_cluster
 from unitta.run.capture import TASK_NAME, cell_task, execute
 
@@ -31,7 +32,7 @@ Finished = tuple[Cell, dict[str, Any], str]
 
 
 def dataset_key(cell: Cell) -> tuple:
-    return (cell.dataset, cell.data_dir, cell.severity, cell.n_per_domain, cell.domains, cell.classes,
+    return (cell.dataset, cell.data_dir, cell.severity, cell.n_per_domain, cell.corruptions, cell.domains, cell.classes,
             cell.datasets_as_domains, cell.cache_images,
             cell.model if cell.dataset in ("folder",) or ":" in (cell.model or "") else None)
 
@@ -43,14 +44,15 @@ class LocalBackend:
 
     def __init__(self, extra: dict[str, Any]) -> None:
         self.extra = extra
-        self.queue: deque[Cell] = deque()
+        self.queue: deque[tuple[Cell, Any]] = deque()
         self.datasets: dict[tuple, Any] = {}
 
     def start(self, write: Callable[[str], None]) -> None:
         pass
 
-    def submit(self, cell: Cell) -> None:
-        self.queue.append(cell)
+    def submit(self, cell: Cell, report=None) -> None:
+        """Queue ``cell``; ``report``: its progress-report hook (``unitta.cell.adapt.Report``), if any."""
+        self.queue.append((cell, report))
 
     @property
     def pending(self) -> int:
@@ -60,11 +62,11 @@ class LocalBackend:
         return min(1, len(self.queue))
 
     def wait(self) -> list[Finished]:
-        cell = self.queue.popleft()
+        cell, report = self.queue.popleft()
         key = dataset_key(cell)
         if key not in self.datasets:  # missing or damaged: DatasetUnavailable, one line and exit 2
             self.datasets[key] = load_cell_dataset(cell)
-        row, text = execute(cell, self.datasets[key], self.extra, echo=False)
+        row, text = execute(cell, self.datasets[key], self.extra, echo=False, report=report)
         return [(cell, row, text)]
 
     def finish(self) -> None:
@@ -113,6 +115,7 @@ class RayBackend:
         self.address, self.num_cpus, self.wait_for_resources = address, num_cpus, wait_for_resources
         self.refs: dict[tuple, Any] = {}
         self.in_flight: dict[Any, Cell] = {}
+        self.reports: dict[str, Any] = {}  # cell id -> its progress-report hook (kept for a resubmission)
         self.resubmitted: dict[str, int] = {}
         self.reported_lost: list[str] = []
         self.ray = None
@@ -146,7 +149,10 @@ class RayBackend:
         self.nodes, self.watched = ray_cluster.NodeWatch(self.ray), time.monotonic()
         self.waiting = _WaitWatch(self.ray, need, started=time.monotonic())
 
-    def submit(self, cell: Cell) -> None:
+    def submit(self, cell: Cell, report=None) -> None:
+        """Submit ``cell`` as a task; ``report``: its progress-report hook (picklable: it travels to the worker)."""
+        if report is not None:
+            self.reports[cell.cell_id()] = report
         key = dataset_key(cell)
         if key not in self.refs:  # one copy of each dataset per run in the object store; every task gets the same ref
             self.refs[key] = self.ray.put(load_cell_dataset(cell))
@@ -157,7 +163,7 @@ class RayBackend:
             retry_exceptions=False,  # run_cell turns exceptions into 'failed' rows; retries are for lost workers
             name=f"{TASK_NAME}:{cell.method}:{cell.setting}",
             runtime_env=self.task_env,
-        ).remote(cell, self.refs[key], self.extra, tuple(self.cfg.plugins))
+        ).remote(cell, self.refs[key], self.extra, tuple(self.cfg.plugins), self.reports.get(cell.cell_id()))
         self.in_flight[ref] = cell
 
     @property

@@ -44,8 +44,11 @@ def _niceness() -> int | None:
     return os.nice(0) if hasattr(os, "nice") else None
 
 
-def execute(cell: Cell, dataset, extra: dict[str, Any], echo: bool = True) -> tuple[dict[str, Any], str]:
-    """run_cell with its stdout/stderr captured: (row, log text) for ``<out>/logs/<cell_id>.log``."""
+def execute(
+    cell: Cell, dataset, extra: dict[str, Any], echo: bool = True, report=None
+) -> tuple[dict[str, Any], str]:
+    """run_cell with its stdout/stderr captured: (row, log text) for ``<out>/logs/<cell_id>.log``; ``report``: the
+    cell's progress-report hook (``unitta.cell.adapt.Report``), if any."""
     buffer = io.StringIO()
     buffer.write(f"cell {cell.cell_id()}\n{json.dumps(cell.identity(), sort_keys=True, default=str)}\n")
     buffer.write(
@@ -55,7 +58,7 @@ def execute(cell: Cell, dataset, extra: dict[str, Any], echo: bool = True) -> tu
     out = _Tee(buffer, sys.stdout) if echo else buffer
     err = _Tee(buffer, sys.stderr) if echo else buffer
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        row = run_cell(cell, dataset, **extra)
+        row = run_cell(cell, dataset, report=report, **extra)
     buffer.write(
         f"status {row['status']} in {row['duration_s']:.2f} s"
         + (f": {row['error_text']}" if row["status"] != STATUS_OK else f", error {row['error']:.2f} %")
@@ -64,7 +67,9 @@ def execute(cell: Cell, dataset, extra: dict[str, Any], echo: bool = True) -> tu
     return row, buffer.getvalue()
 
 
-def cell_task(cell: Cell, dataset, extra: dict[str, Any], plugins: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
+def cell_task(
+    cell: Cell, dataset, extra: dict[str, Any], plugins: tuple[str, ...] = (), report=None
+) -> tuple[dict[str, Any], str]:
     """The Ray task of one cell; ``dataset`` arrives from the object store (numpy arrays zero-copy).
 
     ``plugins`` (the config's) are imported first: the cell's method may be one of theirs (unitta/plugins.py).
@@ -73,4 +78,4 @@ def cell_task(cell: Cell, dataset, extra: dict[str, Any], plugins: tuple[str, ..
         from unitta.plugins import import_on_worker
 
         import_on_worker(plugins)
-    return execute(cell, dataset, extra)
+    return execute(cell, dataset, extra, report=report)

@@ -36,6 +36,8 @@ def list_cells(title: str, cells: list[Cell], out: Path, resources, note: str = 
         state = "done" if cell.cell_id() in finished else "todo"
         factors = ",".join(f"{k}={v:g}" for k, v in sorted(cell.factors.items())) or "-"
         layer = f" layer={cell.method_kwargs['layer']}" if "layer" in cell.method_kwargs else ""
+        layer += "".join(f" {k}={v}" for k, v in sorted(cell.method_kwargs.items()) if k != "layer")
+        layer += f" corruptions={','.join(cell.corruptions)}" if cell.corruptions else ""
         sampler = "" if cell.sampler == "official" else f" sampler={cell.sampler}"
         sampler += "" if cell.delta is None else f" delta={cell.delta:g}"
         print(

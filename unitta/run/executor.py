@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from unitta.cell import Cell
-from unitta.evaluate import STATUS_OK, DatasetUnavailable, git_commit
+from unitta.cell.provenance import git_commit
+from unitta.evaluate import STATUS_FAILED, STATUS_OK, DatasetUnavailable
 from unitta.results import consolidate, done_cells
 from unitta.results.cell_files import cells_dir, compacted_dir, move_old_quarantine, temp_dir
 from unitta.results.compaction import COMPACT_AT, Compactor, compact
@@ -84,7 +85,7 @@ class RunOutcome:
     def count(self, row: dict[str, Any]) -> None:
         if row["status"] == STATUS_OK:
             self.n_ok += 1
-        else:
+        elif row["status"] == STATUS_FAILED:  # a 'stopped' row (early stopping) is neither
             self.n_failed += 1
         if row.get("duration_s") is not None:
             self.cell_seconds.append(float(row["duration_s"]))
@@ -110,6 +111,9 @@ class Planner(Protocol):
 
     def done(self) -> bool:
         """Nothing more to submit or write."""
+
+    # optional: ``attach(backend)`` once the backend started (e.g. to start a Ray actor), ``report_for(cell)``
+    # the cell's progress-report hook (``unitta.cell.adapt.Report``; ``unitta select``'s ASHA)
 
 
 class GridPlanner:
@@ -159,8 +163,9 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
     """Submit what the planner offers, write what it releases, until it is done and nothing runs."""
     while True:
         submitted = planner.take()
+        report_for = getattr(planner, "report_for", None)
         for cell in submitted:
-            backend.submit(cell)
+            backend.submit(cell, report_for(cell) if report_for else None)
         written = planner.drain()
         for row, text in written:
             record(out, row, text)
@@ -259,6 +264,8 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
     bar = None
     try:
         backend.start(lambda line: bar.write(line) if bar else print(line, file=sys.stderr))
+        if hasattr(planner, "attach"):
+            planner.attach(backend)
         write_manifest(out, cfg, planner.n_cells, backend.mode, opts.argv)
         bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
         compactor = Compactor(out, opts.compact_at, warn=lambda line: bar.write(line))

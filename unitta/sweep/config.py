@@ -34,7 +34,8 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import Cell, check_seed, check_stream_size, share_resolution
+from unitta.cell import Cell, check_seed, check_stream_size
+from unitta.cell.resolution import share_resolution
 from unitta.cell.spec import CellFields, check_dataset_name
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import CCC_SAMPLER, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
@@ -42,11 +43,8 @@ from unitta.streams.ccc import check_ccc_setting
 from unitta.streams.protocols import check_delta
 from unitta.streams.settings import (
     FACTOR_KEYS,
-    SETTING_CODES_24,
-    SETTING_CODES_36,
-    is_half_code,
-    is_setting_code,
 )
+from unitta.sweep.setting_lists import check_half, expand_settings
 
 __all__ = [
     "SweepConfig",
@@ -54,7 +52,6 @@ __all__ = [
     "MethodSpec",
     "load_config",
     "parse_config",
-    "expand_settings",
     "read_yaml_file",
 ]
 
@@ -157,14 +154,14 @@ class SweepConfig(RunConfig, CellFields):
     @classmethod
     def _class_settings(cls, value: list[str] | None) -> list[str] | None:
         for code in value or []:
-            _check_half(code, "class")
+            check_half(code, "class")
         return value
 
     @field_validator("domain_settings")
     @classmethod
     def _domain_settings(cls, value: list[str] | None) -> list[str] | None:
         for code in value or []:
-            _check_half(code, "domain")
+            check_half(code, "domain")
         return value
 
     @field_validator("factor_grid")
@@ -305,30 +302,6 @@ class SweepConfig(RunConfig, CellFields):
                                   method_kwargs=dict(method.overrides), **stream, seed=seed, batch_size=batch_size,
                                   **common))
         return share_resolution(cells)
-
-
-def expand_settings(value: Any) -> list[str]:
-    """'all24' | 'all36' | a 4-character code -> a list of codes (docs/streams.md); other input is refused."""
-    if value == "all24":
-        return list(SETTING_CODES_24)
-    if value == "all36":
-        return list(SETTING_CODES_36)
-    if not isinstance(value, str):
-        raise ValueError(f"a setting is a 4-character code such as 'nui1', or 'all24'/'all36', got {value!r}")
-    code = value
-    if not is_setting_code(code):
-        raise ValueError(
-            f"invalid setting {code!r}{hint(code, SETTING_CODES_36)}: a code is <class corr><class imb>"
-            f"<domain corr><domain imb> with corr in i,n,1 and imb in 1,u (e.g. 'nui1'), or 'all24'/'all36'"
-        )
-    return [code]
-
-
-def _check_half(code: Any, which: str) -> None:
-    if not is_half_code(code):
-        raise ValueError(
-            f"invalid {which} setting {code!r}: a 2-character <corr><imb> with corr in i,n,1 and imb in 1,u (e.g. 'n1')"
-        )
 
 
 def _method_entry(entry: Any, index: int) -> Any:
