@@ -124,6 +124,9 @@ SCHEMA = pa.schema(
         ("images_per_s", pa.float64()),
         ("forwards_per_batch", pa.float64()),
         ("backwards_per_batch", pa.float64()),
+        ("setup_forwards", pa.int64()),  # one-off set-up before the stream (TTAMethod.one_off); null in old files
+        ("setup_backwards", pa.int64()),
+        ("setup_time_s", pa.float64()),
         ("peak_memory_mb", pa.float64()),
         # where and when
         ("started_at", _TS),
