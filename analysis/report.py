@@ -54,6 +54,13 @@ def _inline(text: str) -> str:
     return out.replace("\\*", "*")
 
 
+def _table_cells(line: str) -> list[str]:
+    """The cells of one Markdown pipe-table row; ``\\|`` is a literal bar inside a cell (``mean \\|diff\\|``)."""
+    inner = line.strip().removeprefix("|")
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner)]
+
+
 def markdown_to_html(md: str) -> str:
     """The subset of Markdown the analysis scripts write (headings, pipe tables, paragraphs) as HTML."""
     parts: list[str] = []
@@ -64,7 +71,7 @@ def markdown_to_html(md: str) -> str:
         if line.startswith("|"):
             block = []
             while i < len(lines) and lines[i].startswith("|"):
-                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                block.append(_table_cells(lines[i]))
                 i += 1
             head, rows = block[0], [r for r in block[1:] if not all(set(c) <= set("-:") for c in r)]
             parts.append('<div class="scroll"><table><tr>' + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>")

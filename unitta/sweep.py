@@ -35,6 +35,7 @@ from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.outdir import check_output_dir
+from unitta.run.segments import short_segment_warnings
 from unitta.run.summary import summary_table
 
 __all__ = ["run_sweep", "SweepOutcome", "TASK_NAME", "main"]
@@ -117,6 +118,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
+        for warning in short_segment_warnings(cfg.cells()):  # before running as before a dry run
+            print(warning, file=sys.stderr)
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
             code = dry_run(cfg, out)
             if not args.no_preflight:
