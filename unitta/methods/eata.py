@@ -24,8 +24,8 @@ Deviations:
 - From the reference: the Fisher is estimated at the first forward (before the first update, from the same
   source model, so the same values) rather than in the constructor, because its batch size is the stream's;
   it is one-off set-up (``TTAMethod.one_off``): its passes and time are the row's ``setup_*`` columns, not the
-  first batch's cost (version 2: under the real-time protocol version 1 charged them to the first batch). The source subset is drawn with torch's generator, not Python's
-  ``random``. ETA's deviations apply.
+  first batch's cost (version 2: under the real-time protocol version 1 charged them to the first batch). The
+  source subset is drawn with torch's generator, not Python's ``random``. ETA's deviations apply.
 """
 
 from __future__ import annotations

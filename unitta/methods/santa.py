@@ -27,10 +27,11 @@ Deviations:
 - From the reference: the prototypes are computed once per method object (the reference caches them in a file
   per dataset and architecture) from a shuffled order drawn from a generator seeded with the method's seed; their
   forward passes are one-off set-up (the row's ``setup_*`` columns, ``TTAMethod.one_off``), not counted in
-  ``cost``; a ``reset()`` reuses them, so its set-up does not include them. A class with no source image gets no prototype (it is
-  never the nearest; the reference would produce a NaN prototype). The projector is initialised with PyTorch's
-  default ``nn.Linear`` distribution drawn from the method's generator. The augmentation and the source order use
-  the method's torch.Generator (the reference: global RNGs). Only the contrast mode 'all' is implemented (the
+  ``cost``; a ``reset()`` reuses them, so its set-up does not include them. A class with no source image gets no
+  prototype (it is never the nearest; the reference would produce a NaN prototype). The projector is initialised
+  with PyTorch's default ``nn.Linear`` distribution drawn from the method's generator. The augmentation and the
+  source order use the method's torch.Generator (the reference: global RNGs). Only the contrast mode 'all' is
+  implemented (the
   reference's 'one' uses unprojected anchors). A batch of one is adapted on, as the reference does.
 - From the paper: not checked value by value here; the reference's implementation and values are used.
 """
