@@ -31,8 +31,8 @@ Deviations:
   prototype (it is never the nearest; the reference would produce a NaN prototype). The projector is initialised
   with PyTorch's default ``nn.Linear`` distribution drawn from the method's generator. The augmentation and the
   source order use the method's torch.Generator (the reference: global RNGs). Only the contrast mode 'all' is
-  implemented (the
-  reference's 'one' uses unprojected anchors). A batch of one is adapted on, as the reference does.
+  implemented (the reference's 'one' uses unprojected anchors). A batch of one is adapted on, as the reference
+  does.
 - From the paper: not checked value by value here; the reference's implementation and values are used.
 """
 
