@@ -31,6 +31,7 @@ import polars as pl  # noqa: E402
 from analysis import compare_paper, heatmaps, plots  # noqa: E402
 from analysis.common import AnalysisError, add_sweep_argument, load_dirs, split_rows, sweep_panels  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
+from unitta.run.segments import row_stream_cell, short_segment_warnings  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 
@@ -111,6 +112,7 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
     by_name = {p.name: p for p in written}
     panel_rows = {panel.name: panel.rows for panel in sweep_panels(sweep_rows)}
     body = ["<h1>unitta reproduction report</h1>", _overview(df, dirs)]
+    body += [f'<p class="warn">{html.escape(w)}</p>' for w in _segment_warnings(sweep_rows)]
     nav = []
     panels = sorted(panel_rows)
     for panel in panels:
@@ -165,6 +167,16 @@ def metric_comparison(rows: pl.DataFrame) -> str:
     lines += ["", "Means over the settings present; ≠ marks a method whose rank differs between the two metrics "
               "(docs/results.md, Metrics)."]
     return "\n".join(lines) + "\n"
+
+
+def _segment_warnings(rows: pl.DataFrame) -> list[str]:
+    """The sweep's warnings about continual domain segments of a few batches (unitta.run.segments)."""
+    keys = [c for c in ("dataset", "setting", "sampler", "S", "n_per_domain", "length", "delta", "batch_size",
+                        "factor_overrides") if c in rows.columns]
+    if not rows.height or "setting" not in keys:
+        return []
+    cells = [row_stream_cell(r) for r in rows.select(keys).unique(maintain_order=True).iter_rows(named=True)]
+    return short_segment_warnings(c for c in cells if c is not None)
 
 
 def _overview(df: pl.DataFrame, dirs) -> str:

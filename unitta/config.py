@@ -14,8 +14,11 @@ any task runs as a ``ConfigError`` whose message is one line naming the key and 
     seeds: [425]
     resources: {num_cpus: 1, num_gpus: 0}
 
-Cells are expanded in a fixed order (dataset, model, method, sampler, setting, factor grid point, seed,
-batch size), so the same YAML always gives the same cells with the same ids.
+Cells are expanded in a fixed order (dataset, model, protocol, method, sampler, setting, factor grid point,
+seed, batch size), so the same YAML always gives the same cells with the same ids.
+
+``protocol`` may list both TTA protocols, like ``sampler`` its samplers: ``protocol: [online, realtime]`` runs
+the grid once online and once in real time (docs/results.md, "Real time").
 
 ``sampler`` may list several samplers. The ULMM samplers (official, exact) run every listed setting and
 factor point; the other benchmark's correlated orders (sorted, dirichlet; docs/streams.md) run once per
@@ -36,6 +39,7 @@ from pydantic import field_validator, model_validator
 
 from unitta.cell import Cell
 from unitta.cell_spec import CellFields, check_dataset
+from unitta.realtime import PROTOCOLS
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
 from unitta.streams import PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
 from unitta.streams.protocols import check_delta
@@ -81,6 +85,7 @@ class SweepConfig(RunConfig, CellFields):
     domain_settings: list[str] | None = None
     factor_grid: dict[str, list[float]] = {}
     sampler: list[str] = ["official"]  # gridded here; one per cell (CellFields.sampler)
+    protocol: list[str] = ["online"]  # gridded here too: [online, realtime] runs the grid under both
     delta: list[float] | None = None
     seeds: list[int] = [425]
     batch_size: list[int] = [64]
@@ -93,7 +98,8 @@ class SweepConfig(RunConfig, CellFields):
         if not isinstance(data, dict):
             raise ValueError(f"a sweep config is a mapping of keys, got {type(data).__name__}")
         data = dict(data)
-        for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta"):
+        for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta",
+                    "protocol"):
             if key in data and not isinstance(data[key], list) and not (key == "delta" and data[key] is None):
                 data[key] = [data[key]]
         try:
@@ -119,6 +125,19 @@ class SweepConfig(RunConfig, CellFields):
             check_dataset(name)
         if len(set(value)) != len(value):
             raise ValueError(f"lists a dataset twice: {value}")
+        return value
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocols(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"needs at least one protocol ({', '.join(PROTOCOLS)})")
+        for name in value:
+            if name not in PROTOCOLS:
+                raise ValueError(f"unknown protocol {name!r}{hint(str(name), PROTOCOLS)}; "
+                                 f"known: {', '.join(PROTOCOLS)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a protocol twice: {value}")
         return value
 
     @field_validator("sampler")
@@ -277,18 +296,18 @@ class SweepConfig(RunConfig, CellFields):
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid (dataset, model, method, sampler, setting, factors, seed, batch size)."""
-        stream_keys = ("sampler", "factors", "S", "length")  # set per stream point
+        stream_keys = ("sampler", "factors", "S", "length", "protocol")  # set per stream point / protocol
         common = {k: v for k, v in self.cell_fields().items() if k not in stream_keys}
         common["num_threads"] = self.resources.num_threads
         cells = []
         for dataset in self.datasets:
             model = self.models.get(dataset)
-            grid = itertools.product(self.methods, self.stream_points(), self.seeds, self.batch_size)
-            for method, point, seed, batch_size in grid:
+            grid = itertools.product(self.protocol, self.methods, self.stream_points(), self.seeds, self.batch_size)
+            for protocol, method, point, seed, batch_size in grid:
                 stream = {**point, "factors": dict(point["factors"])}
                 cells.append(Cell(dataset=dataset, method=method.name, model=model,
                                   method_kwargs=dict(method.overrides), **stream, seed=seed, batch_size=batch_size,
-                                  **common))
+                                  protocol=protocol, **common))
         return cells
 
 

@@ -32,6 +32,8 @@ def test_page_is_self_contained_with_every_section(report: Path) -> None:
     for needed in ("Best vs runner-up", "Wilcoxon", "spearman_rho=", "Proxy comparison", " ± ", "ranking per setting"):
         assert needed in page
     assert page.count("<table>") >= 4
+    # 40 images per domain, S = 4: continual segments of 40 images, warned with the S that lengthens them
+    assert "warning: fmnist-c i111 (official, n_per_domain 40, S 4, batch 64): a continual domain segment" in page
 
 
 def test_heatmap_values_are_legible_at_1300_pixels(report: Path) -> None:

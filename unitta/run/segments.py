@@ -14,6 +14,7 @@ Domain settings 'i' and 'n' change domain every few images on purpose (their cor
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -25,7 +26,8 @@ from unitta.data.records import dataset_record
 from unitta.evaluate import build_stream
 from unitta.streams.settings import Setting, default_state_cap
 
-__all__ = ["MIN_SEGMENT_BATCHES", "mean_domain_segment", "short_segment_warning", "short_segment_warnings"]
+__all__ = ["MIN_SEGMENT_BATCHES", "mean_domain_segment", "short_segment_warning", "short_segment_warnings",
+           "row_stream_cell"]
 
 MIN_SEGMENT_BATCHES = 3  # "a few batches": below it a domain is over before a method has adapted to it
 # A continual stream whose every (domain, class) state holds this many batches' worth of positions is long
@@ -78,26 +80,50 @@ def mean_domain_segment(cell: Cell) -> float | None:
     return len(stream.domains) / runs
 
 
+def _long_enough(cell: Cell) -> bool:
+    segment = mean_domain_segment(cell)
+    return segment is None or segment >= MIN_SEGMENT_BATCHES * cell.batch_size
+
+
+def _grown(value: int, cell_of, limit: int | None = None) -> int:
+    """The first value from ``value`` up (10 % steps) whose cell ``cell_of(value)`` has long enough segments:
+    the proportional guess is close, but imbalance quotas round per state. ``limit`` caps the search."""
+    for _ in range(12):
+        if (limit is not None and value >= limit) or _long_enough(cell_of(value)):
+            break
+        value = max(value + 1, math.ceil(value * 1.1))
+    return value if limit is None else min(value, limit)
+
+
 def _lengthening(cell: Cell, segment: float) -> str:
     """The change of S / n_per_domain / length that brings the mean segment to MIN_SEGMENT_BATCHES batches."""
     data = _stand_in(cell)
     scale = MIN_SEGMENT_BATCHES * cell.batch_size / segment
     full = dataset_record(cell.dataset).images_per_domain
+    k = data.num_classes
     if cell.sampler == "exact":
-        now = cell.length or data.num_domains * data.num_classes * data.pool
-        return f"length: {math.ceil(now * scale)} (now {now})"
+        now = cell.length or data.num_domains * k * data.pool
+        need = _grown(math.ceil(now * scale), lambda n: dataclasses.replace(cell, length=n))
+        return f"length: {need} (now {now})"
     if cell.sampler != "official":  # sorted / dirichlet use every image once: only more images lengthen them
-        need = min(full, math.ceil(data.pool * scale) * data.num_classes)
-        return f"n_per_domain: {need} (now {cell.n_per_domain}) or n_per_domain unset"
+        def with_n(value: int) -> Cell:
+            return dataclasses.replace(cell, n_per_domain=-(-value // k) * k)
+
+        need = _grown(math.ceil(data.pool * scale) * k, with_n, limit=full)
+        return f"n_per_domain: {-(-need // k) * k} (now {cell.n_per_domain}) or n_per_domain unset"
     s = _state_cap(cell, data.pool)
-    need_s = math.ceil(s * scale)
+
+    def with_s(value: int) -> Cell:
+        pool_needed = None if value <= data.pool else min(full, value * k)
+        return dataclasses.replace(cell, S=value, n_per_domain=pool_needed or cell.n_per_domain)
+
+    need_s = _grown(math.ceil(s * scale), with_s, limit=full // k)
+    if not _long_enough(with_s(need_s)):
+        return (f"S: {need_s} (now {s}) with all {full} images per domain (n_per_domain unset) still does not: this "
+                "dataset cannot give longer segments")
     if need_s <= data.pool:
         return f"S: {need_s} (now {s})"
-    need_n = need_s * data.num_classes
-    if need_n <= full:
-        return f"S: {need_s} (now {s}) with n_per_domain: {need_n} or more (now {cell.n_per_domain})"
-    return (f"S: {need_s} (now {s}) with all {full} images per domain (n_per_domain unset), which this dataset "
-            "cannot give: expect short segments")
+    return f"S: {need_s} (now {s}) with n_per_domain: {need_s * k} or more (now {cell.n_per_domain})"
 
 
 def short_segment_warning(cell: Cell) -> str | None:
@@ -133,3 +159,17 @@ def short_segment_warnings(cells: Iterable[Cell]) -> list[str]:
         if warning:
             out.append(warning)
     return out
+
+
+def row_stream_cell(row: dict[str, Any]) -> Cell | None:
+    """The stream coordinates of a result row as a Cell (for ``short_segment_warnings`` over results: the report),
+    or None for a row that lacks them. The row's ``S`` is the stream's own, so the stream is the same."""
+    try:
+        sampler = row.get("sampler") or "official"
+        return Cell(dataset=row["dataset"], setting=row["setting"], sampler=sampler,
+                    S=row.get("S") if sampler == "official" else None, n_per_domain=row.get("n_per_domain"),
+                    length=row.get("length") if sampler == "exact" else None, delta=row.get("delta"),
+                    batch_size=int(row.get("batch_size") or 64),
+                    factors=json.loads(row.get("factor_overrides") or "{}"))
+    except (KeyError, TypeError, ValueError):
+        return None
