@@ -10,12 +10,13 @@ batch size, S / length, subset size, severity and factor overrides (seeds are av
 
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from unitta.labels import method_label  # the tables' method names (re-exported here)
 from unitta.streams.settings import CLASS_HALVES, DOMAIN_HALVES, SETTING_CODES_36
 
 __all__ = [
@@ -106,15 +107,16 @@ def add_sweep_argument(parser) -> None:
 def load_dirs(dirs: list[str | Path], sweep: str | None = None) -> pl.DataFrame:
     """Every result row of the given directories, one DataFrame, with a ``source`` column (the directory).
 
-    sweep: only the rows of that sweep's grid in each directory (``unitta.results.load_results(sweep=...)``).
+    sweep: only the rows of that sweep's grid in each directory (``unitta.results.load_results(sweep=...)``);
+    over several directories, those that did not run it are named on stderr and contribute nothing.
     Raises AnalysisError for a missing, empty or foreign directory (no result rows, or rows without
-    the result schema's columns), or a ``sweep`` a directory has no record of.
+    the result schema's columns), or a ``sweep`` no directory has rows of.
     """
     from unitta.results import load_results
 
     if not dirs:
         raise AnalysisError("give at least one result directory")
-    frames = []
+    frames, without_sweep = [], []
     for d in dirs:
         path = Path(d)
         if not path.is_dir():
@@ -124,11 +126,13 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None) -> pl.DataFrame:
         except ValueError as exc:
             if sweep is None:
                 raise AnalysisError(f"{path}: cannot read its result files: {exc}") from None
-            raise AnalysisError(f"{path}: --sweep {sweep}: {exc}") from None
+            without_sweep.append(f"{path}: --sweep {sweep}: {exc}")  # fine if another directory ran it
+            continue
         except Exception as exc:  # unreadable Parquet, a foreign file named *.parquet, ...
             raise AnalysisError(f"{path}: cannot read its result files: {exc}") from None
         if df.height == 0 and sweep is not None:
-            raise AnalysisError(f"{path}: sweep {sweep!r} has no result rows yet (its cells have not finished)")
+            without_sweep.append(f"{path}: sweep {sweep!r} has no result rows yet (its cells have not finished)")
+            continue
         if df.height == 0:
             raise AnalysisError(
                 f"{path}: no result rows (expected {path}/cells/*.parquet or {path}/results.parquet, "
@@ -140,6 +144,10 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None) -> pl.DataFrame:
                 f"{path}: not a unitta result directory: its Parquet rows lack column(s) {', '.join(missing)}"
             )
         frames.append(df.with_columns(pl.lit(str(path)).alias("source")))
+    if not frames:  # --sweep: no directory has that sweep's rows
+        raise AnalysisError("; ".join(without_sweep))
+    for note in without_sweep:  # several directories: the sweep's rows are those of the ones that ran it
+        print(f"note: {note}; the sweep's rows come from the other directories", file=sys.stderr)
     df = pl.concat(frames, how="diagonal_relaxed")
     # The same cell in two directories (a re-run): keep one row, an 'ok' one if there is one.
     df = df.sort(pl.col("status") != "ok").unique(subset="cell_id", keep="first", maintain_order=True)
@@ -152,19 +160,6 @@ def split_rows(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         return df, df.clear()
     is_tune = pl.col("trial_id").is_not_null()
     return df.filter(~is_tune), df.filter(is_tune)
-
-
-def method_label(method: str, method_kwargs: str | None) -> str:
-    """'tent', or 'tent{lr=0.0005}' when the cell overrode hyper-parameters."""
-    if not method_kwargs or method_kwargs in ("{}", "null"):
-        return method
-    try:
-        kwargs = json.loads(method_kwargs)
-    except json.JSONDecodeError:
-        return f"{method}{{{method_kwargs}}}"
-    if not kwargs:
-        return method
-    return method + "{" + ",".join(f"{k}={v}" for k, v in sorted(kwargs.items())) + "}"
 
 
 def method_order(labels) -> list[str]:

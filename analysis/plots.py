@@ -388,17 +388,18 @@ def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
     ok = rows.filter((pl.col("status") == "ok") & pl.col("error").is_not_null() & (pl.col("n_samples") > 0))
     ok = ok.with_columns((pl.col("adapt_time_s") / pl.col("n_samples")).alias("_spi"))
     test = ok.filter(pl.col("method") == "test").group_by("setting").agg(pl.col("_spi").mean().alias("_test"))
+    label = "method_label" if "method_label" in ok.columns else "method"  # a modified method is its own point
     relative = test.height > 0
     if relative:
         ok = ok.join(test, on="setting", how="inner").with_columns((pl.col("_spi") / pl.col("_test")).alias("_x"))
     else:
         ok = ok.with_columns((1000 * pl.col("_spi")).alias("_x"))
-    points = ok.group_by("method").agg(pl.col("_x").mean(), pl.col("error").mean(), pl.len().alias("n"))
-    points = points.sort("_x")
+    points = ok.group_by(label).agg(pl.col("_x").mean(), pl.col("error").mean(), pl.len().alias("n"))
+    points = points.sort("_x", label)
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     ax.scatter(points["_x"].to_list(), points["error"].to_list(), s=22, color="#1f5f8b", zorder=3)
     for r in points.iter_rows(named=True):
-        ax.annotate(r["method"], (r["_x"], r["error"]), textcoords="offset points", xytext=(4, 3), fontsize=7.5)
+        ax.annotate(r[label], (r["_x"], r["error"]), textcoords="offset points", xytext=(4, 3), fontsize=7.5)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))

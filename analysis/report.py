@@ -154,7 +154,9 @@ def metric_comparison(rows: pl.DataFrame) -> str:
     """Markdown: per method the mean error and mean balanced error over the panel's settings, and the rank of
     each (rank 1 = lowest), so that a method that trades its rare classes for its overall error stands out."""
     ok = rows.filter((pl.col("status") == "ok") & pl.col("balanced_error").is_not_null())
-    means = ok.group_by("method").agg(pl.col("error").mean(), pl.col("balanced_error").mean(), pl.len().alias("n"))
+    label = "method_label" if "method_label" in ok.columns else "method"  # 'rmt{...}' apart from 'rmt'
+    means = ok.group_by(pl.col(label).alias("method")).agg(
+        pl.col("error").mean(), pl.col("balanced_error").mean(), pl.len().alias("n"))
     means = means.with_columns(
         pl.col("error").rank("min").cast(pl.Int64).alias("rank_error"),
         pl.col("balanced_error").rank("min").cast(pl.Int64).alias("rank_balanced"),

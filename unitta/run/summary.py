@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.labels import method_label
 
 __all__ = ["summary_table"]
 
 
 def summary_table(df, value: str = "error") -> str:
-    """Method x setting table of mean ``value`` (over seeds, batch sizes, factors), one block per dataset.
+    """Method x setting table of mean ``value`` (over seeds, batch sizes, factors), one block per dataset; a method
+    with hyper-parameter overrides is its own row, labelled with them (``unitta.labels.method_label``).
 
     The sorted / dirichlet orders get their own columns (e.g. ``n1i1:dirichlet@0.1``), as do the samplers of a
     sweep that lists several.
@@ -17,7 +19,14 @@ def summary_table(df, value: str = "error") -> str:
 
     if df.height == 0:
         return "(no results)"
-    df = df.with_columns(_column_label(df))
+    # a method run with overrides keeps its own row (``tent{lr=0.0005}``), never averaged with the plain one
+    kwargs = pl.col("method_kwargs") if "method_kwargs" in df.columns else pl.lit(None, pl.String)
+    df = df.with_columns(
+        _column_label(df),
+        pl.struct(pl.col("method"), kwargs.alias("method_kwargs"))
+        .map_elements(lambda r: method_label(r["method"], r["method_kwargs"]), return_dtype=pl.String)
+        .alias("method"),
+    )
     blocks = []
     for (dataset, model), part in df.sort("dataset").group_by(["dataset", "model"], maintain_order=True):
         settings = list(dict.fromkeys(part["column"].to_list()))
