@@ -133,6 +133,13 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
         body.append(markdown_to_html(by_name[f"significance_{panel}.md"].read_text()))
         body.append("<h3>Which method for a stream like yours: ranking per setting</h3>")
         body.append(markdown_to_html(by_name[f"ranking_{panel}.md"].read_text()))
+    orders = [p for p in written if p.name.startswith("orders_") and p.suffix == ".png"]
+    if orders:
+        nav.append('<a href="#orders">stream orders</a>')
+        body.append('<h2 id="orders">Stream orders compared</h2>')
+        for png in orders:
+            body.append(markdown_to_html(png.with_suffix(".md").read_text()))
+            body.append(_img(png, png.stem.replace("_", " ")))
     if sweep_rows.height:
         nav.append('<a href="#paper">vs paper</a>')
         body.append('<h2 id="paper">Comparison with the UniTTA paper</h2>')

@@ -149,3 +149,25 @@ def test_the_unitta_paper_comparison_skips_the_other_benchmarks_orders(protocols
     assert "the dirichlet sampler's streams are not the paper's" in err.getvalue()
     (compared,) = tmp_path.glob("compare_*.csv")  # only the official panel, whose n1i1 is the paper's n1i1
     assert set(pl.read_csv(compared)["setting"].to_list()) == {"i111", "i1i1"}
+
+
+def test_the_stream_orders_are_compared_in_one_table_and_figure(protocols_dir: Path, tmp_path: Path) -> None:
+    """The official, sorted and dirichlet streams land in separate panels; orders_<group> puts them side by side
+    with the same numbers as the panels."""
+    from analysis import heatmaps
+
+    assert heatmaps.main([str(protocols_dir), "--out", str(tmp_path)]) == 0
+    assert len(list(tmp_path.glob("table_*.md"))) == 3  # one panel per sampler, as before
+    md = (tmp_path / "orders_fmnist-c.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| method |"))
+    assert header == "| method | 1111:sorted | i111:official | i1i1:official | n1i1:dirichlet@0.01 | Avg |"
+    rows = load_results(protocols_dir)
+    for method in METHODS:
+        line = next(x for x in md.splitlines() if x.startswith(f"| {method} |"))
+        shown = [float(v.strip(" *")) for v in line.split("|")[2:6]]
+        for value, (sampler, setting) in zip(shown, [("sorted", "1111"), ("official", "i111"), ("official", "i1i1"),
+                                                     ("dirichlet", "n1i1")]):
+            row = rows.filter((pl.col("method") == method) & (pl.col("sampler") == sampler)
+                              & (pl.col("setting") == setting))
+            assert value == pytest.approx(row["error"][0], abs=0.05)
+    assert (tmp_path / "orders_fmnist-c.png").stat().st_size > 10_000

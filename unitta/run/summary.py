@@ -5,7 +5,7 @@ from __future__ import annotations
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
 from unitta.labels import method_label
 
-__all__ = ["summary_table"]
+__all__ = ["summary_table", "column_label"]
 
 
 def summary_table(df, value: str = "error") -> str:
@@ -22,7 +22,7 @@ def summary_table(df, value: str = "error") -> str:
     # a method run with overrides keeps its own row (``tent{lr=0.0005}``), never averaged with the plain one
     kwargs = pl.col("method_kwargs") if "method_kwargs" in df.columns else pl.lit(None, pl.String)
     df = df.with_columns(
-        _column_label(df),
+        column_label(df),
         pl.struct(pl.col("method"), kwargs.alias("method_kwargs"))
         .map_elements(lambda r: method_label(r["method"], r["method_kwargs"]), return_dtype=pl.String)
         .alias("method"),
@@ -61,7 +61,7 @@ def summary_table(df, value: str = "error") -> str:
     return "\n\n".join(blocks)
 
 
-def _column_label(df):
+def column_label(df):
     """The table column of each row: its setting, plus ``:sampler`` (``@delta``) for the sorted / dirichlet orders,
     and for official / exact streams too when the sweep mixes samplers."""
     import polars as pl
