@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
         "unitta.metrics",
         "unitta.files",
         "unitta.profile_names",
+        "unitta.labels",
     ),
     ("unitta.models",),
     ("unitta.methods",),
