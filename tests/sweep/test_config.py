@@ -269,3 +269,14 @@ def test_reference_protocols_sweep_covers_the_four_protocols():
     assert len(cells) == len(REFERENCE_TABLE_METHODS) * 5
     protocols = {protocol_of(c.sampler, c.setting, c.delta) for c in cells}
     assert protocols == {"Continual", "Mixed domains", "Correlated", "Mixed domains, correlated"}
+
+
+def test_full_length_cluster_sweep_runs_the_six_tables_online_and_in_real_time():
+    """sweeps/cluster/fmnist_full_length.yaml (issue 34): n_per_domain and S unset, both protocols, long segments."""
+    from unitta.run.segments import short_segment_warnings
+
+    cfg = load_config(ROOT / "sweeps" / "cluster" / "fmnist_full_length.yaml")
+    cells = cfg.cells()
+    assert len(cells) == 2 * 28 * 6 and {c.protocol for c in cells} == {"online", "realtime"}
+    assert all(c.n_per_domain is None and c.S is None for c in cells)
+    assert short_segment_warnings(cells) == []
