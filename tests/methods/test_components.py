@@ -316,3 +316,25 @@ def test_iabn_backward_matches_autograd_through_its_formula(k, shape):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     assert torch.equal(fast.running_mean, slow.running_mean) and torch.equal(fast.running_var, slow.running_var)
+
+
+def test_cpu_shortcuts_of_the_augmentation_give_the_same_values():
+    """On the CPU the jitter runs only each view's own five ops (grouped by op) and the affine and blur only the
+    centre crop: bit for bit what every op with identity factors and the whole padded image give."""
+    from unitta.methods.augment_ops import _center_crop, _centre_window, _gaussian_blur
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(6, 3, 3, 16, 16, generator=g)  # (views, batch, C, H, W)
+    u = torch.rand(6, 10, generator=g)
+    aug = cotta_augment()
+    assert torch.equal(aug._jitter(x, u, grouped=True), aug._jitter(x, u, grouped=False))
+    assert torch.equal(aug._jitter(x[:, :, :1], u, grouped=True), aug._jitter(x[:, :, :1], u, grouped=False))
+    padded = torch.rand(12, 3, 32, 32, generator=g)  # 6 views x 2 images, padded to 2n
+    affine_u, sigma = torch.rand(6, 4, generator=g), 0.001 + 0.499 * torch.rand(6, generator=g)
+    whole = _center_crop(_gaussian_blur(aug._affine_views(padded, affine_u, 2), 5, sigma, 2), 16)
+    window = aug._affine_views(padded, affine_u, 2, _centre_window((32, 32), 16, 2))
+    assert torch.allclose(_gaussian_blur(window, 5, sigma, 2, padding=False), whole, atol=1e-6)
+    source = torch.rand(4, 3, 16, 16, generator=g)
+    kept = source.clone()
+    aug._jitter(source.unsqueeze(1), torch.rand(4, 10, generator=g))  # never writes into its input
+    assert torch.equal(source, kept)
