@@ -107,7 +107,15 @@ def _report(cfg: SweepConfig, outcome: RunOutcome) -> int:
         print(f"failed: {r['cell_id']}: {r['error_text']} (log: {outcome.out_dir / 'logs' / (r['cell_id'] + '.log')})")
     if failed.height:
         print("rerun the same command to retry the failed cells")
+    _warn_short_segments(cfg)  # with the results they qualify (a run that fails to start prints only its error)
     return exits.EXIT_FAILED_CELLS if failed.height else exits.EXIT_OK
+
+
+def _warn_short_segments(cfg: SweepConfig) -> None:
+    """The config's continual streams with domain segments of a few batches, one line each on stderr
+    (``unitta.run.segments``; docs/streams.md, "Stream length")."""
+    for warning in short_segment_warnings(cfg.cells()):
+        print(warning, file=sys.stderr)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -118,10 +126,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         cfg = load_config(args.config)
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
-        for warning in short_segment_warnings(cfg.cells()):  # before running as before a dry run
-            print(warning, file=sys.stderr)
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
             code = dry_run(cfg, out)
+            _warn_short_segments(cfg)
             if not args.no_preflight:
                 sys.stdout.flush()
                 preflight(cfg.cells(), num_gpus=cfg.resources.num_gpus, local=args.local)

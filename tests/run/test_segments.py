@@ -68,3 +68,15 @@ def test_dry_run_prints_the_warning(tmp_path, capsys):
     warned = [line for line in captured.err.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1 and "fmnist-c i111" in warned[0] and "S: 20 (now 10)" in warned[0]
     assert "warning" not in captured.out and not (tmp_path / "out").exists()
+
+
+def test_a_run_prints_the_warning_after_its_summary(tmp_path, capsys):
+    config = {"name": "short", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"],
+              "n_per_domain": 20, "S": 2, "resources": {"num_cpus": 1, "num_gpus": 0}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main([str(path), "--output", str(tmp_path / "out"), "--local", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "1 cells run (0 failed)" in captured.out
+    assert [line for line in captured.err.splitlines() if line.startswith("warning:")] == [
+        short_segment_warning(Cell(setting="i111", n_per_domain=20, S=2))]
