@@ -32,7 +32,7 @@ Deviations:
   the data loader; same operations and probabilities, float arithmetic instead of uint8 rounding. The reference
   turns a tensor into a PIL image first, which clips it to [0, 1] and quantises it to 256 levels; here only the
   strong view clips (``MoCoAugment``) and nothing is quantised, so inputs outside [0, 1] (normalised images, say)
-  give other views than the reference's (the only difference found side by side on the same batches).
+  give other views than the reference's (the one difference a side-by-side run on the same batches reported).
 - DEVIATION(paper): the authors' code fills the kNN bank with a pass over the whole target set before adapting
   (not online); md, and this, start with an empty bank and use the argmax for the first 1,024 samples.
 - The random initial queue is drawn from the method's generator (md: the global RNG), so ``reset()`` replays it.
