@@ -338,3 +338,14 @@ def test_cpu_shortcuts_of_the_augmentation_give_the_same_values():
     kept = source.clone()
     aug._jitter(source.unsqueeze(1), torch.rand(4, 10, generator=g))  # never writes into its input
     assert torch.equal(source, kept)
+
+
+def test_augmix_cpu_shortcut_gives_the_same_values():
+    """MEMO's AugMix on the CPU runs each image's own op only: the same values as all nine ops selected per image."""
+    from unitta.methods.augmix import AugMix, _Draw
+
+    pixels = (torch.rand(40, 3, 16, 16, generator=torch.Generator().manual_seed(6)) * 255).round()
+    aug = AugMix(severity=3)
+    grouped = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), True)
+    every = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), False)
+    assert torch.equal(grouped, every) and not torch.equal(grouped, pixels)
