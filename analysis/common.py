@@ -11,6 +11,7 @@ mean or ± interval is only ever taken over seeds (``unitta.results.replicates``
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,17 +126,18 @@ def check_dirs(dirs: list[str | Path]) -> None:
 def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str] | None = None) -> pl.DataFrame:
     """Every result row of the given directories, one DataFrame, with a ``source`` column (the directory).
 
-    sweep: only the rows of that sweep's grid in each directory (``unitta.results.load_results(sweep=...)``).
+    sweep: only the rows of that sweep's grid in each directory (``unitta.results.load_results(sweep=...)``);
+    over several directories, those that did not run it are named on stderr and contribute nothing.
     where: ``KEY=VALUE`` terms, only the rows that match all (``unitta.results.replicates.apply_where``).
     Older rows' missing coordinates read as their defaults (``unitta.results.replicates.normalise_rows``).
     Raises AnalysisError for a missing, empty or foreign directory (no result rows, or rows without
-    the result schema's columns), or a ``sweep`` a directory has no record of.
+    the result schema's columns), or a ``sweep`` no directory has rows of.
     """
     from unitta.results import load_results
 
     if not dirs:
         raise AnalysisError("give at least one result directory")
-    frames = []
+    frames, without_sweep = [], []
     for d in dirs:
         path = Path(d)
         if not path.is_dir():
@@ -145,11 +147,13 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str]
         except ValueError as exc:
             if sweep is None:
                 raise AnalysisError(f"{path}: cannot read its result files: {exc}") from None
-            raise AnalysisError(f"{path}: --sweep {sweep}: {exc}") from None
+            without_sweep.append(f"{path}: --sweep {sweep}: {exc}")  # fine if another directory ran it
+            continue
         except Exception as exc:  # unreadable Parquet, a foreign file named *.parquet, ...
             raise AnalysisError(f"{path}: cannot read its result files: {exc}") from None
         if df.height == 0 and sweep is not None:
-            raise AnalysisError(f"{path}: sweep {sweep!r} has no result rows yet (its cells have not finished)")
+            without_sweep.append(f"{path}: sweep {sweep!r} has no result rows yet (its cells have not finished)")
+            continue
         if df.height == 0:
             raise AnalysisError(
                 f"{path}: no result rows (expected {path}/cells/*.parquet or {path}/results.parquet, "
@@ -161,6 +165,10 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str]
                 f"{path}: not a unitta result directory: its Parquet rows lack column(s) {', '.join(missing)}"
             )
         frames.append(df.with_columns(pl.lit(str(path)).alias("source")))
+    if not frames:  # --sweep: no directory has that sweep's rows
+        raise AnalysisError("; ".join(without_sweep))
+    for note in without_sweep:  # several directories: the sweep's rows are those of the ones that ran it
+        print(f"note: {note}; the sweep's rows come from the other directories", file=sys.stderr)
     df = pl.concat(frames, how="diagonal_relaxed")
     # The same cell in two directories (a re-run): keep one row, an 'ok' one if there is one.
     df = df.sort(pl.col("status") != "ok").unique(subset="cell_id", keep="first", maintain_order=True)

@@ -55,7 +55,7 @@ from analysis.common import (  # noqa: E402
     split_rows,
     sweep_panels,
 )
-from analysis.rank_stats import N_BOOTSTRAP, bootstrap_rho_interval, spearman_p  # noqa: E402
+from analysis.rank_stats import N_BOOTSTRAP, bootstrap_rho_interval, p_kind_text, spearman_p  # noqa: E402
 from analysis.stats import binomial_halfwidth, complete_block  # noqa: E402
 from analysis.tables import cell_status  # noqa: E402
 from analysis.tables import tex_escape as _tex
@@ -273,7 +273,7 @@ def rho_text(c: Comparison) -> str:
     lo, hi = c.rho_ci
     ci = f"[{_fmt(lo, 2)}, {_fmt(hi, 2)}]"
     return (f"spearman_rho={_rho_text(c.rho, len(c.rho_methods))}, "
-            f"rho_p={_fmt(c.rho_p, 3)} ({c.rho_p_kind} permutation test, two-sided), "
+            f"rho_p={_fmt(c.rho_p, 3)} ({p_kind_text(c.rho_p_kind)}, two-sided), "
             f"rho_ci={ci} (95 % bootstrap over methods and settings, {N_BOOTSTRAP} resamples)")
 
 
@@ -371,7 +371,7 @@ def to_latex(c: Comparison) -> str:
              f"bold where the difference exceeds it by more than {c.tolerance:g} points")
     cap = (f"Ours ({c.dataset}) vs the UniTTA paper ({c.paper_dataset}): error (%), our 95 % half-width, "
            f"{marks}. Spearman's rho of the methods' mean errors = {_fmt(c.rho, 3)} (p = {_fmt(c.rho_p, 3)}, "
-           f"{c.rho_p_kind}; 95 % bootstrap interval [{_fmt(c.rho_ci[0], 2)}, {_fmt(c.rho_ci[1], 2)}]; "
+           f"{p_kind_text(c.rho_p_kind)}; 95 % bootstrap interval [{_fmt(c.rho_ci[0], 2)}, {_fmt(c.rho_ci[1], 2)}]; "
            f"{len(c.rho_methods)} methods, {len(c.rho_settings)} settings). Profile: {', '.join(c.profiles)}.")
     lines += [rf"\caption{{{_tex(cap)}}}", r"\end{table}", "",
               r"\begin{tabular}{lr}", r"\toprule", r"Setting & Spearman $\rho$ \\", r"\midrule"]
@@ -546,14 +546,13 @@ def print_comparison(c: Comparison, out=None) -> None:
     """One panel's printed summary: its warnings first, then rho with its p-value and interval, the
     per-method deltas, the per-setting rhos and the files written (to ``out``, default stdout)."""
     out = out or sys.stdout
-    for w in warnings_of(c):
-        print(f"warning: {c.name}: {w}", file=sys.stderr)
-        print(f"warning: {w}", file=out)
+    for w in warnings_of(c):  # once, with the numbers it qualifies (not a second time on stderr)
+        print(f"warning: {c.name}: {w}", file=out)
     print(f"# {c.name} vs paper {c.paper_dataset}" + (" (proxy)" if c.proxy else "")
           + f": profile {', '.join(c.profiles)}; {len(c.rho_methods)} methods x {len(c.rho_settings)} settings",
           file=out)
     print(f"spearman_rho={_rho_text(c.rho, len(c.rho_methods))}", file=out)
-    print(f"rho_p={_fmt(c.rho_p, 3)}  ({c.rho_p_kind} permutation test, two-sided, {len(c.rho_methods)} methods)",
+    print(f"rho_p={_fmt(c.rho_p, 3)}  ({p_kind_text(c.rho_p_kind)}, two-sided, {len(c.rho_methods)} methods)",
           file=out)
     print(f"rho_ci=[{_fmt(c.rho_ci[0], 3)}, {_fmt(c.rho_ci[1], 3)}]  (95 % bootstrap over methods and settings, "
           f"{N_BOOTSTRAP} resamples)", file=out)

@@ -16,6 +16,8 @@ configuration; see analysis/common.py) of sweep rows:
 * ``significance_<panel>.md`` per setting and overall, whether the best method beats the runner-up beyond
   the 95 % interval (paired over seeds; Wilcoxon signed-rank over settings; analysis/stats.py);
 * ``cells_<panel>.csv``     the numbers behind all of these (one row per method x setting, with status);
+* ``orders_<group>.md/.png`` where a run has several stream orders (official / exact, sorted, dirichlet), which
+  the panels keep apart: every method on every order in one table and heatmap (analysis/orders.py);
 
 and per tune run (``tune_name`` x dataset) of tune rows:
 
@@ -50,6 +52,7 @@ from analysis.common import (  # noqa: E402
     sweep_panels,
     use_metric,
 )
+from analysis.orders import write_orders  # noqa: E402
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
 from unitta.files import os_error_text  # noqa: E402
@@ -100,6 +103,7 @@ def analyse(dirs: list[str | Path], out: Path, metric: str = "error", sweep: str
         written.append(plots.setting_grids(
             table, out / f"grid_{name}.png", f"{label} per method — {panel.caption}", label
         ))
+    written += write_orders(sweep, out, label) if metric == "error" else []
     if tune.height:
         written += _tune_outputs(tune, out, plots)
     return written

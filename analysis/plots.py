@@ -26,7 +26,7 @@ from analysis.stats import uncertainty  # noqa: E402
 from analysis.tables import PaperTable  # noqa: E402
 from unitta.streams.settings import CLASS_HALVES, DOMAIN_HALVES  # noqa: E402
 
-__all__ = ["heatmap", "setting_grids", "factor_lines", "layer_bars", "FACTOR_LABELS"]
+__all__ = ["heatmap", "setting_grids", "grid_figure", "factor_lines", "layer_bars", "FACTOR_LABELS"]
 
 CMAP = "YlOrRd"  # sequential: light = low error, dark red = high error
 _MISSING = dict(facecolor="#e8e8e8", hatch="///", edgecolor="#9a9a9a")
@@ -174,19 +174,47 @@ def _avg_title(t: PaperTable, m: str) -> str:
     return f"(avg {text}{'' if t.avg_n[m] == len(t.settings) else '†'})"
 
 
+def _panel_title(method: str, average: str, width: int) -> str:
+    """A grid panel's title: the method label broken after its overrides' commas (``tent{lr=...,steps=2}``),
+    never inside a word, then its average on a line of its own."""
+    base, brace, rest = method.partition("{")
+    parts = [base + brace + p for p in [rest.split(",")[0]]] + rest.split(",")[1:] if brace else [method]
+    lines, line = [], ""
+    for i, part in enumerate(parts):
+        piece = part + ("," if brace and i < len(parts) - 1 else "")
+        if line and len(line) + len(piece) > width:
+            lines.append(line)
+            line = ""
+        line += piece
+    return "\n".join([*lines, line, average])
+
+
 def setting_grids(t: PaperTable, path: Path, title: str, label: str = "Error (%)") -> Path:
     """Per method, a grid: domain setting (rows) x class setting (columns) over the halves present (the
     paper's 6 x 4 for the full grid), one colour scale; each panel's average as the table prints it."""
+    fig = grid_figure(t, title, label)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def grid_figure(t: PaperTable, title: str, label: str = "Error (%)"):
+    """The figure of ``setting_grids`` (returned open, so that its layout can be inspected)."""
     n = len(t.methods)
     domains, classes = grid_halves(t.settings)
     cell_w, cell_h = (0.62, 0.42) if t.has_seeds else (0.52, 0.34)
     panel_w, panel_h = cell_w * len(classes) + 0.9, cell_h * len(domains) + 1.1
     cols = max(1, min(n, int(9.0 // panel_w)))  # at most ~9 inches wide: legible when shown 1,300 px wide
     rows = math.ceil(n / cols)
+    chars = int(panel_w * 72 / (0.55 * 8.5))  # a title line's characters at 8.5 pt
+    titles = {m: _panel_title(m, _avg_title(t, m), chars) for m in t.methods}
+    title_h = 0.16 * max(title.count("\n") for title in titles.values())  # long override labels: more lines
     lo, hi = _scale([v for m in t.methods for v in t.values[m].values()])
     cmap = plt.get_cmap(CMAP)
     norm = matplotlib.colors.Normalize(lo, hi)
-    fig, axes = plt.subplots(rows, cols, figsize=(panel_w * cols + 0.9, panel_h * rows + 0.9), squeeze=False)
+    # constrained layout keeps titles, tick labels, the suptitle and the colour bar apart
+    fig, axes = plt.subplots(rows, cols, figsize=(panel_w * cols + 0.9, (panel_h + title_h) * rows + 0.9),
+                             squeeze=False, sharey=True, layout="constrained")
     for k, m in enumerate(t.methods):
         ax = axes[k // cols][k % cols]
         grid = np.full((len(domains), len(classes)), np.nan)
@@ -205,7 +233,7 @@ def setting_grids(t: PaperTable, path: Path, title: str, label: str = "Error (%)
                               t.ci.get(m, {}).get(c + d), t.has_seeds)
         ax.set_xticks(range(len(classes)), [half_notation(c) for c in classes], fontsize=7.5)
         ax.set_yticks(range(len(domains)), [half_notation(d) for d in domains], fontsize=7.5)
-        ax.set_title(textwrap.fill(f"{m}  {_avg_title(t, m)}", int(panel_w * 72 / (0.55 * 8.5))), fontsize=8.5)
+        ax.set_title(titles[m], fontsize=8.5)
         if k % cols == 0:
             ax.set_ylabel("domain setting", fontsize=8)
         if k // cols == rows - 1 or k + cols >= n:
@@ -213,7 +241,7 @@ def setting_grids(t: PaperTable, path: Path, title: str, label: str = "Error (%)
     for k in range(n, rows * cols):
         axes[k // cols][k % cols].axis("off")
     fig.suptitle(wrap_to_width(title, panel_w * cols, 9.5), fontsize=9.5)
-    cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.02)
+    cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, fraction=0.025, pad=0.01)
     cbar.set_label(label, fontsize=8)
     shown = f"{len(domains)} domain x {len(classes)} class settings present" + (
         "" if (len(domains), len(classes)) == (len(DOMAIN_HALVES), len(CLASS_HALVES)) else
@@ -222,9 +250,7 @@ def setting_grids(t: PaperTable, path: Path, title: str, label: str = "Error (%)
     note = (f"{shown}. (corr, imb): corr i = i.i.d., n = non-i.i.d., 1 = continual; imb 1 = balanced, "
             f"u = imbalanced. Hatched grey: no result; hatched red: failed; † average over fewer settings.{seeds}")
     fig.text(0.01, -0.01, wrap_to_width(note, panel_w * cols, 7), fontsize=7, va="top")
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _mode(series: pl.Series):
@@ -389,15 +415,15 @@ def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
     ok = rows.filter((pl.col("status") == "ok") & pl.col("error").is_not_null() & (pl.col("n_samples") > 0))
     ok = ok.with_columns((pl.col("adapt_time_s") / pl.col("n_samples")).alias("_spi"))
     test = ok.filter(pl.col("method") == "test").group_by("setting").agg(pl.col("_spi").mean().alias("_test"))
+    label = "method_label" if "method_label" in ok.columns else "method"  # a modified method is its own point
     relative = test.height > 0
     if relative:
         ok = ok.join(test, on="setting", how="inner").with_columns((pl.col("_spi") / pl.col("_test")).alias("_x"))
     else:
         ok = ok.with_columns((1000 * pl.col("_spi")).alias("_x"))
-    label = "method_label" if "method_label" in ok.columns else "method"
     points = ok.group_by(pl.col(label).alias("method")).agg(pl.col("_x").mean(), pl.col("error").mean(),
                                                            pl.len().alias("n"))
-    points = points.sort("_x")
+    points = points.sort("_x", "method")
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     ax.scatter(points["_x"].to_list(), points["error"].to_list(), s=22, color="#1f5f8b", zorder=3)
     for r in points.iter_rows(named=True):

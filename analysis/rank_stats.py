@@ -19,7 +19,8 @@ import warnings
 import numpy as np
 from scipy import stats
 
-__all__ = ["EXACT_MAX_N", "N_PERMUTATIONS", "N_BOOTSTRAP", "RESAMPLING_SEED", "spearman_p", "bootstrap_rho_interval"]
+__all__ = ["EXACT_MAX_N", "N_PERMUTATIONS", "N_BOOTSTRAP", "RESAMPLING_SEED", "spearman_p", "p_kind_text",
+           "bootstrap_rho_interval"]
 
 EXACT_MAX_N = 8  # 8! = 40,320 permutations: enumerated in well under a second
 N_PERMUTATIONS = 9_999  # Monte Carlo permutations above EXACT_MAX_N
@@ -60,6 +61,13 @@ def spearman_p(a: list[float], b: list[float], seed: int = RESAMPLING_SEED) -> t
             rng=np.random.default_rng(seed),
         )
     return float(res.pvalue), "exact" if exact else "permutation"
+
+
+def p_kind_text(kind: str) -> str:
+    """How ``spearman_p``'s p-value of ``kind`` was computed, in words: 'exact permutation test' or 'Monte
+    Carlo permutation test (9999 pairings)'; 'no test' for 'none'."""
+    return {"exact": "exact permutation test",
+            "permutation": f"Monte Carlo permutation test ({N_PERMUTATIONS} pairings)"}.get(kind, "no test")
 
 
 def bootstrap_rho_interval(

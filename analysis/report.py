@@ -41,6 +41,7 @@ from analysis.common import (  # noqa: E402
 from unitta.files import os_error_text  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
 from unitta.run.outdir import OutputError, check_output_dir  # noqa: E402
+from unitta.run.segments import row_stream_cell, short_segment_warnings  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 
@@ -64,6 +65,13 @@ def _inline(text: str) -> str:
     return out.replace("\\*", "*")
 
 
+def _table_cells(line: str) -> list[str]:
+    """The cells of one Markdown pipe-table row; ``\\|`` is a literal bar inside a cell (``mean \\|diff\\|``)."""
+    inner = line.strip().removeprefix("|")
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", inner)]
+
+
 def markdown_to_html(md: str) -> str:
     """The subset of Markdown the analysis scripts write (headings, pipe tables, paragraphs) as HTML."""
     parts: list[str] = []
@@ -74,7 +82,7 @@ def markdown_to_html(md: str) -> str:
         if line.startswith("|"):
             block = []
             while i < len(lines) and lines[i].startswith("|"):
-                block.append([c.strip() for c in lines[i].strip().strip("|").split("|")])
+                block.append(_table_cells(lines[i]))
                 i += 1
             head, rows = block[0], [r for r in block[1:] if not all(set(c) <= set("-:") for c in r)]
             parts.append('<div class="scroll"><table><tr>' + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>")
@@ -115,6 +123,7 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
     by_name = {p.name: p for p in written}
     panel_rows = {panel.name: panel.rows for panel in sweep_panels(sweep_rows)}
     body = ["<h1>unitta reproduction report</h1>", _overview(df, dirs)]
+    body += [f'<p class="warn">{html.escape(w)}</p>' for w in _segment_warnings(sweep_rows)]
     nav = []
     panels = sorted(panel_rows)
     for panel in panels:
@@ -135,6 +144,13 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
         body.append(markdown_to_html(by_name[f"significance_{panel}.md"].read_text()))
         body.append("<h3>Which method for a stream like yours: ranking per setting</h3>")
         body.append(markdown_to_html(by_name[f"ranking_{panel}.md"].read_text()))
+    orders = [p for p in written if p.name.startswith("orders_") and p.suffix == ".png"]
+    if orders:
+        nav.append('<a href="#orders">stream orders</a>')
+        body.append('<h2 id="orders">Stream orders compared</h2>')
+        for png in orders:
+            body.append(markdown_to_html(png.with_suffix(".md").read_text()))
+            body.append(_img(png, png.stem.replace("_", " ")))
     if sweep_rows.height:
         nav.append('<a href="#paper">vs paper</a>')
         body.append('<h2 id="paper">Comparison with the UniTTA paper</h2>')
@@ -169,7 +185,7 @@ def metric_comparison(rows: pl.DataFrame) -> str:
     """Markdown: per method the mean error and mean balanced error over the panel's settings, and the rank of
     each (rank 1 = lowest), so that a method that trades its rare classes for its overall error stands out."""
     ok = rows.filter((pl.col("status") == "ok") & pl.col("balanced_error").is_not_null())
-    label = "method_label" if "method_label" in ok.columns else "method"
+    label = "method_label" if "method_label" in ok.columns else "method"  # 'rmt{...}' apart from 'rmt'
     means = ok.group_by(pl.col(label).alias("method")).agg(
         pl.col("error").mean(), pl.col("balanced_error").mean(), pl.len().alias("n"))
     means = means.with_columns(
@@ -184,6 +200,16 @@ def metric_comparison(rows: pl.DataFrame) -> str:
     lines += ["", "Means over the settings present; ≠ marks a method whose rank differs between the two metrics "
               "(docs/results.md, Metrics)."]
     return "\n".join(lines) + "\n"
+
+
+def _segment_warnings(rows: pl.DataFrame) -> list[str]:
+    """The sweep's warnings about continual domain segments of a few batches (unitta.run.segments)."""
+    keys = [c for c in ("dataset", "setting", "sampler", "S", "n_per_domain", "length", "delta", "batch_size",
+                        "factor_overrides") if c in rows.columns]
+    if not rows.height or "setting" not in keys:
+        return []
+    cells = [row_stream_cell(r) for r in rows.select(keys).unique(maintain_order=True).iter_rows(named=True)]
+    return short_segment_warnings(c for c in cells if c is not None)
 
 
 def _overview(df: pl.DataFrame, dirs) -> str:

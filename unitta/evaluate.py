@@ -176,6 +176,9 @@ def result_row(
         "images_per_s": n / adapted.adapt_seconds if adapted.adapt_seconds > 0 else float("nan"),
         "forwards_per_batch": cost.forwards / max(cost.batches, 1),
         "backwards_per_batch": cost.backwards / max(cost.batches, 1),
+        "setup_forwards": method.setup_cost.forwards,
+        "setup_backwards": method.setup_cost.backwards,
+        "setup_time_s": method.setup_cost.seconds,
         "peak_memory_mb": _peak_memory_mb(device),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else f"cpu ({platform.processor() or platform.machine()})",

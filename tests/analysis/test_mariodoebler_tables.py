@@ -100,12 +100,27 @@ def test_spearman_lines_match_scipy(compared) -> None:
     assert cells.height == 4 + 4 + 3  # Continual, Mixed domains, Correlated without bn
     rho = stats.spearmanr(cells["ours"].to_list(), cells["reference"].to_list()).statistic
     lines = stdout.splitlines()
-    assert f"spearman_rho={rho:.3f}" in lines
-    for protocol in ("Continual", "Mixed domains", "Correlated"):
+    pooled = [line for line in lines if line.startswith("spearman_rho_pooled=")]
+    assert len(pooled) == 1 and pooled[0].startswith(f"spearman_rho_pooled={rho:.3f} (pooled over 11 cells of 3 "
+                                                     "protocols and reference architectures RN-26 GN, WRN-28")
+    assert not any(line.startswith("spearman_rho=") for line in lines)  # no unlabelled pooled headline
+    headline = [line for line in lines if line.startswith("spearman_rho[")]
+    assert lines.index(headline[0]) < lines.index(pooled[0])  # per protocol first
+    for protocol, arch in (("Continual", "WRN-28"), ("Mixed domains", "WRN-28"), ("Correlated", "RN-26 GN")):
         sub = cells.filter(pl.col("protocol") == protocol)
         expected = stats.spearmanr(sub["ours"].to_list(), sub["reference"].to_list()).statistic
-        assert f"spearman_rho[{protocol}]={expected:.3f}" in lines
-    assert "spearman_rho[Mixed domains, correlated]=nan" in lines  # no matched cell: said, not hidden
+        line = next(x for x in headline if x.startswith(f"spearman_rho[{protocol}]="))
+        assert line.startswith(f"spearman_rho[{protocol}]={expected:.3f} ({sub.height} cells, rho_p=")
+        assert f"reference {arch}; proxy: dataset+architecture)" in line
+    # no matched cell: said, not hidden
+    assert "spearman_rho[Mixed domains, correlated]=nan (no matched cell)  " in lines
+
+
+def test_every_line_is_printed_once_and_the_test_named_once(compared) -> None:
+    _, stdout = compared
+    said = [line.strip() for line in stdout.splitlines() if line.strip() and not line.startswith(("|", "#"))]
+    assert len(said) == len(set(said)), [line for line in said if said.count(line) > 1]
+    assert "permutation permutation" not in stdout and "exact permutation test" in stdout
 
 
 def test_proxies_are_said_in_the_table(compared) -> None:
@@ -134,3 +149,25 @@ def test_the_unitta_paper_comparison_skips_the_other_benchmarks_orders(protocols
     assert "the dirichlet sampler's streams are not the paper's" in err.getvalue()
     (compared,) = tmp_path.glob("compare_*.csv")  # only the official panel, whose n1i1 is the paper's n1i1
     assert set(pl.read_csv(compared)["setting"].to_list()) == {"i111", "i1i1"}
+
+
+def test_the_stream_orders_are_compared_in_one_table_and_figure(protocols_dir: Path, tmp_path: Path) -> None:
+    """The official, sorted and dirichlet streams land in separate panels; orders_<group> puts them side by side
+    with the same numbers as the panels."""
+    from analysis import heatmaps
+
+    assert heatmaps.main([str(protocols_dir), "--out", str(tmp_path)]) == 0
+    assert len(list(tmp_path.glob("table_*.md"))) == 3  # one panel per sampler, as before
+    md = (tmp_path / "orders_fmnist-c.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| method |"))
+    assert header == "| method | 1111:sorted | i111:official | i1i1:official | n1i1:dirichlet@0.01 | Avg |"
+    rows = load_results(protocols_dir)
+    for method in METHODS:
+        line = next(x for x in md.splitlines() if x.startswith(f"| {method} |"))
+        shown = [float(v.strip(" *")) for v in line.split("|")[2:6]]
+        for value, (sampler, setting) in zip(shown, [("sorted", "1111"), ("official", "i111"), ("official", "i1i1"),
+                                                     ("dirichlet", "n1i1")]):
+            row = rows.filter((pl.col("method") == method) & (pl.col("sampler") == sampler)
+                              & (pl.col("setting") == setting))
+            assert value == pytest.approx(row["error"][0], abs=0.05)
+    assert (tmp_path / "orders_fmnist-c.png").stat().st_size > 10_000

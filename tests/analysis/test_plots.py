@@ -93,3 +93,40 @@ def test_factor_points_have_seed_or_binomial_error_bars(seeded_dir: Path) -> Non
     many = one.filter(pl.col("class_alpha") == 0.9)["error"].to_list()  # 2 settings x 2 seeds: the t-interval
     mean, hw = t_interval(many)
     assert ys[1] == pytest.approx(mean) and hws[1] == pytest.approx(hw)
+
+
+def _relabelled(t, labels: dict[str, str]):
+    """The seeded table with its methods renamed (e.g. to long override labels), values unchanged."""
+    rename = lambda d: {labels.get(m, m): v for m, v in d.items()}  # noqa: E731
+    return type(t)([labels.get(m, m) for m in t.methods], t.settings, rename(t.values), rename(t.status),
+                   rename(t.avg), rename(t.avg_n), t.best, t.best_avg, t.caption, rename(t.ci), rename(t.avg_ci))
+
+
+def test_grid_titles_overlap_no_tick_label_and_long_labels_do_not_squash_the_panels(seeded_table, tmp_path) -> None:
+    """The per-method grid as the report shows it: every panel title, tick label and the suptitle apart, and
+    every heatmap as wide as the others even when one method carries a long override label."""
+    import matplotlib.pyplot as plt
+
+    long = {"tent": "tent{lr=0.0005,min_update_batch=16,optimizer=sgd,steps=2}"}
+    for table in (_relabelled(seeded_table, long), _relabelled(_widened(seeded_table, SETTING_CODES_24), long)):
+        fig = plots.grid_figure(table, "a long caption " * 12)
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        axes = [ax for ax in fig.axes if ax.get_title()]
+        assert len(axes) == 3
+        titles = [ax.title.get_window_extent(renderer) for ax in axes]
+        ticks_of = [[t.get_window_extent(renderer) for t in ax.get_xticklabels() + ax.get_yticklabels()
+                     if t.get_visible() and t.get_text()] for ax in axes]
+        ticks = [tick for own in ticks_of for tick in own]
+        heatmaps = [ax.get_window_extent(renderer) for ax in axes]
+        suptitle = fig._suptitle.get_window_extent(renderer)
+        for i, title in enumerate(titles):
+            assert not any(title.overlaps(tick) for tick in ticks)
+            assert not title.overlaps(suptitle)
+            assert not any(title.overlaps(other) for j, other in enumerate(titles) if j != i)
+            assert not any(title.overlaps(box) for box in heatmaps)
+        for i, own in enumerate(ticks_of):  # a panel's tick labels stay off its neighbours' heatmaps
+            assert not any(tick.overlaps(box) for tick in own for j, box in enumerate(heatmaps) if j != i)
+        widths = [box.width for box in heatmaps]
+        assert max(widths) - min(widths) < 1.0  # pixels: the long label squashes no panel
+        plt.close(fig)

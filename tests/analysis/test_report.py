@@ -7,6 +7,7 @@ import re
 import shutil
 import struct
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,8 @@ def test_page_is_self_contained_with_every_section(report: Path) -> None:
     for needed in ("Best vs runner-up", "Wilcoxon", "spearman_rho=", "Proxy comparison", " ± ", "ranking per setting"):
         assert needed in page
     assert page.count("<table>") >= 4
+    # 40 images per domain, S = 4: continual segments of 40 images, warned with the S that lengthens them
+    assert "warning: fmnist-c i111 (official, n_per_domain 40, S 4, batch 64): a continual domain segment" in page
 
 
 def test_heatmap_values_are_legible_at_1300_pixels(report: Path) -> None:
@@ -55,3 +58,43 @@ def test_page_renders_in_headless_chromium(report: Path, tmp_path: Path) -> None
     head = shot.read_bytes()
     assert head[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
     assert struct.unpack(">II", head[16:24]) == (1300, 3000)
+
+
+class _Tables(HTMLParser):
+    """Every <table> of a page as a list of rows, each a list of cell texts (th and td)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def test_every_table_parses_back_with_as_many_cells_as_headers(report: Path) -> None:
+    """A '|' inside a cell (the paper comparison's 'mean |diff|') must not split it into two columns."""
+    parser = _Tables()
+    parser.feed(report.read_text(encoding="utf-8"))
+    assert len(parser.tables) >= 4
+    for table in parser.tables:
+        head, *rows = table
+        assert all(len(row) == len(head) for row in rows), head
+    per_method = [t for t in parser.tables if "mean |diff|" in t[0]]
+    assert len(per_method) == 1 and per_method[0][0] == [
+        "method", "settings", "mean ours - paper", "sd", "mean |diff|", "rank ours", "rank paper"]
+    assert {row[0] for row in per_method[0][1:]} == {"test", "bn", "tent"}

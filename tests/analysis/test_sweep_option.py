@@ -59,3 +59,13 @@ def test_recommend_takes_sweep(two_sweeps, tmp_path, capsys):
     np.save(labels, np.random.default_rng(0).integers(0, 10, 600))
     assert recommend.main(["--classes", str(labels), "--results", str(two_sweeps), "--sweep", "nope"]) == 2
     assert "--sweep nope" in capsys.readouterr().err
+
+
+def test_sweep_over_several_folders_needs_only_one_to_have_run_it(two_sweeps, seeded_dir, tmp_path, capsys):
+    """``--sweep subset`` over a folder that ran it and one that did not: that sweep's rows, the other folder named."""
+    rows = load_dirs([seeded_dir, two_sweeps], sweep="subset")
+    assert rows.height == 2 and set(rows["source"]) == {str(two_sweeps)}
+    assert f"note: {seeded_dir}: --sweep subset" in capsys.readouterr().err
+    assert heatmaps.main([str(seeded_dir), str(two_sweeps), "--out", str(tmp_path / "h"), "--sweep", "subset"]) == 0
+    with pytest.raises(AnalysisError, match="--sweep nope"):  # no folder ran it: still an error
+        load_dirs([seeded_dir, two_sweeps], sweep="nope")

@@ -99,7 +99,7 @@ def test_augmentation_matches_torchvision_ops():
     from unitta.methods.parts import augment
 
     x = torch.rand(2, 3, 24, 24, generator=torch.Generator().manual_seed(0))
-    assert torch.allclose(augment._shift_hue(x, 0.05), tvf.adjust_hue(x, 0.05), atol=1e-5)
+    assert torch.allclose(augment.shift_hue(x, 0.05), tvf.adjust_hue(x, 0.05), atol=1e-5)
     # the affine step alone against torchvision's affine with the same drawn parameters
     only_affine = TTAugment(brightness=(1, 1), contrast=(1, 1), saturation=(1, 1), hue=0.0,
                             gamma=(1, 1), blur=False, flip_p=0.0, noise_std=0.0)
@@ -316,3 +316,36 @@ def test_iabn_backward_matches_autograd_through_its_formula(k, shape):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     assert torch.equal(fast.running_mean, slow.running_mean) and torch.equal(fast.running_var, slow.running_var)
+
+
+def test_cpu_shortcuts_of_the_augmentation_give_the_same_values():
+    """On the CPU the jitter runs only each view's own five ops (grouped by op) and the affine and blur only the
+    centre crop: bit for bit what every op with identity factors and the whole padded image give."""
+    from unitta.methods.parts.augment_ops import blur_views, center_crop, centre_window
+
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(6, 3, 3, 16, 16, generator=g)  # (views, batch, C, H, W)
+    u = torch.rand(6, 10, generator=g)
+    aug = cotta_augment()
+    assert torch.equal(aug._jitter(x, u, grouped=True), aug._jitter(x, u, grouped=False))
+    assert torch.equal(aug._jitter(x[:, :, :1], u, grouped=True), aug._jitter(x[:, :, :1], u, grouped=False))
+    padded = torch.rand(12, 3, 32, 32, generator=g)  # 6 views x 2 images, padded to 2n
+    affine_u, sigma = torch.rand(6, 4, generator=g), 0.001 + 0.499 * torch.rand(6, generator=g)
+    whole = center_crop(blur_views(aug._affine_views(padded, affine_u, 2), 5, sigma, 2), 16)
+    window = aug._affine_views(padded, affine_u, 2, centre_window((32, 32), 16, 2))
+    assert torch.allclose(blur_views(window, 5, sigma, 2, padding=False), whole, atol=1e-6)
+    source = torch.rand(4, 3, 16, 16, generator=g)
+    kept = source.clone()
+    aug._jitter(source.unsqueeze(1), torch.rand(4, 10, generator=g))  # never writes into its input
+    assert torch.equal(source, kept)
+
+
+def test_augmix_cpu_shortcut_gives_the_same_values():
+    """MEMO's AugMix on the CPU runs each image's own op only: the same values as all nine ops selected per image."""
+    from unitta.methods.parts.augmix import AugMix, _Draw
+
+    pixels = (torch.rand(40, 3, 16, 16, generator=torch.Generator().manual_seed(6)) * 255).round()
+    aug = AugMix(severity=3)
+    grouped = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), True)
+    every = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), False)
+    assert torch.equal(grouped, every) and not torch.equal(grouped, pixels)

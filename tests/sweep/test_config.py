@@ -87,6 +87,9 @@ def test_all24_and_method_overrides():
         ({"S": 0}, "S: must be >= 1"),
         ({"sampler": "exakt"}, "sampler: unknown sampler 'exakt' (did you mean 'exact'?); known: official"),
         ({"sampler": ["official", "official"]}, "sampler: lists a sampler twice"),
+        ({"protocol": "real-time"}, "protocol: unknown protocol 'real-time' (did you mean 'realtime'?); known: online"),
+        ({"protocol": ["online", "online"]}, "protocol: lists a protocol twice"),
+        ({"protocol": []}, "protocol: needs at least one protocol (online, realtime)"),
         ({"delta": 0.1}, "delta: only the dirichlet sampler takes a delta"),
         ({"sampler": "dirichlet", "settings": None, "delta": [0.0]}, "delta: delta=0.0: the Dirichlet"),
         ({"sampler": "dirichlet", "settings": None, "delta": [0.1, 0.1]}, "delta: lists a value twice"),
@@ -126,6 +129,17 @@ def test_several_samplers_expand_per_sampler():
     assert len({c.cell_id() for c in cells}) == len(cells)
     only = parse_config({**{k: v for k, v in BASE.items() if k != "settings"}, "sampler": "dirichlet"})
     assert [(c.setting, c.delta) for c in only.cells()] == [("n1i1", 0.01)]  # the default delta
+
+
+def test_protocol_takes_a_list_as_sampler_does():
+    """``protocol: [online, realtime]`` runs the grid under both; a single value is the one-item list."""
+    both = parse_config({**BASE, "methods": ["test", "tent"], "protocol": ["online", "realtime"]}).cells()
+    assert [(c.protocol, c.method) for c in both] == [("online", "test"), ("online", "tent"),
+                                                      ("realtime", "test"), ("realtime", "tent")]
+    assert len({c.cell_id() for c in both}) == 4
+    one = parse_config({**BASE, "protocol": "realtime"}).cells()
+    assert [c.protocol for c in one] == ["realtime"] and one[0].cell_id() == both[2].cell_id()
+    assert parse_config(BASE).cells()[0].cell_id() == both[0].cell_id()  # online by default: ids unchanged
 
 
 def test_cell_ids_of_the_ulmm_samplers_do_not_carry_delta():
@@ -256,3 +270,14 @@ def test_reference_protocols_sweep_covers_the_four_protocols():
     assert len(cells) == len(REFERENCE_TABLE_METHODS) * 5
     protocols = {protocol_of(c.sampler, c.setting, c.delta) for c in cells}
     assert protocols == {"Continual", "Mixed domains", "Correlated", "Mixed domains, correlated"}
+
+
+def test_full_length_cluster_sweep_runs_the_six_tables_online_and_in_real_time():
+    """sweeps/cluster/fmnist_full_length.yaml (issue 34): n_per_domain and S unset, both protocols, long segments."""
+    from unitta.run.segments import short_segment_warnings
+
+    cfg = load_config(ROOT / "sweeps" / "cluster" / "fmnist_full_length.yaml")
+    cells = cfg.cells()
+    assert len(cells) == 2 * 28 * 6 and {c.protocol for c in cells} == {"online", "realtime"}
+    assert all(c.n_per_domain is None and c.S is None for c in cells)
+    assert short_segment_warnings(cells) == []

@@ -370,13 +370,21 @@ class Cell:
             "reset": self.reset,
             "ccc": None if self.ccc is None else json.dumps(self.ccc, sort_keys=True),
             "curve_points": self.curve_points,
-            "corruptions": None if self.corruptions is None else list(self.corruptions),
+            **{key: _json_list(getattr(self, key)) for key in LIST_COLUMNS},
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
 _IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(Cell) if f.name not in PLACEMENT_FIELDS)
+
+
+# Tuple-valued fields, stored as JSON lists of names in the result row (null: not set; docs/results.md).
+LIST_COLUMNS = ("corruptions", "criteria", "domains", "classes", "datasets_as_domains")
+
+
+def _json_list(value) -> str | None:
+    return json.dumps(list(value)) if value else None
 
 
 def _hash(identity: dict[str, Any]) -> str:

@@ -15,7 +15,8 @@ line checker for new methods can share them. The contract:
 * a fixed seed gives identical outputs on CPU (randomness comes from the method's seeded generator);
 * the hyper-parameter check refuses an unknown name and a value of the wrong type;
 * ``method.cost`` counts batches, images, forward passes (>= 1 per batch), and backward passes
-  exactly when the method holds an optimiser;
+  exactly when the method holds an optimiser; nothing before the first batch (one-off set-up goes to
+  ``setup_cost``, ``TTAMethod.one_off``);
 * under bf16 autocast (a cell's ``precision: bf16``) the scores stay finite;
 
 and two warnings, which a method passes with a reason to read: a method that should adapt (``adapts``) whose
@@ -293,6 +294,9 @@ def check_cost_accounting(name: str, model: nn.Module, info: ModelInfo, x: Tenso
     ``x`` should be a full batch (64): methods that update every 64 samples then take one step.
     """
     method = get_method(name, model, info, **overrides)
+    if method.cost.forwards or method.cost.backwards:
+        return _result("cost", name, f"{method.cost} before the first batch: one-off set-up belongs in setup_cost "
+                                     "(run it inside TTAMethod.one_off)")
     method(x)
     cost = method.cost
     if (cost.batches, cost.images) != (1, x.shape[0]):

@@ -29,7 +29,10 @@ view ("weak_strong"). The AdaContrast paper (sec. 4) uses the same values on Vis
 
 Deviations:
 - DEVIATION(md): the views are made from the batch on its device (``MoCoAugment``) instead of per image by PIL in
-  the data loader; same operations and probabilities, float arithmetic instead of uint8 rounding.
+  the data loader; same operations and probabilities, float arithmetic instead of uint8 rounding. The reference
+  turns a tensor into a PIL image first, which clips it to [0, 1] and quantises it to 256 levels; here only the
+  strong view clips (``MoCoAugment``) and nothing is quantised, so inputs outside [0, 1] (normalised images, say)
+  give other views than the reference's (the one difference a side-by-side run on the same batches reported).
 - DEVIATION(paper): the authors' code fills the kNN bank with a pass over the whole target set before adapting
   (not online); md, and this, start with an empty bank and use the argmax for the first 1,024 samples.
 - The random initial queue is drawn from the method's generator (md: the global RNG), so ``reset()`` replays it.

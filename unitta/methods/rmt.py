@@ -32,7 +32,8 @@ CPU cost of the set-up: the prototype pass is one forward over the source set (6
 warm-up 50,000 // B steps of student forward + backward + teacher forward (781 at B = 64, under one epoch of
 training): on the embedded ResNet-20 with one CPU thread, 95 s for the prototypes and 471 s for both on the
 project's shared 2-core machine (load average about 6), where a batch of the stream takes 0.46 s
-(docs/methods.md). Both repeat on ``reset()``; ``warmup_samples=0`` and ``prototype_samples`` shorten them.
+(docs/methods.md). Both repeat on ``reset()``; ``warmup_samples=0`` and ``prototype_samples`` shorten them. Both
+are one-off set-up (``TTAMethod.one_off``): the row's ``setup_*`` columns, not the stream's cost.
 
 Deviations:
 - DEVIATION(md): the reference caches the prototypes and the warmed-up weights on disk and loads them on later
@@ -54,7 +55,6 @@ Deviations:
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
@@ -147,15 +147,17 @@ class RMT(TTAMethod):
     def _prepare(self, batch_size: int) -> None:
         """Prototypes, projector and warm-up from the source set, with source batches of ``batch_size``.
 
-        Not part of the stream's cost: the cost counters are restored afterwards.
+        One-off set-up (``one_off``): counted in the row's ``setup_*`` columns, not in the stream's cost.
         """
-        cost = dataclasses.replace(self.cost)
+        with self.one_off():
+            self._prepare_source(batch_size)
+
+    def _prepare_source(self, batch_size: int) -> None:
         self.replay = SourceBatches(self.source, batch_size, self.generator, self.device)
         self.prototypes, self.present = self._source_prototypes(batch_size)
         self.projector = Projector(self.prototypes.shape[1], self.cfg.projection_dim, self.generator).to(self.device)
         self.optimizer.add_param_group({"params": list(self.projector.parameters()), "lr": self.cfg.lr})
         self._warm_up(self.cfg.warmup_samples // batch_size)
-        self.cost = cost
 
     @torch.no_grad()
     def _source_prototypes(self, batch_size: int) -> Tensor:

@@ -26,11 +26,13 @@ lambda_cont 1, contrastive temperature 0.1, projection dimension 128, contrast m
 Deviations:
 - From the reference: the prototypes are computed once per method object (the reference caches them in a file
   per dataset and architecture) from a shuffled order drawn from a generator seeded with the method's seed; their
-  forward passes are set-up cost, not counted in ``cost``. A class with no source image gets no prototype (it is
-  never the nearest; the reference would produce a NaN prototype). The projector is initialised with PyTorch's
-  default ``nn.Linear`` distribution drawn from the method's generator. The augmentation and the source order use
-  the method's torch.Generator (the reference: global RNGs). Only the contrast mode 'all' is implemented (the
-  reference's 'one' uses unprojected anchors). A batch of one is adapted on, as the reference does.
+  forward passes are one-off set-up (the row's ``setup_*`` columns, ``TTAMethod.one_off``), not counted in
+  ``cost``; a ``reset()`` reuses them, so its set-up does not include them. A class with no source image gets no
+  prototype (it is never the nearest; the reference would produce a NaN prototype). The projector is initialised
+  with PyTorch's default ``nn.Linear`` distribution drawn from the method's generator. The augmentation and the
+  source order use the method's torch.Generator (the reference: global RNGs). Only the contrast mode 'all' is
+  implemented (the reference's 'one' uses unprojected anchors). A batch of one is adapted on, as the reference
+  does.
 - From the paper: not checked value by value here; the reference's implementation and values are used.
 """
 
@@ -105,6 +107,7 @@ class SANTA(TTAMethod):
         params = adapt_norm_affine(self.model)
         self.anchor = make_teacher(self.model)  # the configured model, frozen (md: copy before splitting)
         self.model = FeatureModel(self.model, self.info.classifier)
+        self.track(self.model)  # before the prototype pass, so that its forwards count as set-up (``one_off``)
         if getattr(self, "prototypes", None) is None:  # the source never changes: computed once per object
             self.prototypes, self.has_prototype = self.source_prototypes()
         self.projector = Projector(self.prototypes.shape[1], self.cfg.projection_dim, self.generator).to(self.device)

@@ -126,6 +126,12 @@ SCHEMA = pa.schema(
         ("curve_points", pa.int64()),
         ("ccc", pa.string()),
         ("ccc_severities", pa.string()),
+        # JSON lists of names (null: not set): unitta select's corruptions and criteria, an image folder's subsets
+        ("corruptions", pa.string()),
+        ("criteria", pa.string()),
+        ("domains", pa.string()),
+        ("classes", pa.string()),
+        ("datasets_as_domains", pa.string()),
         ("source_error_before", pa.float64()),
         ("source_error_after", pa.float64()),
         ("per_class", BREAKDOWN_TYPE),
@@ -137,6 +143,9 @@ SCHEMA = pa.schema(
         ("images_per_s", pa.float64()),
         ("forwards_per_batch", pa.float64()),
         ("backwards_per_batch", pa.float64()),
+        ("setup_forwards", pa.int64()),  # one-off set-up before the stream (TTAMethod.one_off); null in old files
+        ("setup_backwards", pa.int64()),
+        ("setup_time_s", pa.float64()),
         ("peak_memory_mb", pa.float64()),
         # where and when
         ("started_at", _TS),
@@ -173,7 +182,6 @@ EXTRA_TYPES = {
     "tune_default_layer": pa.string(),
     "tune_algorithm": pa.string(),
     # unitta select (docs/selection.md): the cell's domains, label-free criteria, progress reports, early stop
-    "corruptions": pa.string(),
     **{f"criterion_{name}": pa.float64() for name in CRITERIA},
     "report_values": pa.string(),
     "stopped_at_batch": pa.int64(),

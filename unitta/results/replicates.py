@@ -61,17 +61,21 @@ def _defaults() -> dict[str, Any]:
 
 def normalise_rows(df):
     """``df`` with every replicate coordinate present and older rows' nulls read as the Cell default (a folder
-    written before ``protocol`` existed holds online cells), so that old and new rows of one cell group together."""
+    written before ``protocol`` existed holds online cells), so that old and new rows of one cell group together.
+    List coordinates (corruptions, criteria, an image folder's domains...) compare and print as 'a,b,c'."""
     import polars as pl
 
-    defaults = _defaults()
+    defaults = {k: ",".join(map(str, v)) if isinstance(v, (tuple, list)) else v for k, v in _defaults().items()}
     df = _with_cell_s(df)
+    lists = [k for k in replicate_keys() if k in df.columns and isinstance(df.schema[k], pl.List)]
+    if lists:
+        df = df.with_columns(pl.col(k).cast(pl.List(pl.String)).list.join(",") for k in lists)
     cols = []
     for key in replicate_keys():
         if key not in df.columns:
             value = defaults.get(key)
             cols.append(pl.lit(value, dtype=None if value is not None else pl.String).alias(key))
-        elif key in defaults and df.schema[key] != pl.Null:
+        elif key in defaults and df.schema[key] != pl.Null and defaults[key] is not None:
             cols.append(pl.col(key).fill_null(pl.lit(defaults[key], dtype=df.schema[key])))
     return df.with_columns(cols) if cols else df
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from unitta.evaluate import STATUS_FAILED, STATUS_OK
 from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels
 
-__all__ = ["failure_lines", "summary_table"]
+__all__ = ["failure_lines", "summary_table", "column_label"]
 
 
 def summary_table(df, value: str = "error") -> str:
@@ -20,7 +20,7 @@ def summary_table(df, value: str = "error") -> str:
 
     if df.height == 0:
         return "(no results)"
-    df = with_method_labels(normalise_rows(df)).with_columns(_column_label(df))
+    df = with_method_labels(normalise_rows(df)).with_columns(column_label(df))
     others = [k for k in fixed_keys(df, (*METHOD_KEYS, "setting", "sampler", "delta")) if k not in ("dataset", "model")]
     spread = [k for k in others if df[k].cast(pl.String).n_unique() > 1]
     keys = ["dataset", "model", *spread]
@@ -61,7 +61,7 @@ def summary_table(df, value: str = "error") -> str:
     return "\n\n".join(blocks)
 
 
-def _column_label(df):
+def column_label(df):
     """The table column of each row: its setting, plus ``:sampler`` (``@delta``) for the sorted / dirichlet orders,
     and for official / exact streams too when the sweep mixes samplers."""
     import polars as pl

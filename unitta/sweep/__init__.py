@@ -41,6 +41,7 @@ from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import add_run_arguments, run_command, run_options
 from unitta.run.executor import GridPlanner, RunOptions, RunOutcome, execute_plan
 from unitta.run.outdir import check_output_dir, fresh_output_dir
+from unitta.run.segments import short_segment_warnings
 from unitta.run.summary import failure_lines, summary_table
 from unitta.sweep.config import SweepConfig, load_config
 
@@ -98,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _report(cells: list[Cell], outcome: RunOutcome) -> int:
+def _report(cfg: SweepConfig, cells: list[Cell], outcome: RunOutcome) -> int:
     """Print the summary table and the failed cells; the exit code (1 if any cell of the grid failed)."""
     import polars as pl
 
@@ -116,7 +117,15 @@ def _report(cells: list[Cell], outcome: RunOutcome) -> int:
         print(line)
     if failed.height or outcome.n_failed:
         print(f"exit {exits.EXIT_FAILED_CELLS}: some cells failed; rerun the same command to retry them")
+    _warn_short_segments(cfg)  # with the results they qualify (a run that fails to start prints only its error)
     return exits.EXIT_FAILED_CELLS if failed.height or outcome.n_failed else exits.EXIT_OK
+
+
+def _warn_short_segments(cfg: SweepConfig) -> None:
+    """The config's continual streams with domain segments of a few batches, one line each on stderr
+    (``unitta.run.segments``; docs/streams.md, "Stream length")."""
+    for warning in short_segment_warnings(cfg.cells()):
+        print(warning, file=sys.stderr)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -130,6 +139,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         cells = cfg.cells()  # planned once for the whole command
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
             code = dry_run(cfg, fresh_output_dir(out) if args.fresh else out, cells)  # --fresh: the folder it would use
+            _warn_short_segments(cfg)
             if not args.no_preflight:
                 sys.stdout.flush()
                 preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local)
@@ -141,6 +151,6 @@ def main(argv: Iterable[str] | None = None) -> int:
             cfg, out, local=opts.local, fresh=opts.fresh, address=opts.address, num_cpus=opts.num_cpus,
             wait_for_resources=opts.wait_for_resources, progress=opts.progress, argv=opts.argv, cells=cells,
         )
-        return _report(cells, outcome)
+        return _report(cfg, cells, outcome)
 
     return run_command(body)

@@ -14,8 +14,11 @@ any task runs as a ``ConfigError`` whose message is one line naming the key and 
     seeds: [425]
     resources: {num_cpus: 1, num_gpus: 0}
 
-Cells are expanded in a fixed order (dataset, model, method, sampler, setting, factor grid point, seed,
-batch size), so the same YAML always gives the same cells with the same ids.
+Cells are expanded in a fixed order (dataset, model, protocol, method, sampler, setting, factor grid point,
+seed, batch size), so the same YAML always gives the same cells with the same ids.
+
+``protocol`` may list both TTA protocols, like ``sampler`` its samplers: ``protocol: [online, realtime]`` runs
+the grid once online and once in real time (docs/results.md, "Real time").
 
 ``sampler`` may list several samplers. The ULMM samplers (official, exact) run every listed setting and
 factor point; the other benchmark's correlated orders (sorted, dirichlet; docs/streams.md) run once per
@@ -35,6 +38,7 @@ from typing import Any
 from pydantic import field_validator, model_validator
 
 from unitta.cell import Cell, check_seed, check_stream_size
+from unitta.cell.realtime import PROTOCOLS
 from unitta.cell.resolution import share_resolution
 from unitta.cell.spec import CellFields, check_dataset_name
 from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
@@ -78,6 +82,7 @@ class SweepConfig(RunConfig, CellFields):
     domain_settings: list[str] | None = None
     factor_grid: dict[str, list[float]] = {}
     sampler: list[str] = ["official"]  # gridded here; one per cell (CellFields.sampler)
+    protocol: list[str] = ["online"]  # gridded here too: [online, realtime] runs the grid under both
     delta: list[float] | None = None
     seeds: list[int] = [425]
     batch_size: list[int] = [64]
@@ -92,7 +97,8 @@ class SweepConfig(RunConfig, CellFields):
         data = dict(data)
         if data.get("datasets_as_domains") and "datasets" not in data:
             data["datasets"] = ["mixture"]  # the members are the domains of one pool
-        for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta"):
+        for key in ("datasets", "seeds", "batch_size", "class_settings", "domain_settings", "sampler", "delta",
+                    "protocol"):
             if key in data and not isinstance(data[key], list) and not (key == "delta" and data[key] is None):
                 data[key] = [data[key]]
         try:
@@ -118,6 +124,19 @@ class SweepConfig(RunConfig, CellFields):
             check_dataset_name(name)
         if len(set(value)) != len(value):
             raise ValueError(f"lists a dataset twice: {value}")
+        return value
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocols(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"needs at least one protocol ({', '.join(PROTOCOLS)})")
+        for name in value:
+            if name not in PROTOCOLS:
+                raise ValueError(f"unknown protocol {name!r}{hint(str(name), PROTOCOLS)}; "
+                                 f"known: {', '.join(PROTOCOLS)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a protocol twice: {value}")
         return value
 
     @field_validator("sampler")
@@ -289,18 +308,18 @@ class SweepConfig(RunConfig, CellFields):
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid (dataset, model, method, sampler, setting, factors, seed, batch size)."""
-        stream_keys = ("sampler", "factors", "S", "length", "ccc")  # set per stream point
+        stream_keys = ("sampler", "factors", "S", "length", "ccc", "protocol")  # set per stream point / protocol
         common = {k: v for k, v in self.cell_fields().items() if k not in stream_keys}
         common["num_threads"] = self.resources.num_threads
         cells = []
         for dataset in self.datasets:
             model = self.models.get(dataset)
-            grid = itertools.product(self.methods, self.stream_points(), self.seeds, self.batch_size)
-            for method, point, seed, batch_size in grid:
+            grid = itertools.product(self.protocol, self.methods, self.stream_points(), self.seeds, self.batch_size)
+            for protocol, method, point, seed, batch_size in grid:
                 stream = {**point, "factors": dict(point["factors"])}
                 cells.append(Cell(dataset=dataset, method=method.name, model=model,
                                   method_kwargs=dict(method.overrides), **stream, seed=seed, batch_size=batch_size,
-                                  **common))
+                                  protocol=protocol, **common))
         return share_resolution(cells)
 
 

@@ -15,7 +15,9 @@ through ``AugMixAugmenter(..., use_augmix=True)``) builds every view from the im
 
 Here the same ops run on a batch of images in uint8 value space (0..255 held in float, rounded after every op
 like PIL's 8-bit results), every view's random choices drawn as tensors, and each op evaluated for the whole
-batch and selected per image (``torch.where``), so that no value is read back to the host. The geometric
+batch and selected per image (``torch.where``), so that no value is read back to the host (on the CPU, where the
+drawn ops are host memory anyway, each image runs its own op only: the same values, about 2x less CPU time for
+MEMO's 32 views). The geometric
 ops sample bilinearly at PIL's pixel-centre coordinates (output pixel centre -> input position by the op's
 affine matrix), zero outside, as PIL's ``Image.transform(..., BILINEAR)``.
 
@@ -101,12 +103,16 @@ class AugMix:
         return torch.where(flip, out.flip(-1), out)
 
     # ------------------------------------------------------------------ one chain step
-    def _random_op(self, v: Tensor, rand: _Draw) -> Tensor:
-        """One op per image, drawn uniformly from the nine (``augmix_ops.augmentations``)."""
+    def _random_op(self, v: Tensor, rand: _Draw, grouped: bool | None = None) -> Tensor:
+        """One op per image, drawn uniformly from the nine (``augmix_ops.augmentations``). ``grouped``: each image
+        runs its own op only (``_grouped_op``: reads the ops to the host), else all nine, selected per image (no
+        host read); None = grouped on the CPU only."""
         n, _, h, w = v.shape
         op = rand.integers(0, N_OPS, (n,))
         level = 0.1 + (self.severity - 0.1) * rand.uniform((n,))  # sample_level(severity)
         sign = torch.where(rand.uniform((n,)) > 0.5, -1.0, 1.0).to(v.dtype)
+        if v.device.type == "cpu" if grouped is None else grouped:  # on the CPU the ops are host memory already
+            return self._grouped_op(v, op, level, sign)
         out = self._geometric(v, op, level, sign)
         candidates = {
             _AUTOCONTRAST: _autocontrast(v),
@@ -116,6 +122,27 @@ class AugMix:
         }
         for index, result in candidates.items():
             out = torch.where((op == index).view(n, 1, 1, 1), result, out)
+        return out
+
+    def _grouped_op(self, v: Tensor, op: Tensor, level: Tensor, sign: Tensor) -> Tensor:
+        """``_random_op``'s result computing each op on the images that drew it only (not all nine everywhere)."""
+        out = v.clone()
+        ops = op.tolist()
+        geometric = [i for i, k in enumerate(ops) if k in _GEOMETRIC]
+        if geometric:
+            g = torch.tensor(geometric)
+            out[g] = self._geometric(v[g], op[g], level[g], sign[g])
+        others = {
+            _AUTOCONTRAST: lambda idx: _autocontrast(v[idx]),
+            _EQUALIZE: lambda idx: _equalize(v[idx]),
+            _POSTERIZE: lambda idx: _posterize(v[idx], 4 - torch.floor(level[idx] * 4 / 10)),
+            _SOLARIZE: lambda idx: _solarize(v[idx], 256 - torch.floor(level[idx] * 256 / 10)),
+        }
+        for index, run in others.items():
+            picked = [i for i, k in enumerate(ops) if k == index]
+            if picked:
+                idx = torch.tensor(picked)
+                out[idx] = run(idx)
         return out
 
     def _geometric(self, v: Tensor, op: Tensor, level: Tensor, sign: Tensor) -> Tensor:
