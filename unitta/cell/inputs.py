@@ -81,9 +81,16 @@ def load_dataset_of(cell: Cell):
 
 
 def load_cell_model(cell: Cell, dataset):
-    """(model, info) for ``cell`` over ``dataset``: its classes, its output mask, its checkpoint."""
+    """(model, info) for ``cell`` over ``dataset``: its classes, its output mask, its checkpoint. ``dataset`` None
+    (a ccc stream, generated from the clean test set later): the zoo's model of the cell's dataset."""
     from unitta.data.natural import imagenet_outputs
     from unitta.models.any_model import load_any_model
+
+    if dataset is None:
+        from unitta.models import load_model
+
+        return load_model(cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir,
+                          trust_checkpoints=cell.trust_checkpoints)
 
     outputs = imagenet_outputs(RECORDS[cell.dataset], dataset.meta.get("classes", []))
     return load_any_model(cell.dataset, cell.model, dataset.num_classes, cell.checkpoint, cell.checkpoint_dir,

@@ -69,8 +69,11 @@ def _state_cap(cell: Cell, pool: int) -> int:
 def mean_domain_segment(cell: Cell) -> float | None:
     """Mean number of consecutive stream positions in one domain for ``cell``'s stream; None when the setting's
     domains are not continual or the stream is long by construction (see the module docstring)."""
-    if Setting.parse(cell.setting).domain_corr != "1":
+    if Setting.parse(cell.setting).domain_corr != "1" or cell.sampler == "ccc":
         return None
+    record = dataset_record(cell.dataset)
+    if not (record.num_classes and record.num_domains and record.images_per_domain):
+        return None  # an image folder or natural-shift set: its counts are on disk, not in the record (not sampled)
     data = _stand_in(cell)
     target = MIN_SEGMENT_BATCHES * cell.batch_size
     if cell.sampler == "official" and data.num_classes * _state_cap(cell, data.pool) >= _LONG_STATE_FACTOR * target:

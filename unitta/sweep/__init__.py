@@ -139,10 +139,10 @@ def main(argv: Iterable[str] | None = None) -> int:
         cells = cfg.cells()  # planned once for the whole command
         if args.dry_run:  # the cells first, fast; then the checks (--no-preflight skips them)
             code = dry_run(cfg, fresh_output_dir(out) if args.fresh else out, cells)  # --fresh: the folder it would use
-            _warn_short_segments(cfg)
             if not args.no_preflight:
                 sys.stdout.flush()
                 preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local)
+            _warn_short_segments(cfg)  # after the checks: a config that cannot run prints only its error
             return code
         if not args.no_preflight:
             preflight(cells, num_gpus=cfg.resources.num_gpus, local=args.local)
