@@ -24,6 +24,9 @@ UNSUPPORTED = [m for m in list_methods() if "layer" not in method_class(m).norm_
 # cells that take minutes on a shared CPU: the source-set methods load and train on Fashion-MNIST's training
 # split, MEMO runs its augmentations per sample
 SLOW_CELLS = {m for m in SUPPORTED if method_class(m).needs_source} | {"memo"}
+# Class prototypes from a few source batches instead of the whole source set (60,000 images, ~50 s each on the
+# ViT): what is checked is that the cell runs on a LayerNorm model, not the prototypes' quality.
+SHORT_SETUP = {"rmt": {"prototype_samples": 512}, "santa": {"prototype_samples": 512}}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,7 @@ def test_supported_method_passes_the_contract_on_the_vit(name, vit, fmnist_c_ima
 @pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_CELLS else m for m in SUPPORTED])
 def test_supported_method_runs_a_cell_on_the_vit(name):
     cell = Cell(dataset="fmnist-c", model="vit_tiny", method=name, setting="n1i1", n_per_domain=20, S=2,
-                num_threads=1, method_kwargs=FAST.get(name, {}))
+                num_threads=1, method_kwargs={**FAST.get(name, {}), **SHORT_SETUP.get(name, {})})
     row = run_cell(cell)
     assert row["status"] == "ok", row["error_text"]
     assert row["model"] == "vit_tiny" and 0.0 <= row["error"] <= 100.0
