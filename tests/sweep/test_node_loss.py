@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from unitta.results import load_results
 
@@ -133,6 +134,10 @@ def test_job_restarted_then_a_node_lost_mid_sweep(two_nodes, tmp_path):
     raylet = _raylet(two_nodes["node_manager"])
     assert raylet is not None, "the second node is not running"
     config = _write_config(tmp_path / "cluster.yaml", "cluster")
+    # cells at Ray's old worker priority (nice 15; results do not depend on it): on 2 cores, the `ray job stop`
+    # below then stops the first job before its 8 tiny cells all finish, as it did before niceness 0 was the default
+    data = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**data, "resources": {**data["resources"], "niceness": 15}}))
     out = tmp_path / "out"
 
     # 1. a driver stopped mid-sweep
