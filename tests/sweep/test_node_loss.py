@@ -23,6 +23,8 @@ import pytest
 import yaml
 
 from unitta.results import load_results
+from unitta.sweep import run_sweep
+from unitta.sweep.config import load_config
 
 from . import _procs
 from .conftest import metric_rows
@@ -134,10 +136,14 @@ def test_job_restarted_then_a_node_lost_mid_sweep(two_nodes, tmp_path):
     raylet = _raylet(two_nodes["node_manager"])
     assert raylet is not None, "the second node is not running"
     config = _write_config(tmp_path / "cluster.yaml", "cluster")
-    # cells at Ray's old worker priority (nice 15; results do not depend on it): on 2 cores, the `ray job stop`
-    # below then stops the first job before its 8 tiny cells all finish, as it did before niceness 0 was the default
+    # cells 8x longer than the shared reference's (S 40, not 5), so that `ray job stop` lands before all 8 have
+    # finished (with workers at nice 0, the tiny cells could all finish while the stop was on its way);
+    # their uninterrupted --local run is this test's reference
     data = yaml.safe_load(config.read_text())
-    config.write_text(yaml.safe_dump({**data, "resources": {**data["resources"], "niceness": 15}}))
+    config.write_text(yaml.safe_dump({**data, "S": 40}))
+    reference_out = tmp_path / "reference"
+    run_sweep(load_config(config), reference_out, local=True, progress=False)
+    reference = load_results(reference_out)
     out = tmp_path / "out"
 
     # 1. a driver stopped mid-sweep
@@ -171,7 +177,7 @@ def test_job_restarted_then_a_node_lost_mid_sweep(two_nodes, tmp_path):
             second.communicate()
     assert second.returncode == 0, log[-3000:]
     assert "succeeded" in log and f"resume: {len(done_before)} of 8 cells already done" in log, log[-3000:]
-    _check_results(out, two_nodes["reference"])
+    _check_results(out, reference)
     assert set(done_before) <= set(_cells(out))  # finished cells were kept, not recomputed
 
     # no screens of Ray internals: one line of ours for the lost node, one saying where Ray's messages went
