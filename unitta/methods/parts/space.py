@@ -47,61 +47,59 @@ def _check_range(kind: str, low: Any, high: Any, *, integral: bool = False) -> N
 
 
 @dataclass(frozen=True)
-class LogUniform:
-    """A positive real range searched on a log scale (learning rates, weights spanning decades)."""
+class _RealRange:
+    """A real range [low, high] whose grid is evenly spaced on the scale ``_to`` maps it to (``_back`` inverts it)."""
 
     low: float
     high: float
+
+    @staticmethod
+    def _to(value: float) -> float:
+        return value
+
+    @staticmethod
+    def _back(value: float) -> float:
+        return value
+
+    def grid(self, n: int) -> list[float]:
+        """n points evenly spaced on the range's scale, both ends included (n = 1: the middle of that scale)."""
+        _check_n(n)
+        a, b = self._to(self.low), self._to(self.high)
+        if n == 1:
+            return [_round(self._back((a + b) / 2))]
+        points = [_round(self._back(a + (b - a) * i / (n - 1))) for i in range(n)]
+        points[0], points[-1] = float(self.low), float(self.high)  # the ends exactly, not back(to(x))
+        return points
+
+    def contains(self, value: Any) -> bool:
+        return _real(value) and self.low <= value <= self.high
+
+    def corners(self) -> list[float]:
+        return [float(self.low), float(self.high)]
+
+
+@dataclass(frozen=True)
+class LogUniform(_RealRange):
+    """A positive real range searched on a log scale (learning rates, weights spanning decades)."""
+
+    _to = staticmethod(math.log)
+    _back = staticmethod(math.exp)
 
     def __post_init__(self) -> None:
         _check_range("LogUniform", self.low, self.high)
         if not self.low > 0:
             raise ValueError(f"LogUniform: low={self.low!r} must be > 0 (a log scale)")
 
-    def grid(self, n: int) -> list[float]:
-        """n log-spaced points from low to high, both ends included (n = 1: the geometric middle)."""
-        _check_n(n)
-        if n == 1:
-            return [_round(math.sqrt(self.low * self.high))]
-        a, b = math.log(self.low), math.log(self.high)
-        points = [_round(math.exp(a + (b - a) * i / (n - 1))) for i in range(n)]
-        points[0], points[-1] = float(self.low), float(self.high)  # the ends exactly, not exp(log(x))
-        return points
-
-    def contains(self, value: Any) -> bool:
-        return _real(value) and self.low <= value <= self.high
-
-    def corners(self) -> list[float]:
-        return [float(self.low), float(self.high)]
-
     def describe(self) -> str:
         return f"log-uniform [{self.low:g}, {self.high:g}]"
 
 
 @dataclass(frozen=True)
-class Uniform:
+class Uniform(_RealRange):
     """A real range searched on a linear scale (thresholds, momenta, mixing weights)."""
-
-    low: float
-    high: float
 
     def __post_init__(self) -> None:
         _check_range("Uniform", self.low, self.high)
-
-    def grid(self, n: int) -> list[float]:
-        """n evenly spaced points from low to high, both ends included (n = 1: the middle)."""
-        _check_n(n)
-        if n == 1:
-            return [_round((self.low + self.high) / 2)]
-        points = [_round(self.low + (self.high - self.low) * i / (n - 1)) for i in range(n)]
-        points[0], points[-1] = float(self.low), float(self.high)
-        return points
-
-    def contains(self, value: Any) -> bool:
-        return _real(value) and self.low <= value <= self.high
-
-    def corners(self) -> list[float]:
-        return [float(self.low), float(self.high)]
 
     def describe(self) -> str:
         return f"uniform [{self.low:g}, {self.high:g}]"
