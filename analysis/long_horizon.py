@@ -34,6 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
 from analysis.common import AnalysisError, add_sweep_argument, load_dirs  # noqa: E402
+from unitta.files import os_error_text  # noqa: E402
 from unitta.results.replicates import method_label  # noqa: E402
 
 __all__ = ["STREAM_KEYS", "collapse_point", "stream_tables", "analyse", "main"]
@@ -192,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         written = analyse(args.dirs, out, args.sweep)
     except AnalysisError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, read-only, a file in the way: one line, not a traceback
+        print(f"error: {os_error_text(exc)}", file=sys.stderr)
         return 2
     for path in written:
         print(path)
