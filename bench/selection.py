@@ -1,6 +1,6 @@
 """Selection figures: what ASHA saves, what it costs in test error, and how busy the Ray workers are.
 
-    python bench/select.py [--quick] [--workers 2] [--out DIR] [--local]
+    python bench/selection.py [--quick] [--workers 2] [--out DIR] [--local]
 
 Runs the same holdout selection twice on Ray (``--workers`` CPUs; ``--local``: in this process), 27 points
 per method (each method's main hyper-parameter on a log grid over its declared range):
@@ -16,21 +16,16 @@ Full: six methods on four settings of a 200-images-per-domain subset, S = 10, ba
 
 from __future__ import annotations
 
-import sys
+import argparse
+import tempfile
+import time
 from pathlib import Path
 
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # run as a script: this file's name would shadow the standard library's select module
+import polars as pl
 
-import argparse  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import polars as pl  # noqa: E402
-
-from unitta.results import load_results  # noqa: E402
-from unitta.run import RunOptions  # noqa: E402
-from unitta.select import parse_select_config, run_select  # noqa: E402
+from unitta.results import load_results
+from unitta.run import RunOptions
+from unitta.select import parse_select_config, run_select
 
 MAIN = {"tent": ("lr", 1e-4, 1e-2), "eata": ("lr", 1e-4, 1e-2), "sar": ("lr", 1e-4, 1e-2),
         "rotta": ("lr", 1e-4, 1e-2), "roid": ("lr", 1e-4, 1e-2), "unitta": ("eta", 1e-3, 0.5)}
