@@ -15,20 +15,20 @@ from functools import cache
 from unitta.cell import Cell
 from unitta.data.records import RECORDS
 
-_FOLDER_LOADERS = ("folder", "natural", "mixture", "cifar101")
-
 __all__ = ["iid_overrides", "input_size", "load_cell_model", "load_cell_source", "load_dataset_of",
            "model_layers"]
 
 
 def iid_overrides(cell: Cell, num_domains: int, num_classes: int) -> dict[str, float]:
-    """The official sampler's i.i.d. alpha_1 for an image folder or a natural-shift set: the reference's defaults
-    (1/15 for domains, 1/K of its datasets for classes) fit the paper's datasets; below 1/n no chain exists
-    (paper Cor. 1), so a folder with fewer domains or classes gets 1/n, the i.i.d. chain. The cell's own factors
-    win; the paper's datasets and the exact sampler (which fixes 1/n itself) get nothing."""
+    """The official sampler's i.i.d. alpha_1 when the stream has fewer domains or classes than the reference's
+    defaults assume (1/15 for domains, 1/K of its datasets for classes): an image folder, a natural-shift set, or
+    a subset of a paper dataset's corruptions (``corruptions:``, the held-out four of a selection's validation
+    streams). Below 1/n no chain exists (paper Cor. 1), so such a stream gets 1/n, the i.i.d. chain. The cell's
+    own factors win; all 15 corruptions (0.067 >= 1/15) and the exact sampler (which fixes 1/n itself) get
+    nothing."""
     from unitta.streams.settings import Setting, default_factors
 
-    if cell.sampler != "official" or RECORDS[cell.dataset].loader not in _FOLDER_LOADERS:
+    if cell.sampler != "official":
         return {}
     s = Setting.parse(cell.setting)
     defaults = default_factors(s, cell.dataset)
