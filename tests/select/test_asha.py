@@ -11,7 +11,7 @@ import pytest
 from unitta.results import load_results
 from unitta.run import RunOptions
 from unitta.select import parse_select_config, run_select
-from unitta.select.asha import AshaArbiter, first_rung
+from unitta.select.asha import AshaArbiter, AshaHook, first_rung
 
 CELL = {"dataset": "fmnist-c", "n_per_domain": 20, "S": 2, "batch_size": 4}
 
@@ -37,6 +37,24 @@ def test_arbiter_stops_the_worse_trials_at_each_rung() -> None:
     assert reached[0] == 27  # the best trial is never stopped
     assert sum(reached.values()) <= 27 * 27 / 3  # at most a third of running every trial to the end
     assert all(reached[t] <= reached[s] for s, t in zip(range(26), range(1, 27)) if t > 2)  # worse stops sooner
+
+
+def _stopped_by_tied_errors(nll_of) -> int:
+    """27 trials whose error is the same 50 % at every report (ASHA via the hook, as a cell calls it)."""
+    arbiter = AshaArbiter(3.0)
+    arbiter.add_group("g", max_t=27, grace=1)
+    stopped = 0
+    for trial in range(27):
+        hook = AshaHook(arbiter, "g", str(trial))
+        stopped += any(hook(batches, {"error": 50.0, "nll": nll_of(trial)}) for batches in range(1, 27))
+    return stopped
+
+
+def test_tied_errors_are_broken_by_the_nll() -> None:
+    """Without a tie-break ASHA stops no trial of a tie (none is strictly worse than the cutoff); the NLL so far
+    ranks them, so about two thirds stop at the first rung, as with distinct errors."""
+    assert _stopped_by_tied_errors(lambda trial: float("nan")) == 0
+    assert _stopped_by_tied_errors(lambda trial: 0.5 + trial / 27) >= 27 // 2
 
 
 def test_asha_selection_records_stopped_trials_and_never_chooses_them(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from unitta.cell.realtime import Schedule
 __all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch", "precision_mode"]
 
 # A progress-report hook: called every ``Report.every`` batches with (batches done, {'error': % so far,
-# '<criterion>': value so far}); returns True to stop the cell there (``unitta select``'s ASHA).
+# 'nll': nats so far, '<criterion>': value so far}); returns True to stop the cell there (``unitta select``'s ASHA).
 ReportHook = Callable[[int, dict[str, float]], bool]
 
 
@@ -208,7 +208,7 @@ def adapt_stream(
             log_probs = _record_scores(scores, kind, labels[start:end], confidence[start:end], true_log_prob[start:end])
             meter.update(method, x, log_probs, lambda s: _log_probabilities(s, kind))
             if report is not None and (i + 1) % report.every == 0 and end < n:
-                _report(report, i + 1, predictions[:end] == labels[:end], meter, reports)
+                _report(report, i + 1, predictions[:end] == labels[:end], true_log_prob[:end], meter, reports)
             if (i + 1) % _CHECK_EVERY == 0 or end == n:
                 if not bool(finite):  # one host sync per _CHECK_EVERY batches
                     raise FloatingPointError(
@@ -231,9 +231,11 @@ def adapt_stream(
     )
 
 
-def _report(report: Report, batches: int, correct, meter: CriteriaMeter, reports: list) -> None:
-    """One progress report (a host synchronisation, only for cells that report); raise ``Stopped`` if told to."""
-    values = {"error": 100.0 * (1.0 - float(correct.double().mean())), **meter.partial()}
+def _report(report: Report, batches: int, correct, true_log_prob, meter: CriteriaMeter, reports: list) -> None:
+    """One progress report (a host synchronisation, only for cells that report); raise ``Stopped`` if told to.
+    Values: the error (%) and the NLL (nats) so far, and the cell's criteria."""
+    values = {"error": 100.0 * (1.0 - float(correct.double().mean())), "nll": -float(true_log_prob.double().mean()),
+              **meter.partial()}
     reports.append((batches, values))
     if report.hook(batches, values):
         raise Stopped(batches, reports)

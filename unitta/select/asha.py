@@ -17,9 +17,25 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["AshaArbiter", "AshaHook", "first_rung", "milestones"]
+__all__ = ["AshaArbiter", "AshaHook", "asha_score", "first_rung", "milestones"]
 
 _TIME, _METRIC = "batches", "error"
+TIE_BREAK = 1e-5  # points of error per nat of NLL: far below one image's share of any stream's error
+
+
+def asha_score(error: float, nll: float | None) -> float:
+    """What ASHA ranks validation trials by: the error so far (%), ties broken by the NLL so far (nats).
+
+    Points whose first batches give the same predictions (RoTTA's or SAR's learning rates hardly change the
+    first rung's predictions) tie on the error, and ASHA never stops a trial that is not strictly worse than
+    its rung's cutoff: without the tie-break none of them is stopped."""
+    if nll is None or not math.isfinite(nll):
+        return float(error) + TIE_BREAK * 1e3
+    return float(error) + TIE_BREAK * min(float(nll), 1e3)
+
+
+def _score(values: dict[str, float]) -> float:
+    return asha_score(values[_METRIC], values.get("nll"))
 
 
 def first_rung(max_t: int, reduction_factor: float, rungs: int = 3) -> int:
@@ -65,25 +81,25 @@ class AshaArbiter:
             self.schedulers[group].on_trial_add(None, handle)
         return handle
 
-    def decide(self, group: str, trial: str, batches: int, error: float) -> bool:
-        """Whether the trial stops now, given its validation error after ``batches`` batches."""
+    def decide(self, group: str, trial: str, batches: int, score: float) -> bool:
+        """Whether the trial stops now, given its ``asha_score`` after ``batches`` batches."""
         from ray.tune.schedulers import TrialScheduler
 
-        result = {_TIME: batches, _METRIC: error}
+        result = {_TIME: batches, _METRIC: score}
         action = self.schedulers[group].on_trial_result(None, self._trial(group, trial), result)
         stop = action == TrialScheduler.STOP
         self.stopped += int(stop)
         return stop
 
-    def complete(self, group: str, trial: str, batches: int, error: float) -> None:
-        """A trial ran to the end of its stream with this error."""
+    def complete(self, group: str, trial: str, batches: int, score: float) -> None:
+        """A trial ran to the end of its stream with this ``asha_score``."""
         handle = self._trial(group, trial)
-        self.schedulers[group].on_trial_complete(None, handle, {_TIME: batches, _METRIC: error})
+        self.schedulers[group].on_trial_complete(None, handle, {_TIME: batches, _METRIC: score})
 
     def replay(self, group: str, trial: str, reports_json: str | None, final: tuple[int, float] | None) -> None:
         """Feed a trial already run (its rows' ``report_values``, and its end if it completed) to the scheduler."""
         for batches, values in json.loads(reports_json) if reports_json else []:
-            self.decide(group, trial, int(batches), float(values[_METRIC]))
+            self.decide(group, trial, int(batches), _score(values))
         if final is not None:
             self.complete(group, trial, *final)
 
@@ -104,5 +120,5 @@ class AshaHook:
         if hasattr(decide, "remote"):
             import ray
 
-            return bool(ray.get(decide.remote(self.group, self.trial, batches, values[_METRIC])))
-        return decide(self.group, self.trial, batches, values[_METRIC])
+            return bool(ray.get(decide.remote(self.group, self.trial, batches, _score(values))))
+        return decide(self.group, self.trial, batches, _score(values))

@@ -21,7 +21,7 @@ from unitta.cell import Cell
 from unitta.cell.adapt import Report
 from unitta.cell.criteria import CRITERION_MODES, column
 from unitta.evaluate import STATUS_OK, STATUS_STOPPED, build_stream, load_cell_dataset
-from unitta.select.asha import AshaArbiter, AshaHook, first_rung, milestones
+from unitta.select.asha import AshaArbiter, AshaHook, asha_score, first_rung, milestones
 from unitta.select.config import SelectConfig
 from unitta.select.space import Group, chosen_text, distributions, grid_points, groups, trial_cell
 
@@ -37,6 +37,11 @@ def batches_of(row: dict[str, Any]) -> int:
     if row.get("status") == STATUS_OK and row.get("n_samples"):
         return math.ceil(int(row["n_samples"]) / int(row["batch_size"]))
     return 0
+
+
+def row_score(row: dict[str, Any]) -> float:
+    """A finished validation trial's ``asha_score``: its error, ties broken by its NLL."""
+    return asha_score(float(row["error"]), row.get("nll"))
 
 
 def ok_value(row: dict[str, Any] | None, col: str) -> float | None:
@@ -271,7 +276,7 @@ class SelectPlanner:
             for (_, stream), cell in plan.cells.items():
                 row = self.rows.get(cell.cell_id())
                 if stream == "validation" and row is not None:
-                    final = (batches_of(row), float(row["error"])) if row["status"] == STATUS_OK else None
+                    final = (batches_of(row), row_score(row)) if row["status"] == STATUS_OK else None
                     self._call("replay", plan.group.key, cell.cell_id(), row.get("report_values"), final)
 
     def _call(self, name: str, *args: Any) -> Any:
@@ -308,7 +313,7 @@ class SelectPlanner:
         self.outbox.append((row, text))
         self.rows[cid] = row
         if self.arbiter is not None and self.stream[cid] == "validation" and row.get("status") == STATUS_OK:
-            self._call("complete", self.owner[cid].group.key, cid, batches_of(row), float(row["error"]))
+            self._call("complete", self.owner[cid].group.key, cid, batches_of(row), row_score(row))
         self._advance()
 
     def drain(self) -> list[tuple[dict[str, Any], str]]:
