@@ -1,0 +1,213 @@
+"""unitta's methods side by side with the mariodoebler TTA benchmark's own code, on the same batches.
+
+    python bench/vs_reference.py --ref /path/to/test-time-adaptation [--methods cotta adacontrast memo]
+                                 [--reps 5] [--batches 4]
+
+Fetch the reference (mariodoebler/test-time-adaptation, 8b2ed63 cited in docs/) into a throw-away folder outside
+this repository; ``bench/reference_md.py`` imports its method modules from there (never copied here).
+
+One process, one thread (``torch.set_num_threads(1)``). Both implementations get deep copies of the embedded
+ResNet-20 (``load_model("fmnist-c", "resnet20")``) and the same real Fashion-MNIST-C batches (a seeded shuffle
+across the 15 corruptions; ``--batches`` batches of 64). Each repetition builds both methods afresh (not timed)
+and runs the stream through unitta, then through the reference (interleaved: u, r, u, r, ...), seeds = the
+repetition. Time: ``time.process_time`` around the stream (CPU time of this process), median over ``--reps``.
+
+What the reference's time includes: its data loader's work for the method (AdaContrast: the test, weak and two
+strong views built per image by PIL, ``get_augmentation_versions("twss", "moco-v2-light")``; MEMO: 32 AugMix
+views per image, ``AugMixAugmenter``), starting from the uint8 image (the form its CIFAR-10-C loader holds), since
+unitta builds the same views inside the method. The column ``ref. views s`` shows that share.
+
+Hyper-parameters: the reference's ``cfgs/cifar10_c/<method>.yaml`` with its ``conf.py`` defaults, and unitta's
+defaults (which follow them; ``docs/methods.md``); differences are named in ``SPECS`` (``note``).
+Prediction agreement: the share of images whose argmax agrees (random augmentations differ between the two, so
+the methods that draw them agree on less than 100 %).
+
+Bad input (no --ref, not a checkout, unknown method): one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from contextlib import redirect_stdout
+from dataclasses import dataclass, field
+from io import StringIO
+from pathlib import Path
+
+_BENCH = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0]).resolve() == _BENCH:
+    sys.path.pop(0)  # run as a script: bench/select.py, bench/methods.py... would shadow other modules
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def _sibling(name: str):
+    """Import ``bench/<name>.py`` by its path (bench/ is not on sys.path, see above)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reference_md = _sibling("reference_md")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One method both share: the reference's module/class, its cfg on top of ``reference_md.DEFAULTS``, and how
+    its data loader turns a batch into the method's input (``views``: None = the tensor batch itself)."""
+
+    module: str
+    cls: str
+    ref_cfg: dict = field(default_factory=dict)
+    unitta: dict = field(default_factory=dict)
+    views: str | None = None
+    per_image: bool = False  # the reference's protocol is batch size 1 (MEMO): called once per image
+    note: str = ""
+
+
+SPECS: dict[str, Spec] = {
+    "cotta": Spec("cotta", "CoTTA", {"OPTIM": {"METHOD": "Adam", "LR": 1e-3}},
+                  note="Adam 1e-3, m 0.999, p 0.01, AP 0.92, 32 views"),
+    "adacontrast": Spec(
+        "adacontrast", "AdaContrast",
+        {"OPTIM": {"METHOD": "SGD", "LR": 2e-4, "MOMENTUM": 0.9, "WD": 1e-4, "NESTEROV": True},
+         "CONTRAST": {"TEMPERATURE": 0.07}},
+        views="adacontrast", note="SGD 2e-4 Nesterov, wd 1e-4, queue 16384, T 0.07, 10 neighbours"),
+    "memo": Spec("memo", "MEMO",
+                 {"MODEL": {"EPISODIC": True}, "OPTIM": {"METHOD": "SGD", "LR": 0.005}, "TEST": {"BATCH_SIZE": 1}},
+                 views="memo", per_image=True, note="SGD 5e-3 Nesterov, 32 AugMix views, BN alpha 0.1, per image"),
+}
+
+
+def die(message: str) -> None:
+    print(f"vs_reference: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def load_batches(n_batches: int, batch_size: int = 64, seed: int = 0) -> list[torch.Tensor]:
+    """``n_batches`` batches of real Fashion-MNIST-C images, a seeded shuffle across the corruptions."""
+    from unitta.data import load_dataset
+
+    need = n_batches * batch_size
+    data = load_dataset("fmnist-c", n_per_domain=10 * (-(-need // 150)))  # 15 corruptions, 10 classes
+    idx = np.random.default_rng(seed).permutation(len(data.domains))[:need]
+    images = data.get_batch(idx)
+    return [images[i * batch_size : (i + 1) * batch_size] for i in range(n_batches)]
+
+
+def view_makers() -> dict[str, Callable]:
+    """The reference loader's per-image transforms for the methods that augment in the loader."""
+    from augmentations.transforms_adacontrast import get_augmentation_versions
+    from augmentations.transforms_augmix import AugMixAugmenter
+    from PIL import Image
+    from torchvision import transforms
+
+    ada = get_augmentation_versions(aug_versions="twss", aug_type="moco-v2-light", res_size=(32, 32), crop_size=32)
+    memo = AugMixAugmenter(None, transforms.Compose([transforms.ToTensor()]), dataset_name="cifar10_c",
+                           n_views=32, use_augmix=True)
+
+    def adacontrast(u8: np.ndarray) -> list[torch.Tensor]:
+        views = [ada(Image.fromarray(image)) for image in u8]
+        return [torch.stack(v) for v in zip(*views)]  # the loader's collate: [test, weak, strong, strong]
+
+    def memo_views(u8: np.ndarray) -> list[list[torch.Tensor]]:
+        return [[v.unsqueeze(0) for v in memo(Image.fromarray(image))] for image in u8]
+
+    return {"adacontrast": adacontrast, "memo": memo_views}
+
+
+def run_unitta(name: str, spec: Spec, model, info, batches, seed: int) -> tuple[float, torch.Tensor]:
+    from unitta.methods import get_method
+
+    method = get_method(name, copy.deepcopy(model), info, dataset="fmnist-c", seed=seed, **spec.unitta)
+    start = time.process_time()
+    with torch.no_grad():  # as unitta.evaluate
+        preds = [method(x).argmax(dim=1) for x in batches]
+    return time.process_time() - start, torch.cat(preds)
+
+
+def run_reference(spec: Spec, model, batches, u8s, makers, seed: int) -> tuple[float, float, torch.Tensor]:
+    """(seconds in all, seconds of the loader's views, predictions) of the reference on the stream."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+    cls = reference_md.reference_class(spec.module, spec.cls)
+    with redirect_stdout(StringIO()):  # AlphaBatchNorm prints what it replaced
+        method = cls(reference_md.config(spec.ref_cfg), copy.deepcopy(model), 10)
+    preds, view_seconds = [], 0.0
+    start = time.process_time()
+    with torch.no_grad():  # the reference's test loop (utils/eval_utils.py get_accuracy)
+        for x, u8 in zip(batches, u8s):
+            t = time.process_time()
+            inputs = makers[spec.views](u8) if spec.views else x
+            view_seconds += time.process_time() - t
+            if spec.per_image:
+                out = torch.cat([method(views) for views in inputs])
+            else:
+                out = method(inputs)
+            preds.append(out.argmax(dim=1))
+    return time.process_time() - start, view_seconds, torch.cat(preds)
+
+
+def measure(name, spec, model, info, batches, makers, reps):
+    u8s = [(x.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy() for x in batches]
+    ours, theirs, views, agree = [], [], [], []
+    run_unitta(name, spec, model, info, batches[:1], seed=100)  # warm-up, untimed
+    run_reference(spec, model, batches[:1], u8s[:1], makers, seed=100)
+    for rep in range(reps):
+        seconds, p_ours = run_unitta(name, spec, model, info, batches, seed=rep)
+        ours.append(seconds)
+        seconds, view_seconds, p_ref = run_reference(spec, model, batches, u8s, makers, seed=rep)
+        theirs.append(seconds)
+        views.append(view_seconds)
+        agree.append((p_ours == p_ref).float().mean().item())
+    return statistics.median(ours), statistics.median(theirs), statistics.median(views), statistics.mean(agree)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ref", help="folder of a mariodoebler/test-time-adaptation checkout")
+    parser.add_argument("--methods", nargs="+", default=list(SPECS))
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=4, help="batches of 64 (MEMO: the images of the first)")
+    parser.add_argument("--memo-images", type=int, default=16, help="images MEMO adapts on (per image)")
+    args = parser.parse_args(argv)
+    if problem := reference_md.checkout_problem(args.ref):
+        die(problem)
+    unknown = [m for m in args.methods if m not in SPECS]
+    if unknown:
+        die(f"--methods: {unknown[0]!r} is not shared with the reference here; choose from {sorted(SPECS)}")
+    if args.reps < 1 or args.batches < 1 or args.memo_images < 1:
+        die("--reps, --batches and --memo-images must be >= 1")
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # the reference's torch.jit.script
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    reference_md.import_reference(Path(args.ref))
+    from unitta.models import load_model
+
+    model, info = load_model("fmnist-c", "resnet20")
+    model.eval()
+    batches = load_batches(args.batches)
+    makers = view_makers()
+    print("| method | unitta s | reference s | ratio | ref. views s | agreement % | hyper-parameters |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for name in args.methods:
+        spec = SPECS[name]
+        stream = [batches[0][: args.memo_images]] if spec.per_image else batches
+        ours, theirs, views, agree = measure(name, spec, model, info, stream, makers, args.reps)
+        print(f"| {name} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f} | {views:.2f} | {100 * agree:.1f} "
+              f"| {spec.note} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
