@@ -53,6 +53,7 @@ def _sibling(name: str):
     """Import ``bench/<name>.py`` by its path (bench/ is not on sys.path, see above)."""
     spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCH / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

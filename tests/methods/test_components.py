@@ -349,3 +349,17 @@ def test_augmix_cpu_shortcut_gives_the_same_values():
     grouped = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), True)
     every = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), False)
     assert torch.equal(grouped, every) and not torch.equal(grouped, pixels)
+
+
+def test_moco_augment_cpu_shortcut_gives_the_same_values():
+    """AdaContrast's strong view on the CPU runs each step on the images that draw it only: bit for bit the values
+    of every step on every image kept per image with ``torch.where``, and never writes into its input."""
+    from unitta.methods.parts.augment import MoCoAugment
+
+    x = torch.rand(24, 3, 20, 20, generator=torch.Generator().manual_seed(9)) * 1.2 - 0.1
+    kept = x.clone()
+    aug = MoCoAugment()
+    selected = aug(x, torch.Generator().manual_seed(3), selected=True)
+    every = aug(x, torch.Generator().manual_seed(3), selected=False)
+    assert torch.equal(selected, every) and not torch.equal(selected, x.clamp(0, 1))
+    assert torch.equal(x, kept)

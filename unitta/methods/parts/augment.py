@@ -39,6 +39,7 @@ side, as in the papers and in md; ``image_size=32`` reproduces the reference (th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -252,23 +253,55 @@ class MoCoAugment:
     blur_kernel: int = 13  # 2 * ceil(3 * sigma_max) + 1
     flip_p: float = 0.5
 
-    def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
-        """(B, C, H, W) images in [0, 1] -> one augmented view each, same shape."""
+    def __call__(self, x: Tensor, generator: torch.Generator, selected: bool | None = None) -> Tensor:
+        """(B, C, H, W) images in [0, 1] -> one augmented view each, same shape.
+
+        ``selected``: run each step on the images that draw it only (``_selected``: reads the draws to the host),
+        else on every image, kept per image with ``torch.where`` (no host read); None = selected on the CPU only.
+        """
         b = x.shape[0]
         u = torch.rand(b, 15, generator=generator, device=generator.device).to(device=x.device, dtype=x.dtype)
-        low, high = 1.0 - self.strength, 1.0 + self.strength
-        jitter = TTAugment(
-            brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue, gamma=(1.0, 1.0)
-        )  # gamma 1: four ops in a uniformly random order per image
-        shape = (b, 1, 1, 1)
         x = x.clamp(0.0, 1.0)
-        jittered = jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
+        if x.device.type == "cpu" if selected is None else selected:  # on the CPU the draws are host memory
+            return self._selected(x, u)
+        shape = (b, 1, 1, 1)
+        jittered = self._jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
         x = torch.where((u[:, 10] < self.jitter_p).view(shape), jittered, x)
         x = torch.where((u[:, 11] < self.grayscale_p).view(shape), grayscale(x).expand_as(x), x)
-        if x.shape[-1] > self.blur_kernel // 2 and x.shape[-2] > self.blur_kernel // 2:
+        if self._blurs(x):
             blurred = blur_views(x, self.blur_kernel, between(u[:, 12], *self.blur_sigma), 1)
             x = torch.where((u[:, 13] < self.blur_p).view(shape), blurred, x)
         return torch.where((u[:, 14] < self.flip_p).view(shape), x.flip(-1), x)
+
+    def _selected(self, x: Tensor, u: Tensor) -> Tensor:
+        """``__call__`` computing each step on the images that draw it only: the same values (every op acts on
+        each image alone), without the jitter, greyscale, blur and flip of the images that skip them."""
+        x = x.clone()  # written in place below: never the caller's tensor
+
+        def picked(column: int, p: float) -> Tensor | None:
+            index = (u[:, column] < p).nonzero().flatten()
+            return index if index.numel() else None
+
+        if (i := picked(10, self.jitter_p)) is not None:
+            x[i] = self._jitter._jitter(x[i].unsqueeze(1), u[i, :10]).squeeze(1)
+        if (i := picked(11, self.grayscale_p)) is not None:
+            x[i] = grayscale(x[i]).expand(-1, x.shape[1], -1, -1)
+        if self._blurs(x) and (i := picked(13, self.blur_p)) is not None:
+            x[i] = blur_views(x[i], self.blur_kernel, between(u[i, 12], *self.blur_sigma), 1)
+        if (i := picked(14, self.flip_p)) is not None:
+            x[i] = x[i].flip(-1)
+        return x
+
+    def _blurs(self, x: Tensor) -> bool:
+        """Whether the images are large enough for the blur's reflect padding (the blur is skipped otherwise)."""
+        return x.shape[-1] > self.blur_kernel // 2 and x.shape[-2] > self.blur_kernel // 2
+
+    @functools.cached_property
+    def _jitter(self) -> TTAugment:
+        """The colour jitter, built once: gamma 1, so four ops in a uniformly random order per image."""
+        low, high = 1.0 - self.strength, 1.0 + self.strength
+        return TTAugment(brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue,
+                         gamma=(1.0, 1.0))
 
 
 def random_hflip(x: Tensor, generator: torch.Generator, p: float = 0.5) -> Tensor:
