@@ -10,6 +10,10 @@ and utilities): the reference's package ``__init__`` files and its model zoo pul
   classifier split AdaContrast needs; here: every child of the ResNet-20 before ``fc``, flattened, which is what
   the reference's ``split_up_model`` does for its ResNets) and the ``ResNetDomainNet126`` class that the base
   class only tests with ``isinstance``;
+- stands in for ``datasets/data_loading.py`` (webdataset, CLIP...) with a ``get_source_loader`` that refuses:
+  the methods that need labelled source data (EATA's Fisher, RMT, SANTA, GTTA) are not compared;
+- fixes two CPU-only failures of the reference, no more (``reference_class``): RoTTA's full-precision branch
+  passes an argument its loss does not take, CMF calls ``.cuda()``;
 - builds the ``cfg`` object by hand (``config``): the reference's ``conf.py`` defaults for the keys the methods
   read, with its ``cfgs/cifar10_c/<method>.yaml`` values on top (the CIFAR-10-C settings, which the unitta
   methods' defaults follow).
@@ -64,7 +68,8 @@ DEFAULTS = {
         "MOMENTUM_PROBS": 0.9, "TEMPERATURE": 1 / 3,
     },
     "CMF": {"ALPHA": 0.99, "GAMMA": 0.99, "Q": 0.005, "TYPE": "lp"},
-    "TEST": {"BATCH_SIZE": 64, "WINDOW_LENGTH": 1, "N_AUGMENTATIONS": 32, "DELTA_DIRICHLET": 0.0},
+    "SOURCE": {"NUM_SAMPLES": -1, "PERCENTAGE": 1.0, "NUM_WORKERS": 4},
+    "TEST": {"BATCH_SIZE": 64, "WINDOW_LENGTH": 1, "N_AUGMENTATIONS": 32, "DELTA_DIRICHLET": 0.0, "DEBUG": False},
 }
 
 
@@ -111,10 +116,44 @@ def import_reference(root: Path) -> None:
         package.__path__ = [str(base / name)]
         sys.modules[name] = package
     sys.modules["models.model"] = _model_module()
+    loading = types.ModuleType("datasets.data_loading")  # its imports need webdataset, CLIP...: not a method's
+    loading.get_source_loader = _no_source
+    sys.modules["datasets.data_loading"] = loading
 
 
 def reference_class(module: str, name: str) -> type:
-    return getattr(importlib.import_module(f"methods.{module}"), name)
+    """The reference's method class, with the two CPU fixes a run on this machine needs (``_CPU_FIXES``)."""
+    cls = getattr(importlib.import_module(f"methods.{module}"), name)
+    return _CPU_FIXES.get(name, lambda c: c)(cls)
+
+
+def _rotta_on_cpu(cls: type) -> type:
+    """RoTTA's full-precision branch calls ``loss_calculation(x)``, which takes no argument (only its CUDA
+    mixed-precision branch runs at 8b2ed63): the same call without the argument."""
+
+    class RoTTA(cls):
+        def loss_calculation(self, x=None):
+            return super().loss_calculation()
+
+    return RoTTA
+
+
+def _cmf_on_cpu(cls: type) -> type:
+    """CMF puts its class-prior buffer on the GPU with ``.cuda()``: on a CPU-only machine it stays on the CPU."""
+
+    class CMF(cls):
+        def __init__(self, *args, **kwargs):
+            cuda = torch.Tensor.cuda
+            torch.Tensor.cuda = lambda tensor, *a, **k: tensor if not torch.cuda.is_available() else cuda(tensor)
+            try:
+                super().__init__(*args, **kwargs)
+            finally:
+                torch.Tensor.cuda = cuda
+
+    return CMF
+
+
+_CPU_FIXES = {"RoTTA": _rotta_on_cpu, "CMF": _cmf_on_cpu}
 
 
 class _Unused(nn.Module):
@@ -143,6 +182,10 @@ class _BaseModel(nn.Module):
     @property
     def output_dim(self) -> int:
         return self.fc.in_features
+
+
+def _no_source(*args, **kwargs):
+    raise NotImplementedError("the bench gives the reference no source data (methods that need it are not compared)")
 
 
 def _split_up_model(model: nn.Module, arch_name: str = "", dataset_name: str = ""):

@@ -10,12 +10,14 @@ One process, one thread (``torch.set_num_threads(1)``). Both implementations get
 ResNet-20 (``load_model("fmnist-c", "resnet20")``) and the same real Fashion-MNIST-C batches (a seeded shuffle
 across the 15 corruptions; ``--batches`` batches of 64). Each repetition builds both methods afresh (not timed)
 and runs the stream through unitta, then through the reference (interleaved: u, r, u, r, ...), seeds = the
-repetition. Time: ``time.process_time`` around the stream (CPU time of this process), median over ``--reps``.
+repetition. Time: ``time.process_time`` around the stream (CPU time of this process), median over ``--reps``; the ratio
+(unitta / reference) is the median of the repetitions' ratios (each pair ran back to back, under the same load).
 
 What the reference's time includes: its data loader's work for the method (AdaContrast: the test, weak and two
 strong views built per image by PIL, ``get_augmentation_versions("twss", "moco-v2-light")``; MEMO: 32 AugMix
 views per image, ``AugMixAugmenter``), starting from the uint8 image (the form its CIFAR-10-C loader holds), since
-unitta builds the same views inside the method. The column ``ref. views s`` shows that share.
+unitta builds the same views inside the method. The column ``ref. loader views s`` shows that share, and the
+next one the ratio to the reference's method without it.
 
 Hyper-parameters: the reference's ``cfgs/cifar10_c/<method>.yaml`` with its ``conf.py`` defaults, and unitta's
 defaults (which follow them; ``docs/methods.md``); differences are named in ``SPECS`` (``note``).
@@ -75,9 +77,9 @@ class Spec:
     note: str = ""
 
 
+_ADAM = "Adam 1e-3"  # cfgs/cifar10_c/<method>.yaml OPTIM (the conf.py default) and the unitta defaults
 SPECS: dict[str, Spec] = {
-    "cotta": Spec("cotta", "CoTTA", {"OPTIM": {"METHOD": "Adam", "LR": 1e-3}},
-                  note="Adam 1e-3, m 0.999, p 0.01, AP 0.92, 32 views"),
+    "cotta": Spec("cotta", "CoTTA", note=f"{_ADAM}, m 0.999, p 0.01, AP 0.92, 32 views"),
     "adacontrast": Spec(
         "adacontrast", "AdaContrast",
         {"OPTIM": {"METHOD": "SGD", "LR": 2e-4, "MOMENTUM": 0.9, "WD": 1e-4, "NESTEROV": True},
@@ -86,6 +88,19 @@ SPECS: dict[str, Spec] = {
     "memo": Spec("memo", "MEMO",
                  {"MODEL": {"EPISODIC": True}, "OPTIM": {"METHOD": "SGD", "LR": 0.005}, "TEST": {"BATCH_SIZE": 1}},
                  views="memo", per_image=True, note="SGD 5e-3 Nesterov, 32 AugMix views, BN alpha 0.1, per image"),
+    "test": Spec("source", "Source", note="the source model"),
+    "bn": Spec("norm", "BNTest", note="test-batch statistics"),
+    "bn_alpha": Spec("norm", "BNAlpha", note="BN alpha 0.1"),
+    "tent": Spec("tent", "Tent", note=_ADAM),
+    "eta": Spec("eata", "EATA", {"EATA": {"FISHER_ALPHA": 0.0, "D_MARGIN": 0.4}},
+                note=f"{_ADAM}, E0 0.4 ln K, d 0.4 (EATA without Fisher, cfgs/cifar10_c/eta.yaml)"),
+    "sar": Spec("sar", "SAR", note="SAM(SGD 1e-3, momentum 0.9), rho 0.05, E0 0.4 ln K, e_m 0.2"),
+    "rotta": Spec("rotta", "RoTTA", note=f"{_ADAM}, memory 64, nu 0.001, alpha 0.05"),
+    "lame": Spec("lame", "LAME", unitta={"affinity": "rbf"}, note="rbf affinity, k 5 (unitta's default: knn)"),
+    "rpl": Spec("rpl", "RPL", note=f"{_ADAM}, q 0.8"),
+    "roid": Spec("roid", "ROID", note=f"{_ADAM}, weighting, prior correction, consistency"),
+    "cmf": Spec("cmf", "CMF", note=f"{_ADAM}, alpha 0.99, gamma 0.99, q 0.005, lp"),
+    "deyo": Spec("deyo", "DeYO", note=f"{_ADAM}, patch 4, PLPD 0.2, margin 0.5 ln K (the reference needs einops)"),
 }
 
 
@@ -159,25 +174,28 @@ def run_reference(spec: Spec, model, batches, u8s, makers, seed: int) -> tuple[f
     return time.process_time() - start, view_seconds, torch.cat(preds)
 
 
-def measure(name, spec, model, info, batches, makers, reps):
+def measure(name, spec, model, info, batches, makers, reps) -> dict[str, float]:
+    """Medians over ``reps`` interleaved repetitions: seconds of each side, the reference's share for its loader's
+    views, and the per-repetition ratios (with and without those views); the mean prediction agreement."""
     u8s = [(x.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy() for x in batches]
-    ours, theirs, views, agree = [], [], [], []
+    rows = []
     run_unitta(name, spec, model, info, batches[:1], seed=100)  # warm-up, untimed
     run_reference(spec, model, batches[:1], u8s[:1], makers, seed=100)
     for rep in range(reps):
-        seconds, p_ours = run_unitta(name, spec, model, info, batches, seed=rep)
-        ours.append(seconds)
-        seconds, view_seconds, p_ref = run_reference(spec, model, batches, u8s, makers, seed=rep)
-        theirs.append(seconds)
-        views.append(view_seconds)
-        agree.append((p_ours == p_ref).float().mean().item())
-    return statistics.median(ours), statistics.median(theirs), statistics.median(views), statistics.mean(agree)
+        ours, p_ours = run_unitta(name, spec, model, info, batches, seed=rep)
+        theirs, views, p_ref = run_reference(spec, model, batches, u8s, makers, seed=rep)
+        agree = (p_ours == p_ref).float().mean().item()
+        rows.append((ours, theirs, views, ours / theirs, ours / (theirs - views), agree))
+    keys = ("unitta", "reference", "views", "ratio", "ratio_method", "agreement")
+    out = {k: statistics.median(column) for k, column in zip(keys, zip(*rows))}
+    out["agreement"] = statistics.mean(r[-1] for r in rows)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ref", help="folder of a mariodoebler/test-time-adaptation checkout")
-    parser.add_argument("--methods", nargs="+", default=list(SPECS))
+    parser.add_argument("--methods", nargs="+", default=list(SPECS), help=f"default: all of {', '.join(SPECS)}")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--batches", type=int, default=4, help="batches of 64 (MEMO: the images of the first)")
     parser.add_argument("--memo-images", type=int, default=16, help="images MEMO adapts on (per image)")
@@ -199,14 +217,20 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     batches = load_batches(args.batches)
     makers = view_makers()
-    print("| method | unitta s | reference s | ratio | ref. views s | agreement % | hyper-parameters |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| method | unitta s | reference s | ratio | ref. loader views s | ratio to the reference's method alone "
+          "| agreement % | hyper-parameters |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for name in args.methods:
         spec = SPECS[name]
         stream = [batches[0][: args.memo_images]] if spec.per_image else batches
-        ours, theirs, views, agree = measure(name, spec, model, info, stream, makers, args.reps)
-        print(f"| {name} | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f} | {views:.2f} | {100 * agree:.1f} "
-              f"| {spec.note} |", flush=True)
+        try:
+            r = measure(name, spec, model, info, stream, makers, args.reps)
+        except Exception as exc:  # noqa: BLE001 - one method's failure is its row, the others still run
+            print(f"| {name} | failed: {type(exc).__name__}: {str(exc)[:100]} | | | | | | {spec.note} |", flush=True)
+            continue
+        alone = f"{r['ratio_method']:.2f}" if spec.views else "="
+        print(f"| {name} | {r['unitta']:.2f} | {r['reference']:.2f} | {r['ratio']:.2f} | {r['views']:.2f} | {alone} "
+              f"| {100 * r['agreement']:.1f} | {spec.note} |", flush=True)
     return 0
 
 
