@@ -346,9 +346,15 @@ def test_augmix_cpu_shortcut_gives_the_same_values():
 
     pixels = (torch.rand(40, 3, 16, 16, generator=torch.Generator().manual_seed(6)) * 255).round()
     aug = AugMix(severity=3)
-    grouped = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), True)
-    every = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), False)
+    active = torch.arange(40) % 3 != 0  # the chains still running at this step (the others keep their images)
+
+    def random_op(grouped: bool) -> torch.Tensor:
+        return aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), active,
+                              grouped)
+
+    grouped, every = random_op(True), random_op(False)
     assert torch.equal(grouped, every) and not torch.equal(grouped, pixels)
+    assert torch.equal(grouped[~active], pixels[~active])
 
 
 def test_moco_augment_cpu_shortcut_gives_the_same_values():
