@@ -359,7 +359,8 @@ def test_augmix_cpu_shortcut_gives_the_same_values():
 
 def test_moco_augment_cpu_shortcut_gives_the_same_values():
     """AdaContrast's strong view on the CPU runs each step on the images that draw it only: bit for bit the values
-    of every step on every image kept per image with ``torch.where``, and never writes into its input."""
+    of every step on every image kept per image with ``torch.where``, and never writes into its input; its two
+    views in one pass are those of two calls."""
     from unitta.methods.parts.augment import MoCoAugment
 
     x = torch.rand(24, 3, 20, 20, generator=torch.Generator().manual_seed(9)) * 1.2 - 0.1
@@ -369,3 +370,6 @@ def test_moco_augment_cpu_shortcut_gives_the_same_values():
     every = aug(x, torch.Generator().manual_seed(3), selected=False)
     assert torch.equal(selected, every) and not torch.equal(selected, x.clamp(0, 1))
     assert torch.equal(x, kept)
+    g = torch.Generator().manual_seed(5)  # two views in one pass: the values of two calls in turn
+    in_turn = torch.cat([aug(x, g), aug(x, g)])
+    assert torch.equal(aug(x, torch.Generator().manual_seed(5), views=2), in_turn)

@@ -166,7 +166,10 @@ class TTAugment:
             return x
         order = u[:, :5].argsort(dim=1)  # a uniformly random permutation of the five ops per view
         if x.device.type == "cpu" if grouped is None else grouped:  # on the CPU the order is host memory already
-            return grouped_jitter(x, order.tolist(), factors, rgb)
+            # ops whose range is exactly 1 are the identity (hue is not: its HSV round trip rounds): not run
+            ranges = (self.brightness, self.contrast, self.saturation, None, self.gamma)
+            skip = {op for op, r in enumerate(ranges) if r is not None and tuple(r) == (1.0, 1.0)}
+            return grouped_jitter(x, [[op for op in ops if op not in skip] for ops in order.tolist()], factors, rgb)
         for position in range(5):
             op = order[:, position]
             # op k's factor for the views that apply it at this position, 1 (the identity) for the others
@@ -253,15 +256,19 @@ class MoCoAugment:
     blur_kernel: int = 13  # 2 * ceil(3 * sigma_max) + 1
     flip_p: float = 0.5
 
-    def __call__(self, x: Tensor, generator: torch.Generator, selected: bool | None = None) -> Tensor:
-        """(B, C, H, W) images in [0, 1] -> one augmented view each, same shape.
+    def __call__(
+        self, x: Tensor, generator: torch.Generator, views: int = 1, selected: bool | None = None
+    ) -> Tensor:
+        """(B, C, H, W) images in [0, 1] -> ``views`` augmented views of each, (views * B, C, H, W), view-major:
+        the same values as ``views`` calls in turn (the draws are made view by view), in one pass.
 
         ``selected``: run each step on the images that draw it only (``_selected``: reads the draws to the host),
         else on every image, kept per image with ``torch.where`` (no host read); None = selected on the CPU only.
         """
+        u = torch.cat([torch.rand(x.shape[0], 15, generator=generator, device=generator.device) for _ in range(views)])
+        u = u.to(device=x.device, dtype=x.dtype)
+        x = x.clamp(0.0, 1.0).repeat(views, 1, 1, 1)
         b = x.shape[0]
-        u = torch.rand(b, 15, generator=generator, device=generator.device).to(device=x.device, dtype=x.dtype)
-        x = x.clamp(0.0, 1.0)
         if x.device.type == "cpu" if selected is None else selected:  # on the CPU the draws are host memory
             return self._selected(x, u)
         shape = (b, 1, 1, 1)
@@ -275,8 +282,8 @@ class MoCoAugment:
 
     def _selected(self, x: Tensor, u: Tensor) -> Tensor:
         """``__call__`` computing each step on the images that draw it only: the same values (every op acts on
-        each image alone), without the jitter, greyscale, blur and flip of the images that skip them."""
-        x = x.clone()  # written in place below: never the caller's tensor
+        each image alone), without the jitter, greyscale, blur and flip of the images that skip them. Writes into
+        ``x`` (``__call__``'s own copy)."""
 
         def picked(column: int, p: float) -> Tensor | None:
             index = (u[:, column] < p).nonzero().flatten()
