@@ -245,6 +245,7 @@ class MoCoAugment:
     (The reference's resize to the input's own size is the identity.) DEVIATION(md): the reference applies
     these to uint8 PIL images in the data loader (rounding after each op; PIL's box-filter approximation of a
     Gaussian blur); here they run on the float batch, the blur as an exact Gaussian of ``blur_kernel`` taps.
+    On the CPU each step runs on the images that draw it only (the draws are host memory there; the same values).
     """
 
     jitter_p: float = 0.8
