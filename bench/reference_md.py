@@ -10,8 +10,8 @@ and utilities): the reference's package ``__init__`` files and its model zoo pul
   classifier split AdaContrast needs; here: every child of the ResNet-20 before ``fc``, flattened, which is what
   the reference's ``split_up_model`` does for its ResNets) and the ``ResNetDomainNet126`` class that the base
   class only tests with ``isinstance``;
-- stands in for ``datasets/data_loading.py`` (webdataset, CLIP...) with a ``get_source_loader`` that refuses:
-  the methods that need labelled source data (EATA's Fisher, RMT, SANTA, GTTA) are not compared;
+- stands in for ``datasets/data_loading.py`` (webdataset, CLIP...) with a ``get_source_loader`` over the source
+  images ``set_source`` gives (EATA's Fisher estimate; RMT's, SANTA's and GTTA's source warm-ups are not run);
 - fixes two CPU-only failures of the reference, no more (``reference_class``): RoTTA's full-precision branch
   passes an argument its loss does not take, CMF calls ``.cuda()``;
 - builds the ``cfg`` object by hand (``config``): the reference's ``conf.py`` defaults for the keys the methods
@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import math
+import random
 import sys
 import types
 from pathlib import Path
@@ -39,7 +41,10 @@ _PACKAGES = ("methods", "models", "utils", "augmentations", "datasets")
 # conf.py defaults of the keys the imported methods read (mariodoebler/test-time-adaptation @ 8b2ed63)
 DEFAULTS = {
     "MIXED_PRECISION": False,
-    "MODEL": {"EPISODIC": False, "RESET_AFTER_NUM_UPDATES": 0, "ARCH": "Standard"},
+    "DATA_DIR": "./data",
+    "MODEL": {
+        "EPISODIC": False, "RESET_AFTER_NUM_UPDATES": 0, "ARCH": "Standard", "CKPT_PATH": "", "ADAPTATION": "source",
+    },
     "CORRUPTION": {"DATASET": "cifar10_c"},
     "OPTIM": {
         "STEPS": 1, "LR": 1e-3, "METHOD": "Adam", "BETA": 0.9, "MOMENTUM": 0.9, "DAMPENING": 0.0,
@@ -117,7 +122,7 @@ def import_reference(root: Path) -> None:
         sys.modules[name] = package
     sys.modules["models.model"] = _model_module()
     loading = types.ModuleType("datasets.data_loading")  # its imports need webdataset, CLIP...: not a method's
-    loading.get_source_loader = _no_source
+    loading.get_source_loader = _source_loader
     sys.modules["datasets.data_loading"] = loading
 
 
@@ -184,8 +189,24 @@ class _BaseModel(nn.Module):
         return self.fc.in_features
 
 
-def _no_source(*args, **kwargs):
-    raise NotImplementedError("the bench gives the reference no source data (methods that need it are not compared)")
+_SOURCE: list = []  # the labelled source Dataset ``set_source`` gives the reference's methods
+
+
+def set_source(dataset) -> None:
+    """The labelled source images (a Dataset of (image, label)) the reference's ``get_source_loader`` serves."""
+    _SOURCE[:] = [dataset]
+
+
+def _source_loader(dataset_name: str, adaptation: str, preprocess, data_root_dir: str, batch_size: int,
+                   num_samples: int = -1, percentage: float = 1.0, **unused):
+    """What the reference's ``get_source_loader`` gives its methods: a random subset of ``num_samples`` (or a
+    ``percentage`` of the) source images drawn with Python's ``random``, in shuffled batches of ``batch_size``."""
+    if not _SOURCE:
+        raise NotImplementedError("the bench gave the reference no source data")
+    n = len(_SOURCE[0])
+    count = min(num_samples, n) if num_samples > 0 else math.ceil(n * percentage)
+    subset = torch.utils.data.Subset(_SOURCE[0], random.sample(range(n), count))
+    return subset, torch.utils.data.DataLoader(subset, batch_size=batch_size, shuffle=True)
 
 
 def _split_up_model(model: nn.Module, arch_name: str = "", dataset_name: str = ""):
