@@ -9,7 +9,7 @@ this repository; ``bench/reference_md.py`` imports its method modules from there
 One process, one thread (``torch.set_num_threads(1)``). Both implementations get deep copies of the embedded
 ResNet-20 (``load_model("fmnist-c", "resnet20")``) and the same real Fashion-MNIST-C batches (a seeded shuffle
 across the 15 corruptions; ``--batches`` batches of 64). Each repetition builds both methods afresh (not timed)
-and runs the stream through unitta, then through the reference (interleaved: u, r, u, r, ...), seeds = the
+and runs the stream batch by batch through both, alternating which goes first (u r, r u, ...), seeds = the
 repetition. Time: ``time.process_time`` around the stream (CPU time of this process), median over ``--reps``; the ratio
 (unitta / reference) is the median of the repetitions' ratios (each pair ran back to back, under the same load).
 
@@ -148,21 +148,14 @@ def view_makers() -> dict[str, Callable]:
     return {"adacontrast": adacontrast, "memo": memo_views}
 
 
-def run_unitta(name: str, spec: Spec, model, info, batches, seed: int) -> tuple[float, torch.Tensor]:
+def build_unitta(name: str, spec: Spec, model, info, seed: int):
     from unitta.methods import get_method
 
     source = _source() if spec.source else None
-    start = time.process_time()
-    method = get_method(name, copy.deepcopy(model), info, dataset="fmnist-c", seed=seed, source=source, **spec.unitta)
-    if not spec.source:
-        start = time.process_time()  # building is set-up: timed only where the one-off work is (``source``)
-    with torch.no_grad():  # as unitta.evaluate
-        preds = [method(x).argmax(dim=1) for x in batches]
-    return time.process_time() - start, torch.cat(preds)
+    return get_method(name, copy.deepcopy(model), info, dataset="fmnist-c", seed=seed, source=source, **spec.unitta)
 
 
-def run_reference(spec: Spec, model, batches, u8s, makers, seed: int) -> tuple[float, float, torch.Tensor]:
-    """(seconds in all, seconds of the loader's views, predictions) of the reference on the stream."""
+def build_reference(spec: Spec, model, seed: int):
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
@@ -171,23 +164,44 @@ def run_reference(spec: Spec, model, batches, u8s, makers, seed: int) -> tuple[f
     model.model_preprocess = None  # what its model zoo attaches (EATA's source loader reads it)
     if spec.source:
         reference_md.set_source(_source())
-    start = time.process_time()
     with redirect_stdout(StringIO()):  # AlphaBatchNorm prints what it replaced
-        method = cls(reference_md.config(spec.ref_cfg), model, 10)
-    if not spec.source:
-        start = time.process_time()
-    preds, view_seconds = [], 0.0
-    with torch.no_grad():  # the reference's test loop (utils/eval_utils.py get_accuracy)
-        for x, u8 in zip(batches, u8s):
-            t = time.process_time()
-            inputs = makers[spec.views](u8) if spec.views else x
-            view_seconds += time.process_time() - t
-            if spec.per_image:
-                out = torch.cat([method(views) for views in inputs])
-            else:
-                out = method(inputs)
-            preds.append(out.argmax(dim=1))
-    return time.process_time() - start, view_seconds, torch.cat(preds)
+        return cls(reference_md.config(spec.ref_cfg), model, 10)
+
+
+def reference_batch(method, spec: Spec, x: torch.Tensor, u8: np.ndarray, makers) -> tuple[float, torch.Tensor]:
+    """(seconds of the reference loader's views, predictions) for one batch; the caller times the whole."""
+    start = time.process_time()
+    inputs = makers[spec.views](u8) if spec.views else x
+    views = time.process_time() - start
+    out = torch.cat([method(v) for v in inputs]) if spec.per_image else method(inputs)
+    return views, out.argmax(dim=1)
+
+
+def run_pair(name, spec, model, info, batches, u8s, makers, seed: int) -> tuple[float, float, float, float]:
+    """One repetition: both methods built afresh, then the stream batch by batch, the two alternating which runs
+    first, so that the machine's load hits both alike. (unitta s, reference s, reference views s, agreement)."""
+    clock = time.process_time
+    ours = theirs = views = 0.0
+    t = clock()
+    ours_method = build_unitta(name, spec, model, info, seed)
+    ours += (clock() - t) if spec.source else 0.0  # one-off set-up timed only for EATA (module docstring)
+    t = clock()
+    ref_method = build_reference(spec, model, seed)
+    theirs += (clock() - t) if spec.source else 0.0
+    p_ours, p_ref = [], []
+    with torch.no_grad():  # as unitta.evaluate and the reference's test loop (utils/eval_utils.py)
+        for i, (x, u8) in enumerate(zip(batches, u8s)):
+            for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+                t = clock()
+                if side == 0:
+                    p_ours.append(ours_method(x).argmax(dim=1))
+                    ours += clock() - t
+                else:
+                    seconds, pred = reference_batch(ref_method, spec, x, u8, makers)
+                    theirs += clock() - t
+                    views += seconds
+                    p_ref.append(pred)
+    return ours, theirs, views, (torch.cat(p_ours) == torch.cat(p_ref)).float().mean().item()
 
 
 @functools.cache
@@ -199,16 +213,13 @@ def _source():
 
 
 def measure(name, spec, model, info, batches, makers, reps) -> dict[str, float]:
-    """Medians over ``reps`` interleaved repetitions: seconds of each side, the reference's share for its loader's
-    views, and the per-repetition ratios (with and without those views); the mean prediction agreement."""
+    """Medians over ``reps`` repetitions: seconds of each side, the reference's share for its loader's views, and
+    the per-repetition ratios (with and without those views); the mean prediction agreement."""
     u8s = [(x.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy() for x in batches]
+    run_pair(name, spec, model, info, batches[:1], u8s[:1], makers, seed=100)  # warm-up, untimed
     rows = []
-    run_unitta(name, spec, model, info, batches[:1], seed=100)  # warm-up, untimed
-    run_reference(spec, model, batches[:1], u8s[:1], makers, seed=100)
     for rep in range(reps):
-        ours, p_ours = run_unitta(name, spec, model, info, batches, seed=rep)
-        theirs, views, p_ref = run_reference(spec, model, batches, u8s, makers, seed=rep)
-        agree = (p_ours == p_ref).float().mean().item()
+        ours, theirs, views, agree = run_pair(name, spec, model, info, batches, u8s, makers, seed=rep)
         rows.append((ours, theirs, views, ours / theirs, ours / (theirs - views), agree))
     keys = ("unitta", "reference", "views", "ratio", "ratio_method", "agreement")
     out = {k: statistics.median(column) for k, column in zip(keys, zip(*rows))}
@@ -246,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for name in args.methods:
         spec = SPECS[name]
-        stream = [batches[0][: args.memo_images]] if spec.per_image else batches
+        stream = list(batches[0][: args.memo_images].split(1)) if spec.per_image else batches
         try:
             r = measure(name, spec, model, info, stream, makers, args.reps)
         except Exception as exc:  # noqa: BLE001 - one method's failure is its row, the others still run
