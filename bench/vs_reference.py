@@ -8,10 +8,11 @@ this repository; ``bench/reference_md.py`` imports its method modules from there
 
 One process, one thread (``torch.set_num_threads(1)``). Both implementations get deep copies of the embedded
 ResNet-20 (``load_model("fmnist-c", "resnet20")``) and the same real Fashion-MNIST-C batches (a seeded shuffle
-across the 15 corruptions; ``--batches`` batches of 64). Each repetition builds both methods afresh (not timed)
-and runs the stream batch by batch through both, alternating which goes first (u r, r u, ...), seeds = the
-repetition. Time: ``time.process_time`` around the stream (CPU time of this process), median over ``--reps``; the ratio
-(unitta / reference) is the median of the repetitions' ratios (each pair ran back to back, under the same load).
+across the 15 corruptions; ``--batches`` batches of 64; MEMO, batch size 1 in the reference: the first
+``--memo-images`` images, one at a time on both sides). Each repetition builds both methods afresh (not timed) and
+runs the stream batch by batch through both, alternating which goes first (u r, r u, ...); seeds = the
+repetition. Time: ``time.process_time`` (CPU time of this process) summed over the stream, median over
+``--reps``; the ratio (unitta / reference) is the median of the repetitions' ratios.
 
 What the reference's time includes: its data loader's work for the method (AdaContrast: the test, weak and two
 strong views built per image by PIL, ``get_augmentation_versions("twss", "moco-v2-light")``; MEMO: 32 AugMix
