@@ -50,7 +50,7 @@ from pathlib import Path
 
 _BENCH = Path(__file__).resolve().parent
 if sys.path and Path(sys.path[0]).resolve() == _BENCH:
-    sys.path.pop(0)  # run as a script: bench/select.py, bench/methods.py... would shadow other modules
+    sys.path.pop(0)  # run as a script: bench/ modules (methods.py: the reference has a package of that name) stay out
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
