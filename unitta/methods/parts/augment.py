@@ -290,12 +290,13 @@ class MoCoAugment:
             index = (u[:, column] < p).nonzero().flatten()
             return index if index.numel() else None
 
+        # ``.to(x.dtype)``: under autocast the blur's convolution gives bfloat16 (``torch.where`` promotes it back)
         if (i := picked(10, self.jitter_p)) is not None:
-            x[i] = self._jitter._jitter(x[i].unsqueeze(1), u[i, :10]).squeeze(1)
+            x[i] = self._jitter._jitter(x[i].unsqueeze(1), u[i, :10]).squeeze(1).to(x.dtype)
         if (i := picked(11, self.grayscale_p)) is not None:
-            x[i] = grayscale(x[i]).expand(-1, x.shape[1], -1, -1)
+            x[i] = grayscale(x[i]).expand(-1, x.shape[1], -1, -1).to(x.dtype)
         if self._blurs(x) and (i := picked(13, self.blur_p)) is not None:
-            x[i] = blur_views(x[i], self.blur_kernel, between(u[i, 12], *self.blur_sigma), 1)
+            x[i] = blur_views(x[i], self.blur_kernel, between(u[i, 12], *self.blur_sigma), 1).to(x.dtype)
         if (i := picked(14, self.flip_p)) is not None:
             x[i] = x[i].flip(-1)
         return x
