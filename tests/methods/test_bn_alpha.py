@@ -37,6 +37,9 @@ def test_layer_mixes_source_and_unbiased_batch_statistics_with_alpha():
     assert torch.allclose(layer(x), expected, atol=1e-5)
     assert torch.allclose(AlphaBatchNorm(bn, alpha=0.0)(x), bn(x), atol=1e-6)  # alpha 0: the source BN
     assert not torch.allclose(layer(x), bn(x), atol=1e-3)
+    # on the CPU the statistics come from the statistics kernel alone: bit for bit the recorder's
+    mixed = layer.mixed_statistics(x)
+    assert torch.equal(mixed[0], mean) and torch.equal(mixed[1], var)
 
 
 def test_single_value_per_channel_falls_back_to_source_statistics():

@@ -346,6 +346,30 @@ def test_augmix_cpu_shortcut_gives_the_same_values():
 
     pixels = (torch.rand(40, 3, 16, 16, generator=torch.Generator().manual_seed(6)) * 255).round()
     aug = AugMix(severity=3)
-    grouped = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), True)
-    every = aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), False)
+    active = torch.arange(40) % 3 != 0  # the chains still running at this step (the others keep their images)
+
+    def random_op(grouped: bool) -> torch.Tensor:
+        return aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), active,
+                              grouped)
+
+    grouped, every = random_op(True), random_op(False)
     assert torch.equal(grouped, every) and not torch.equal(grouped, pixels)
+    assert torch.equal(grouped[~active], pixels[~active])
+
+
+def test_moco_augment_cpu_shortcut_gives_the_same_values():
+    """AdaContrast's strong view on the CPU runs each step on the images that draw it only: bit for bit the values
+    of every step on every image kept per image with ``torch.where``, and never writes into its input; its two
+    views in one pass are those of two calls."""
+    from unitta.methods.parts.augment import MoCoAugment
+
+    x = torch.rand(24, 3, 20, 20, generator=torch.Generator().manual_seed(9)) * 1.2 - 0.1
+    kept = x.clone()
+    aug = MoCoAugment()
+    selected = aug(x, torch.Generator().manual_seed(3), selected=True)
+    every = aug(x, torch.Generator().manual_seed(3), selected=False)
+    assert torch.equal(selected, every) and not torch.equal(selected, x.clamp(0, 1))
+    assert torch.equal(x, kept)
+    g = torch.Generator().manual_seed(5)  # two views in one pass: the values of two calls in turn
+    in_turn = torch.cat([aug(x, g), aug(x, g)])
+    assert torch.equal(aug(x, torch.Generator().manual_seed(5), views=2), in_turn)

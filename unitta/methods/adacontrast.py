@@ -131,8 +131,7 @@ class AdaContrast(TTAMethod):
 
     def forward(self, x: Tensor) -> Tensor:
         x_w = random_hflip(x, self.device_generator)
-        x_q = self.strong(x, self.device_generator)
-        x_k = self.strong(x, self.device_generator)
+        x_q, x_k = self.strong(x, self.device_generator, views=2).split(x.shape[0])  # as two calls, in one pass
         self.model.train()
         self.key_encoder.train()
         with torch.enable_grad():

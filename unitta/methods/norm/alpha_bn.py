@@ -53,10 +53,15 @@ class AlphaBatchNorm(nn.Module):
         if x.numel() // max(x.shape[1], 1) <= 1:
             return self.source_mean, self.source_var
         # recorded as the reference does: a train-mode batch norm with momentum 1 into fresh buffers (one fused
-        # pass over the batch; 3x faster on CPU than torch.var_mean over (N, H, W))
+        # pass over the batch; 3x faster on CPU than torch.var_mean over (N, H, W)). On the CPU the statistics
+        # alone (``batch_norm_update_stats``: the same kernel, bit for bit, without the normalised output that
+        # would be discarded; a MEMO step 4 % faster)
         batch_mean = torch.zeros_like(self.source_mean)
         batch_var = torch.ones_like(self.source_var)
-        F.batch_norm(x, batch_mean, batch_var, None, None, training=True, momentum=1.0, eps=self.eps)
+        if x.device.type == "cpu" and x.dtype == batch_mean.dtype:
+            torch.batch_norm_update_stats(x, batch_mean, batch_var, 1.0)
+        else:
+            F.batch_norm(x, batch_mean, batch_var, None, None, training=True, momentum=1.0, eps=self.eps)
         a = self.alpha
         return (1.0 - a) * self.source_mean + a * batch_mean, (1.0 - a) * self.source_var + a * batch_var
 

@@ -39,6 +39,7 @@ side, as in the papers and in md; ``image_size=32`` reproduces the reference (th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -165,7 +166,10 @@ class TTAugment:
             return x
         order = u[:, :5].argsort(dim=1)  # a uniformly random permutation of the five ops per view
         if x.device.type == "cpu" if grouped is None else grouped:  # on the CPU the order is host memory already
-            return grouped_jitter(x, order.tolist(), factors, rgb)
+            # ops whose range is exactly 1 are the identity (hue is not: its HSV round trip rounds): not run
+            ranges = (self.brightness, self.contrast, self.saturation, None, self.gamma)
+            skip = {op for op, r in enumerate(ranges) if r is not None and tuple(r) == (1.0, 1.0)}
+            return grouped_jitter(x, [[op for op in ops if op not in skip] for ops in order.tolist()], factors, rgb)
         for position in range(5):
             op = order[:, position]
             # op k's factor for the views that apply it at this position, 1 (the identity) for the others
@@ -241,6 +245,7 @@ class MoCoAugment:
     (The reference's resize to the input's own size is the identity.) DEVIATION(md): the reference applies
     these to uint8 PIL images in the data loader (rounding after each op; PIL's box-filter approximation of a
     Gaussian blur); here they run on the float batch, the blur as an exact Gaussian of ``blur_kernel`` taps.
+    On the CPU each step runs on the images that draw it only (the draws are host memory there; the same values).
     """
 
     jitter_p: float = 0.8
@@ -252,23 +257,60 @@ class MoCoAugment:
     blur_kernel: int = 13  # 2 * ceil(3 * sigma_max) + 1
     flip_p: float = 0.5
 
-    def __call__(self, x: Tensor, generator: torch.Generator) -> Tensor:
-        """(B, C, H, W) images in [0, 1] -> one augmented view each, same shape."""
+    def __call__(
+        self, x: Tensor, generator: torch.Generator, views: int = 1, selected: bool | None = None
+    ) -> Tensor:
+        """(B, C, H, W) images in [0, 1] -> ``views`` augmented views of each, (views * B, C, H, W), view-major:
+        the same values as ``views`` calls in turn (the draws are made view by view), in one pass.
+
+        ``selected``: run each step on the images that draw it only (``_selected``: reads the draws to the host),
+        else on every image, kept per image with ``torch.where`` (no host read); None = selected on the CPU only.
+        """
+        u = torch.cat([torch.rand(x.shape[0], 15, generator=generator, device=generator.device) for _ in range(views)])
+        u = u.to(device=x.device, dtype=x.dtype)
+        x = x.clamp(0.0, 1.0).repeat(views, 1, 1, 1)
         b = x.shape[0]
-        u = torch.rand(b, 15, generator=generator, device=generator.device).to(device=x.device, dtype=x.dtype)
-        low, high = 1.0 - self.strength, 1.0 + self.strength
-        jitter = TTAugment(
-            brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue, gamma=(1.0, 1.0)
-        )  # gamma 1: four ops in a uniformly random order per image
+        if x.device.type == "cpu" if selected is None else selected:  # on the CPU the draws are host memory
+            return self._selected(x, u)
         shape = (b, 1, 1, 1)
-        x = x.clamp(0.0, 1.0)
-        jittered = jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
+        jittered = self._jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
         x = torch.where((u[:, 10] < self.jitter_p).view(shape), jittered, x)
         x = torch.where((u[:, 11] < self.grayscale_p).view(shape), grayscale(x).expand_as(x), x)
-        if x.shape[-1] > self.blur_kernel // 2 and x.shape[-2] > self.blur_kernel // 2:
+        if self._blurs(x):
             blurred = blur_views(x, self.blur_kernel, between(u[:, 12], *self.blur_sigma), 1)
             x = torch.where((u[:, 13] < self.blur_p).view(shape), blurred, x)
         return torch.where((u[:, 14] < self.flip_p).view(shape), x.flip(-1), x)
+
+    def _selected(self, x: Tensor, u: Tensor) -> Tensor:
+        """``__call__`` computing each step on the images that draw it only: the same values (every op acts on
+        each image alone), without the jitter, greyscale, blur and flip of the images that skip them. Writes into
+        ``x`` (``__call__``'s own copy)."""
+
+        def picked(column: int, p: float) -> Tensor | None:
+            index = (u[:, column] < p).nonzero().flatten()
+            return index if index.numel() else None
+
+        # ``.to(x.dtype)``: under autocast the blur's convolution gives bfloat16 (``torch.where`` promotes it back)
+        if (i := picked(10, self.jitter_p)) is not None:
+            x[i] = self._jitter._jitter(x[i].unsqueeze(1), u[i, :10]).squeeze(1).to(x.dtype)
+        if (i := picked(11, self.grayscale_p)) is not None:
+            x[i] = grayscale(x[i]).expand(-1, x.shape[1], -1, -1).to(x.dtype)
+        if self._blurs(x) and (i := picked(13, self.blur_p)) is not None:
+            x[i] = blur_views(x[i], self.blur_kernel, between(u[i, 12], *self.blur_sigma), 1).to(x.dtype)
+        if (i := picked(14, self.flip_p)) is not None:
+            x[i] = x[i].flip(-1)
+        return x
+
+    def _blurs(self, x: Tensor) -> bool:
+        """Whether the images are large enough for the blur's reflect padding (the blur is skipped otherwise)."""
+        return x.shape[-1] > self.blur_kernel // 2 and x.shape[-2] > self.blur_kernel // 2
+
+    @functools.cached_property
+    def _jitter(self) -> TTAugment:
+        """The colour jitter, built once: gamma 1, so four ops in a uniformly random order per image."""
+        low, high = 1.0 - self.strength, 1.0 + self.strength
+        return TTAugment(brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue,
+                         gamma=(1.0, 1.0))
 
 
 def random_hflip(x: Tensor, generator: torch.Generator, p: float = 0.5) -> Tensor:

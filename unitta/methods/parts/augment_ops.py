@@ -31,9 +31,10 @@ def jitter_op(op: int, x: Tensor, factor: Tensor, rgb: bool) -> Tensor:
 def grouped_jitter(x: Tensor, order: list[list[int]], factors: tuple[Tensor, ...], rgb: bool) -> Tensor:
     """The jitter with each view's op order known on the host: at each position the views are grouped by the op
     they pick, and each group runs that op alone (5 ops per view instead of 25). The same values as running
-    every op with the identity factor for the other views, since those identities are exact."""
+    every op with the identity factor for the other views, since those identities are exact. ``order`` may leave
+    out ops that are the identity for every view (all of a view's lists have the same length)."""
     x = x.clone(memory_format=torch.contiguous_format)  # written in place below: never the caller's tensor
-    for position in range(5):
+    for position in range(len(order[0]) if order else 0):
         for op in range(5):
             views = [v for v, ops in enumerate(order) if ops[position] == op]
             if views:
