@@ -68,18 +68,23 @@ def main(argv: list[str] | None = None) -> int:
     full, full_s = run(config(scale, "none"), root / "full", opts)
     asha, asha_s = run(config(scale, "asha"), root / "asha", opts)
     print(f"## ASHA (reduction factor 3, 27 points per method) vs every trial to the end  [{root}]")
-    print("| method | setting | batches full | batches ASHA | ratio | test error: full's choice | ASHA's | diff |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| method | setting | batches full | batches ASHA | ratio | validation error: full's choice | ASHA's | "
+          "test error: full's choice | ASHA's | diff |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     both = full.join(asha, on=["method", "setting", "seed"], suffix="_asha")
     for r in both.sort("method", "setting").iter_rows(named=True):
         ratio = r["batches_spent_asha"] / r["batches_spent"]
         diff = r["test_error_asha"] - r["test_error"]
         print(f"| {r['method']} | {r['setting']} | {r['batches_spent']} | {r['batches_spent_asha']} | {ratio:.2f} | "
+              f"{r['selection_score']:.2f} | {r['selection_score_asha']:.2f} | "
               f"{r['test_error']:.2f} | {r['test_error_asha']:.2f} | {diff:+.2f} |")
     total = both["batches_spent_asha"].sum() / both["batches_spent"].sum()
     worst = (both["test_error_asha"] - both["test_error"]).abs().max()
+    within = int(((both["test_error_asha"] - both["test_error"]).abs() <= 0.5).sum())
+    worst_val = (both["selection_score_asha"] - both["selection_score"]).max()
     print(f"\nall: ASHA spent {total:.2f} of the full search's adapted validation batches (target <= 0.33); "
-          f"largest |test error difference| of the choices {worst:.2f} points (target <= 0.5)")
+          f"largest |test error difference| of the choices {worst:.2f} points (target <= 0.5), {within} of "
+          f"{both.height} groups within 0.5; ASHA's choice at most {worst_val:.2f} points worse on validation")
     print(f"wall: full {full_s:.0f} s, ASHA {asha_s:.0f} s")
     if not args.local:
         for name in ("full", "asha"):
