@@ -16,7 +16,7 @@ def checked(tmp_path_factory):
     out = tmp_path_factory.mktemp("literature")
     cfg = parse_config({"name": "lit", "datasets": ["fmnist-c"], "methods": ["test", "bn", "tent", "rotta"],
                         "settings": ["i111", "n111"], "protocol": ["online", "realtime"], "cost": "passes",
-                        "n_per_domain": 20, "S": 2, "batch_size": 16, "resources": {"num_cpus": 1, "num_gpus": 0}})
+                        "n_per_domain": 10, "S": 1, "batch_size": 16, "resources": {"num_cpus": 1, "num_gpus": 0}})
     assert run_sweep(cfg, out, local=True, progress=False, log=lambda _: None).n_failed == 0
     return out
 
