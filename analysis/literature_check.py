@@ -1,5 +1,5 @@
 """The literature's continual findings checked on a sweep's rows, one by one (docs/benchmarks.md, "The literature's
-findings on longer streams"; issue 34).
+findings on longer streams").
 
 Example::
 
@@ -29,8 +29,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import polars as pl  # noqa: E402
 
-from analysis.common import AnalysisError, add_sweep_argument, check_dirs, load_dirs  # noqa: E402
-from unitta.files import os_error_text  # noqa: E402
+from analysis.common import add_sweep_argument, check_dirs, load_dirs, run_analysis  # noqa: E402
 from unitta.results.replicates import METHOD_KEYS, fixed_keys  # noqa: E402
 
 __all__ = ["FINDINGS", "stream_errors", "check_stream", "markdown", "main"]
@@ -116,19 +115,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the Markdown here")
     add_sweep_argument(parser)
     args = parser.parse_args(argv)
-    try:
+
+    def body() -> int:
         check_dirs(args.dirs)
         text = markdown(stream_errors(load_dirs(args.dirs, sweep=args.sweep, where=args.where)))
         if args.out:
             Path(args.out).write_text(text + "\n")
-    except AnalysisError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"error: {os_error_text(err)}", file=sys.stderr)
-        return 2
-    print(text)
-    return 0
+        print(text)
+        return 0
+
+    return run_analysis(body)
 
 
 if __name__ == "__main__":
