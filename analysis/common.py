@@ -12,11 +12,13 @@ mean or ± interval is only ever taken over seeds (``unitta.results.replicates``
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from unitta.files import os_error_text
 from unitta.results.replicates import (
     METHOD_KEYS,
     apply_where,
@@ -29,6 +31,7 @@ from unitta.streams.settings import SETTING_CODES_36
 
 __all__ = [
     "AnalysisError",
+    "run_analysis",
     "check_dirs",
     "REQUIRED_COLUMNS",
     "SETTING_ORDER",
@@ -102,6 +105,20 @@ _METHOD_RANK = {
 
 class AnalysisError(Exception):
     """A problem with the input directories; the CLI prints it and exits with code 2."""
+
+
+def run_analysis(body: Callable[[], int], *expected: type[Exception]) -> int:
+    """An analysis script's ``body`` (its work and its printing) with the scripts' one exit-code rule: an
+    ``AnalysisError``, one of ``expected`` or an operating-system error (disk full, read-only, a file in the way)
+    is one line on stderr and exit 2, not a traceback."""
+    try:
+        return body()
+    except (AnalysisError, *expected) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {os_error_text(exc)}", file=sys.stderr)
+        return 2
 
 
 def add_sweep_argument(parser) -> None:

@@ -51,6 +51,7 @@ from analysis.common import (  # noqa: E402
     check_dirs,
     load_dirs,
     method_order,
+    run_analysis,
     setting_order,
     split_rows,
     sweep_panels,
@@ -59,7 +60,6 @@ from analysis.rank_stats import N_BOOTSTRAP, bootstrap_rho_interval, p_kind_text
 from analysis.stats import binomial_halfwidth, complete_block  # noqa: E402
 from analysis.tables import cell_status  # noqa: E402
 from analysis.tables import tex_escape as _tex
-from unitta.files import os_error_text  # noqa: E402
 from unitta.paper import PAPER_DATASETS, load_paper_table  # noqa: E402
 
 __all__ = [
@@ -524,22 +524,18 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
-    try:
+
+    def body() -> int:
         check_dirs(args.dirs)
         if args.reference == mariodoebler_tables.REFERENCE_NAME:
             mariodoebler_tables.run(args.dirs, out, args.paper_dataset, sweep=args.sweep, where=args.where)
             return 0
-        comparisons = compare(args.dirs, out, args.paper_dataset, args.tolerance,
-                              log=lambda msg: print(msg, file=sys.stderr), sweep=args.sweep, where=args.where)
-    except AnalysisError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # a read-only folder, disk full: one line, not a traceback
-        print(f"error: {os_error_text(exc)}", file=sys.stderr)
-        return 2
-    for c in comparisons:
-        print_comparison(c)
-    return 0
+        for c in compare(args.dirs, out, args.paper_dataset, args.tolerance,
+                         log=lambda msg: print(msg, file=sys.stderr), sweep=args.sweep, where=args.where):
+            print_comparison(c)
+        return 0
+
+    return run_analysis(body)
 
 
 def print_comparison(c: Comparison, out=None) -> None:

@@ -43,11 +43,11 @@ import polars as pl  # noqa: E402
 
 from analysis.common import (  # noqa: E402
     METRICS,
-    AnalysisError,
     add_sweep_argument,
     check_dirs,
     load_dirs,
     metric_label,
+    run_analysis,
     split_rows,
     sweep_panels,
     use_metric,
@@ -55,7 +55,6 @@ from analysis.common import (  # noqa: E402
 from analysis.orders import write_orders  # noqa: E402
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
-from unitta.files import os_error_text  # noqa: E402
 from unitta.results.replicates import METHOD_KEYS, fixed_keys  # noqa: E402
 from unitta.run.outdir import OutputError, check_output_dir, is_writable  # noqa: E402
 
@@ -176,19 +175,15 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "analysis"
-    try:
+
+    def body() -> int:
         check_dirs(args.dirs)
         _check_out(out)
-        written = analyse(args.dirs, out, args.metric, args.sweep, args.where)
-    except (AnalysisError, OutputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # disk full, read-only, a file in the way: one line, not a traceback
-        print(f"error: {os_error_text(exc)}", file=sys.stderr)
-        return 2
-    for path in written:
-        print(path)
-    return 0
+        for path in analyse(args.dirs, out, args.metric, args.sweep, args.where):
+            print(path)
+        return 0
+
+    return run_analysis(body, OutputError)
 
 
 if __name__ == "__main__":

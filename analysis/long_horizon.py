@@ -33,8 +33,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from analysis.common import AnalysisError, add_sweep_argument, load_dirs  # noqa: E402
-from unitta.files import os_error_text  # noqa: E402
+from analysis.common import AnalysisError, add_sweep_argument, load_dirs, run_analysis  # noqa: E402
 from unitta.results.replicates import method_label  # noqa: E402
 
 __all__ = ["STREAM_KEYS", "collapse_point", "stream_tables", "analyse", "main"]
@@ -189,17 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "long_horizon"
-    try:
-        written = analyse(args.dirs, out, args.sweep)
-    except AnalysisError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # disk full, read-only, a file in the way: one line, not a traceback
-        print(f"error: {os_error_text(exc)}", file=sys.stderr)
-        return 2
-    for path in written:
-        print(path)
-    return 0
+
+    def body() -> int:
+        for path in analyse(args.dirs, out, args.sweep):
+            print(path)
+        return 0
+
+    return run_analysis(body)
 
 
 if __name__ == "__main__":

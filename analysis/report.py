@@ -35,10 +35,10 @@ from analysis.common import (  # noqa: E402
     add_sweep_argument,
     check_dirs,
     load_dirs,
+    run_analysis,
     split_rows,
     sweep_panels,
 )
-from unitta.files import os_error_text  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
 from unitta.run.outdir import OutputError, check_output_dir  # noqa: E402
 from unitta.run.segments import row_stream_cell, short_segment_warnings  # noqa: E402
@@ -265,18 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_argument(parser)
     args = parser.parse_args(argv)
     out = args.out or Path(args.dirs[0]) / "report"
-    try:
+
+    def body() -> int:
         check_dirs(args.dirs)
         check_output_dir(out, flag="--out")
-        path = build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep, args.where)
-    except (AnalysisError, OutputError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # a read-only folder, disk full: one line, not a traceback
-        print(f"error: {os_error_text(exc)}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
+        print(build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep, args.where))
+        return 0
+
+    return run_analysis(body, OutputError)
 
 
 if __name__ == "__main__":

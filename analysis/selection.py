@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
-from unitta.files import os_error_text  # noqa: E402
+from analysis.common import run_analysis  # noqa: E402
 
 __all__ = ["N_BOOTSTRAP", "load_selection", "error_table", "rankings", "analyse", "main"]
 
@@ -171,17 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dirs", nargs="+", metavar="SELECT_DIR", help="output folders of `unitta select`")
     parser.add_argument("--out", help="where to write (default: <first dir>/analysis)")
     args = parser.parse_args(argv)
-    try:
+
+    def body() -> int:
         written = analyse(args.dirs, Path(args.out) if args.out else Path(args.dirs[0]) / "analysis")
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # disk full, read-only, a file in the way: one line, not a traceback
-        print(f"error: {os_error_text(exc)}", file=sys.stderr)
-        return 2
-    print((written[0]).read_text())
-    print("written: " + ", ".join(str(p) for p in written))
-    return 0
+        print((written[0]).read_text())
+        print("written: " + ", ".join(str(p) for p in written))
+        return 0
+
+    return run_analysis(body, FileNotFoundError)
 
 
 if __name__ == "__main__":
