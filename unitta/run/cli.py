@@ -1,4 +1,5 @@
-"""The command-line flags every run command shares (``unitta sweep``, ``unitta tune``) and how they run."""
+"""The command-line flags every run command shares (``unitta sweep``, ``unitta tune``, ``unitta select``) and how
+they run."""
 
 from __future__ import annotations
 
@@ -9,7 +10,23 @@ from collections.abc import Callable
 from unitta.run import exits, ray_cluster
 from unitta.run.executor import USAGE_ERRORS, RunOptions
 
-__all__ = ["USAGE_ERRORS", "add_run_arguments", "run_options", "run_command"]
+__all__ = ["USAGE_ERRORS", "add_run_arguments", "run_parser", "run_options", "run_command"]
+
+
+def run_parser(prog: str, description: str, examples: list[str], config_help: str,
+               failed: str = "some cells failed") -> argparse.ArgumentParser:
+    """A run command's parser: its config argument, the shared flags, its examples and the exit codes
+    (``unitta.run.exits``) in the epilog."""
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        epilog="examples:\n" + "".join(f"  {example}\n" for example in examples)
+        + f"exit codes: 0 ok, 1 {failed}, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", help=config_help)
+    add_run_arguments(p)
+    return p
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:

@@ -15,7 +15,6 @@ trial). A mistake in the config is one line on stderr, exit code 2, nothing crea
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 from unitta.results import cell_statuses, load_results
 from unitta.run import exits
 from unitta.run.checks import list_cells, preflight
-from unitta.run.cli import add_run_arguments, run_command, run_options
+from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import RunOptions, execute_plan
 from unitta.run.outdir import check_output_dir
 from unitta.select.choose import selection_rows, write_selection
@@ -78,18 +77,14 @@ def selection_summary_lines(selection) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="unitta select",
-        description="Choose hyper-parameters without test labels: default, oracle, holdout and unsupervised "
+    args = run_parser(
+        "unitta select",
+        "Choose hyper-parameters without test labels: default, oracle, holdout and unsupervised "
         "selection (docs/selection.md).",
-        epilog="examples:\n  unitta select sweeps/select_quick.yaml --local\n"
-        "  python -m unitta.select sweeps/select_grid.yaml --dry-run\n"
-        "exit codes: 0 ok, 1 some trials failed, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", help="select YAML (sweeps/select_*.yaml)")
-    add_run_arguments(parser)
-    args = parser.parse_args(argv)
+        ["unitta select sweeps/select_quick.yaml --local", "python -m unitta.select sweeps/select_grid.yaml --dry-run"],
+        "select YAML (sweeps/select_*.yaml)",
+        failed="some trials failed",
+    ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     def body() -> int:

@@ -38,7 +38,7 @@ from unitta.results.compaction import COMPACT_AT
 from unitta.run import exits
 from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
-from unitta.run.cli import add_run_arguments, run_command, run_options
+from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import GridPlanner, RunOptions, RunOutcome, execute_plan
 from unitta.run.outdir import check_output_dir, fresh_output_dir
 from unitta.run.segments import short_segment_warnings
@@ -84,19 +84,15 @@ def dry_run(cfg: SweepConfig, out: Path, cells: list[Cell] | None = None) -> int
 
 # ---------------------------------------------------------------------- the CLI
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m unitta.sweep",
-        description="Run a UniTTA sweep: config -> cells -> Ray tasks -> Parquet results.",
-        epilog="examples:\n  python -m unitta.sweep sweeps/quick.yaml\n"
-        "  python -m unitta.sweep sweeps/quick.yaml --local --output /tmp/quick\n"
-        "  python -m unitta.sweep sweeps/full_grid.yaml --dry-run\n"
-        "  ray job submit -- python -m unitta.sweep sweeps/full_grid.yaml\n"
-        "exit codes: 0 ok, 1 some cells failed, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    return run_parser(
+        "python -m unitta.sweep",
+        "Run a UniTTA sweep: config -> cells -> Ray tasks -> Parquet results.",
+        ["python -m unitta.sweep sweeps/quick.yaml",
+         "python -m unitta.sweep sweeps/quick.yaml --local --output /tmp/quick",
+         "python -m unitta.sweep sweeps/full_grid.yaml --dry-run",
+         "ray job submit -- python -m unitta.sweep sweeps/full_grid.yaml"],
+        "sweep YAML (see sweeps/)",
     )
-    p.add_argument("config", help="sweep YAML (see sweeps/)")
-    add_run_arguments(p)
-    return p
 
 
 def _report(cfg: SweepConfig, cells: list[Cell], outcome: RunOutcome) -> int:

@@ -30,7 +30,6 @@ instead (``unitta.tune.config.map_feasible``).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -39,7 +38,7 @@ from unitta.cell import Cell
 from unitta.results import load_results
 from unitta.run import exits
 from unitta.run.checks import list_cells, preflight
-from unitta.run.cli import add_run_arguments, run_command, run_options
+from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import RunOptions, execute_plan
 from unitta.run.outdir import check_output_dir, fresh_output_dir
 from unitta.run.preflight import dataset_shape
@@ -193,18 +192,13 @@ def _exit_code(rows, cfg: TuneConfig, out: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m unitta.tune",
-        description="Ray Tune over the stream factors and the BDN prediction layer (docs/analysis.md).",
-        epilog="examples:\n  python -m unitta.tune sweeps/tune_factors.yaml\n"
-        "  python -m unitta.tune sweeps/tune_factors.yaml --dry-run\n"
-        "  python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --address local\n"
-        "exit codes: 0 ok, 1 some cells failed, 2 config/cluster problem, 3 crashed, 130/143 interrupted",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", help="tune YAML (sweeps/tune_*.yaml)")
-    add_run_arguments(parser)
-    args = parser.parse_args(argv)
+    args = run_parser(
+        "python -m unitta.tune",
+        "Ray Tune over the stream factors and the BDN prediction layer (docs/analysis.md).",
+        ["python -m unitta.tune sweeps/tune_factors.yaml", "python -m unitta.tune sweeps/tune_factors.yaml --dry-run",
+         "python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --address local"],
+        "tune YAML (sweeps/tune_*.yaml)",
+    ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     def body() -> int:
