@@ -10,32 +10,23 @@ as in the sweep's summary table (``unitta.run.summary.column_label``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from analysis.common import sweep_panels
+from analysis.common import Panel, sweep_panels
 from analysis.tables import cell_status, paper_table, to_markdown
 from unitta.run.summary import column_label
 
-__all__ = ["OrderGroup", "order_groups", "write_orders"]
+__all__ = ["order_groups", "write_orders"]
 
 _STREAM_KEYS = ("sampler", "delta", "S", "length")
 
 
-@dataclass(frozen=True)
-class OrderGroup:
-    """Rows of one run configuration over several stream orders; ``rows``' ``setting`` is the stream's label."""
-
-    name: str
-    caption: str
-    rows: pl.DataFrame
-
-
-def order_groups(rows: pl.DataFrame) -> list[OrderGroup]:
+def order_groups(rows: pl.DataFrame) -> list[Panel]:
     """The groups of sweep ``rows`` (analysis.common panels merged across their stream keys) that hold more than one
-    stream order; each row's ``setting`` becomes its stream label (``i111:official``, ``n1i1:dirichlet@0.01``)."""
+    stream order, as panels whose rows' ``setting`` is the stream's label (``i111:official``,
+    ``n1i1:dirichlet@0.01``)."""
     if rows.height == 0 or "sampler" not in rows.columns:
         return []
     panels = sweep_panels(rows)
@@ -57,7 +48,7 @@ def order_groups(rows: pl.DataFrame) -> list[OrderGroup]:
         name = dataset if len(merged) == 1 else f"{dataset}_{i + 1}"
         orders = ", ".join(sorted(set(group["setting"].to_list())))
         caption = f"{dataset} ({group['model'][0]}): stream orders compared ({orders}); mean over seeds"
-        groups.append(OrderGroup(name, caption, group))
+        groups.append(Panel(name, caption, group))
     return groups
 
 
