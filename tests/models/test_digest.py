@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import torch
 
 from unitta.models import digest as digest_module
 from unitta.models import load_model
 from unitta.models.digest import bytes_digest, checkpoint_digest
-from unitta.models.zoo import EMBEDDED_CHECKPOINT, weights_digest
+from unitta.models.zoo import EMBEDDED_CHECKPOINT, EMBEDDED_DIR, weights_digest
 
 
 def test_the_digest_is_cached_per_file_and_recomputed_when_the_file_changes(tmp_path, monkeypatch):
@@ -52,3 +54,14 @@ def test_reference_weights_are_the_shipped_file_and_torchvisions_r50():
     assert not is_reference_weights("imagenet-c", "Standard_R50", "1676ba61" + "0" * 56)
     assert not is_reference_weights("cifar10-c", "Standard", bytes_digest(b"anything"))
     assert not is_reference_weights("fmnist-c", "resnet20", None)
+
+
+def test_the_docs_weights_table_names_the_packaged_files():
+    """docs/models.md, "The packaged weights": one row per file in unitta/models/checkpoints/, its SHA-256 right
+    (a retrained checkpoint shipped without its new digest in the table fails here)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    section = text.split("## The packaged weights", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([\w.]+\.pt)` \|.*\| `([0-9a-f]{64})` \|$", section, flags=re.M))
+    assert set(rows) == {p.name for p in EMBEDDED_DIR.glob("*.pt")}
+    for name, digest in rows.items():
+        assert checkpoint_digest(EMBEDDED_DIR / name) == digest, name

@@ -114,7 +114,7 @@ def test_the_embedded_vit_is_a_real_classifier():
     with torch.no_grad():
         pred = model(to_input(pad_to_32(images[:n]))).argmax(1).numpy()
     error = float(np.mean(pred != labels[:n]))
-    # 18.1 % clean error on the 10,000 test images (docs/models.md); with 1,000 images the standard error is
-    # about 1.2 pp, so 3.5 standard errors of slack
-    assert error <= 0.19 + 3.5 * np.sqrt(0.19 * 0.81 / n), error
+    # 10.32 % clean error on the 10,000 test images (docs/models.md); with 1,000 images the standard error is
+    # about 1.0 pp, so 3.5 standard errors of slack above the 12 % the embedded ViT must reach
+    assert error <= 0.12 + 3.5 * np.sqrt(0.12 * 0.88 / n), error
     assert checkpoint_path("fmnist-c", "vit_tiny").stat().st_size < 1_000_000  # float32 state_dict, 0.86 MB

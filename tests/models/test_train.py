@@ -29,7 +29,7 @@ def test_cli_trains_the_vit_with_its_recipe(tmp_path, capsys):
     assert "clean Fashion-MNIST test error" in capsys.readouterr().out
     vit_tiny().load_state_dict(torch.load(out, weights_only=True))  # strict: exactly the ViT's keys
     cfg = TrainConfig(arch="vit_tiny")
-    assert (cfg.epochs, cfg.max_lr, cfg.weight_decay) == (4, 2e-3, 0.05)  # the recipe of docs/models.md
+    assert (cfg.epochs, cfg.max_lr, cfg.weight_decay) == (30, 2e-3, 0.05)  # the recipe of docs/models.md
     assert (TrainConfig().epochs, TrainConfig().max_lr) == (3, 0.2)  # the ResNet-20's, unchanged
 
 

@@ -5,7 +5,7 @@ flip, one-cycle schedule, batch 128, channels_last.
 - ``resnet20`` (BatchNorm): SGD with Nesterov momentum 0.9, weight decay 5e-4, max learning rate 0.2,
   3 epochs (docs/models.md, "The embedded ResNet-20").
 - ``vit_tiny`` (LayerNorm): AdamW, weight decay 0.05, max learning rate 2e-3 (the usual small-ViT
-  recipe, e.g. DeiT's AdamW + weight decay 0.05), 4 epochs (docs/models.md, "The embedded ViT").
+  recipe, e.g. DeiT's AdamW + weight decay 0.05), 30 epochs (docs/models.md, "The embedded ViT").
 
     python -m unitta.models train fmnist --epochs 3 --out unitta/models/checkpoints/resnet20_fmnist.pt
     python -m unitta.models train fmnist --arch vit_tiny --threads 2
@@ -31,7 +31,7 @@ from unitta.models.zoo import EMBEDDED_DIR
 # arch -> (optimizer, epochs, max_lr, weight_decay): the recipes of the module docstring
 RECIPES: dict[str, tuple[str, int, float, float]] = {
     "resnet20": ("sgd", 3, 0.2, 5e-4),
-    "vit_tiny": ("adamw", 4, 2e-3, 0.05),
+    "vit_tiny": ("adamw", 30, 2e-3, 0.05),
 }
 
 
