@@ -112,13 +112,13 @@ def main() -> None:
     weights = f", weights {args.checkpoint}" if args.checkpoint else ""
     print(f"Fashion-MNIST-C, severity {args.severity}, {info.name}{weights} ({info.norm_kind} norm), "
           f"batch {args.batch_size}, {rows[1][3]:,} images per corruption, seed {args.seed}\n")
-    print("| corruption | source | BN-64 |")
-    print("|---|---|---|")
+    columns = ["source"] + (["BN-64"] if adapted is not None else [])  # no BN-64 column for a LayerNorm model
+    print("| corruption | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
     for name, source, bn, _ in rows:
-        print(f"| {name} | {source:.1f} | {bn:.1f} |")
-    mean_source = float(np.mean([r[1] for r in rows[1:]]))
-    mean_bn = float(np.mean([r[2] for r in rows[1:]]))
-    print(f"| **mean of {len(rows) - 1}** | **{mean_source:.1f}** | **{mean_bn:.1f}** |")
+        print(f"| {name} | " + " | ".join(f"{v:.1f}" for v in (source, bn)[: len(columns)]) + " |")
+    means = [float(np.mean([r[1 + c] for r in rows[1:]])) for c in range(len(columns))]
+    print(f"| **mean of {len(rows) - 1}** | " + " | ".join(f"**{m:.1f}**" for m in means) + " |")
     print(f"\ndataset load {load_seconds:.1f} s, evaluation {eval_seconds:.1f} s, torch threads: {args.threads}")
 
 
