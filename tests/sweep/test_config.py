@@ -281,3 +281,11 @@ def test_full_length_cluster_sweep_runs_the_six_tables_online_and_in_real_time()
     assert len(cells) == 2 * 28 * 6 and {c.protocol for c in cells} == {"online", "realtime"}
     assert all(c.n_per_domain is None and c.S is None for c in cells)
     assert short_segment_warnings(cells) == []
+
+
+def test_the_full_length_rotta_sweep_is_a_part_of_the_cluster_sweep():
+    """sweeps/fmnist_full_length_rotta.yaml runs three of the cluster sweep's cells: the same ids, so its rows count
+    as that sweep's."""
+    part = {c.cell_id() for c in load_config(ROOT / "sweeps" / "fmnist_full_length_rotta.yaml").cells()}
+    whole = {c.cell_id() for c in load_config(ROOT / "sweeps" / "cluster" / "fmnist_full_length.yaml").cells()}
+    assert len(part) == 3 and part <= whole
