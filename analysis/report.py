@@ -39,9 +39,9 @@ from analysis.common import (  # noqa: E402
     split_rows,
     sweep_panels,
 )
+from unitta.evaluate.segments import row_stream_cell, short_segment_warnings  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
 from unitta.run.outdir import OutputError, check_output_dir  # noqa: E402
-from unitta.run.segments import row_stream_cell, short_segment_warnings  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 
@@ -203,7 +203,7 @@ def metric_comparison(rows: pl.DataFrame) -> str:
 
 
 def _segment_warnings(rows: pl.DataFrame) -> list[str]:
-    """The sweep's warnings about continual domain segments of a few batches (unitta.run.segments)."""
+    """The sweep's warnings about continual domain segments of a few batches (unitta.evaluate.segments)."""
     keys = [c for c in ("dataset", "setting", "sampler", "S", "n_per_domain", "length", "delta", "batch_size",
                         "factor_overrides") if c in rows.columns]
     if not rows.height or "setting" not in keys:

@@ -55,7 +55,7 @@ def bench_generation(batches: int, target: float) -> None:
     import torch
 
     from unitta.cell import Cell
-    from unitta.cell.ccc_calibration import ccc_stream
+    from unitta.evaluate.ccc_calibration import ccc_stream
     from unitta.models import load_model
 
     torch.set_num_threads(1)

@@ -1,5 +1,5 @@
 """The official sampler's i.i.d. alpha_1 on streams with fewer domains than the reference's default assumes
-(``unitta.cell.inputs.iid_overrides``): a selection's validation stream on the four held-out corruptions."""
+(``unitta.evaluate.inputs.iid_overrides``): a selection's validation stream on the four held-out corruptions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The metric columns of a result row (``unitta.cell.metrics``) on hand-made predictions with known answers."""
+"""The metric columns of a result row (``unitta.evaluate.metrics``) on hand-made predictions with known answers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from unitta.cell.metrics import (
+from unitta.evaluate.metrics import (
     balanced_error,
     domain_errors,
     error,

@@ -73,7 +73,7 @@ def test_mixture_of_imagenet_r_and_a_with_output_mask(tmp_path):
 
     assert problems([cell]) == []
     row = evaluate(cell)
-    from unitta.cell.inputs import load_dataset_of
+    from unitta.evaluate.inputs import load_dataset_of
     from unitta.models.catalog import IMAGENET_MEAN, IMAGENET_STD
 
     data = load_dataset_of(cell)

@@ -1,4 +1,4 @@
-"""The short-segment warning (``unitta.run.segments``): a continual domain segment of a few batches is named with
+"""The short-segment warning (``unitta.evaluate.segments``): a continual domain segment of a few batches is named with
 the S / n_per_domain that would lengthen it, by the sweep's --dry-run too; nothing for long or non-continual
 streams."""
 
@@ -10,7 +10,12 @@ import pytest
 import yaml
 
 from unitta.cell import Cell
-from unitta.run.segments import MIN_SEGMENT_BATCHES, mean_domain_segment, short_segment_warning, short_segment_warnings
+from unitta.evaluate.segments import (
+    MIN_SEGMENT_BATCHES,
+    mean_domain_segment,
+    short_segment_warning,
+    short_segment_warnings,
+)
 from unitta.sweep import main
 
 SHORT = dict(dataset="fmnist-c", n_per_domain=200, S=10)

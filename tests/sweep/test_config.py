@@ -274,7 +274,7 @@ def test_reference_protocols_sweep_covers_the_four_protocols():
 
 def test_full_length_cluster_sweep_runs_the_six_tables_online_and_in_real_time():
     """sweeps/cluster/fmnist_full_length.yaml (issue 34): n_per_domain and S unset, both protocols, long segments."""
-    from unitta.run.segments import short_segment_warnings
+    from unitta.evaluate.segments import short_segment_warnings
 
     cfg = load_config(ROOT / "sweeps" / "cluster" / "fmnist_full_length.yaml")
     cells = cfg.cells()

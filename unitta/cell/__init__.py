@@ -1,8 +1,8 @@
 """``Cell``: the coordinates of one benchmark result and their identity.
 
-The cell package: ``Cell`` (this module), the checks of its values (``spec``), the adaptation loop that
-feeds a method a stream (``adapt``), the metrics of a stream's predictions (``metrics``) and the rules of the
-real-time protocol (``realtime``). ``unitta.evaluate`` runs a cell.
+The cell package: ``Cell`` (this module), the checks of its values (``spec``), the rules of the real-time
+protocol (``realtime``), rounds and resets (``horizon``) and the label-free criteria's names (``criteria``).
+``unitta.evaluate`` runs a cell (the adaptation loop, its inputs, its metrics).
 
 
 A cell is one (dataset, model, method, setting, factors, sampler (delta), seed, batch size) tuple plus how it

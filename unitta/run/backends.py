@@ -51,7 +51,7 @@ class LocalBackend:
         pass
 
     def submit(self, cell: Cell, report=None) -> None:
-        """Queue ``cell``; ``report``: its progress-report hook (``unitta.cell.adapt.Report``), if any."""
+        """Queue ``cell``; ``report``: its progress-report hook (``unitta.evaluate.adapt.Report``), if any."""
         self.queue.append((cell, report))
 
     @property

@@ -48,7 +48,7 @@ def execute(
     cell: Cell, dataset, extra: dict[str, Any], echo: bool = True, report=None
 ) -> tuple[dict[str, Any], str]:
     """run_cell with its stdout/stderr captured: (row, log text) for ``<out>/logs/<cell_id>.log``; ``report``: the
-    cell's progress-report hook (``unitta.cell.adapt.Report``), if any."""
+    cell's progress-report hook (``unitta.evaluate.adapt.Report``), if any."""
     buffer = io.StringIO()
     buffer.write(f"cell {cell.cell_id()}\n{json.dumps(cell.identity(), sort_keys=True, default=str)}\n")
     buffer.write(

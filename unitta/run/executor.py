@@ -113,7 +113,7 @@ class Planner(Protocol):
         """Nothing more to submit or write."""
 
     # optional: ``attach(backend)`` once the backend started (e.g. to start a Ray actor), ``report_for(cell)``
-    # the cell's progress-report hook (``unitta.cell.adapt.Report``; ``unitta select``'s ASHA)
+    # the cell's progress-report hook (``unitta.evaluate.adapt.Report``; ``unitta select``'s ASHA)
 
 
 class GridPlanner:

@@ -39,7 +39,7 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
     if cell.sampler not in ("official", "exact"):
         return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
-    from unitta.cell.inputs import iid_overrides
+    from unitta.evaluate.inputs import iid_overrides
 
     size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
     size.update(iid_overrides(cell, num_domains, num_classes))

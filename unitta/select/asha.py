@@ -2,7 +2,7 @@
 Massively Parallel Hyperparameter Tuning", MLSys'20), driven through its scheduler interface.
 
 Every validation cell of a selection with ``search.scheduler: asha`` reports its error so far every
-``report_every`` batches (``unitta.cell.adapt.Report``); the *arbiter* keeps one scheduler per (setting, seed,
+``report_every`` batches (``unitta.evaluate.adapt.Report``); the *arbiter* keeps one scheduler per (setting, seed,
 method) and answers each report with continue or stop (the cell then ends with status 'stopped',
 ``unitta.evaluate.stopped_row``). On Ray the arbiter is an actor every task asks; with ``--local`` it is an
 object in the driver. A resumed selection replays the reports of the trials already run (their rows'

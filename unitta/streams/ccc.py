@@ -5,7 +5,7 @@ CCC walks from one corruption to another: when a transition ends, the next corru
 among the others, and the stream moves to it gradually. Here the stream is a mixture of the transition's two
 corruptions A -> B whose share of B grows linearly over the ``transition`` images of the transition (position
 t of a transition carries B with probability (t + 1/2) / T), each image at its corruption's calibrated severity
-(``unitta.cell.ccc_calibration``): the source model's error stays near the target all along, as in CCC.
+(``unitta.evaluate.ccc_calibration``): the source model's error stays near the target all along, as in CCC.
 Departure: CCC composes both corruptions on every image along a path of (severity A, severity B) pairs chosen on
 a calibrated 21 x 21 accuracy grid per pair; one corruption per image at a per-corruption calibration keeps the
 target without that grid (15 x 14 pairs x 441 severities of forward passes).

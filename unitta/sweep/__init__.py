@@ -33,6 +33,7 @@ from pathlib import Path
 
 from unitta.cell import Cell
 from unitta.evaluate import STATUS_FAILED
+from unitta.evaluate.segments import short_segment_warnings
 from unitta.results import load_results
 from unitta.results.compaction import COMPACT_AT
 from unitta.run import exits
@@ -41,7 +42,6 @@ from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import GridPlanner, RunOptions, RunOutcome, execute_plan
 from unitta.run.outdir import check_output_dir, fresh_output_dir
-from unitta.run.segments import short_segment_warnings
 from unitta.run.summary import failure_lines, summary_table
 from unitta.sweep.config import SweepConfig, load_config
 
@@ -119,7 +119,7 @@ def _report(cfg: SweepConfig, cells: list[Cell], outcome: RunOutcome) -> int:
 
 def _warn_short_segments(cfg: SweepConfig) -> None:
     """The config's continual streams with domain segments of a few batches, one line each on stderr
-    (``unitta.run.segments``; docs/streams.md, "Stream length")."""
+    (``unitta.evaluate.segments``; docs/streams.md, "Stream length")."""
     for warning in short_segment_warnings(cfg.cells()):
         print(warning, file=sys.stderr)
 

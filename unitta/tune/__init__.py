@@ -62,7 +62,7 @@ def _load_bn_layers(cfg: TuneConfig) -> tuple[list[str], list[str], str | None]:
     """(searched layers, all BatchNorm layers in module order, default BDN layer) of the cell's model."""
     if cfg.space.layer is None:
         return [], [], None
-    from unitta.cell.inputs import model_layers
+    from unitta.evaluate.inputs import model_layers
 
     info = model_layers(base_cell(cfg))
     if cfg.space.layer == "all":

@@ -14,8 +14,8 @@ import numpy as np
 from unitta.cell import Cell
 from unitta.cell.criteria import CriteriaMeter
 from unitta.cell.horizon import ResetCounter, batch_bounds, reset_points
-from unitta.cell.metrics import NLL_FLOOR
 from unitta.cell.realtime import Schedule
+from unitta.evaluate.metrics import NLL_FLOOR
 
 __all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch", "precision_mode"]
 

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from unitta.cell import Cell
-from unitta.cell.adapt import Adapted, Report, Stopped, adapt_stream, device_batch, precision_mode
 from unitta.cell.horizon import repeat_rounds, round_errors
-from unitta.cell.metrics import stream_metrics
 from unitta.cell.provenance import git_commit, now, ray_node_id, ray_version
 from unitta.cell.realtime import Schedule
 from unitta.data.records import RECORDS
+from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch, precision_mode
+from unitta.evaluate.metrics import stream_metrics
 
 __all__ = ["DatasetUnavailable", "load_cell_dataset",
            "evaluate", "run_cell", "failed_row", "build_stream",
@@ -54,7 +54,7 @@ def load_cell_dataset(cell: Cell):
     The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
     message names the file and what to do (docs/results.md, "Before the first cell").
     """
-    from unitta.cell.inputs import load_dataset_of
+    from unitta.evaluate.inputs import load_dataset_of
 
     try:
         return load_dataset_of(cell)
@@ -65,7 +65,7 @@ def load_cell_dataset(cell: Cell):
 # ---------------------------------------------------------------------- the stream
 def build_stream(cell: Cell, dataset):
     """The cell's stream over ``dataset`` (``unitta.streams.make_stream`` with the cell's factors, S, length)."""
-    from unitta.cell.inputs import iid_overrides
+    from unitta.evaluate.inputs import iid_overrides
     from unitta.streams import make_stream
     from unitta.streams.settings import default_state_cap
 
@@ -137,7 +137,7 @@ def result_row(
     wall_start: float,
     forgetting: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    """The result row of a finished cell: its coordinates, the metrics (``unitta.cell.metrics``), the protocol,
+    """The result row of a finished cell: its coordinates, the metrics (``unitta.evaluate.metrics``), the protocol,
     the forgetting check's errors, the cost and the versions."""
     import torch
 
@@ -216,12 +216,12 @@ def evaluate(
     dataset / model_and_info: already-loaded objects to reuse (the sweep passes the dataset it put
     in Ray's object store); loaded from the cell when None.
     progress: True for a tqdm bar, or a callback(done_images, total_images).
-    report: partial results every k batches to a hook that may stop the cell (``unitta.cell.adapt.Stopped``).
+    report: partial results every k batches to a hook that may stop the cell (``unitta.evaluate.adapt.Stopped``).
     """
     import torch
 
-    from unitta.cell.inputs import load_cell_model, load_cell_source, load_dataset_of
     from unitta.data.source import load_clean_test
+    from unitta.evaluate.inputs import load_cell_model, load_cell_source, load_dataset_of
     from unitta.methods import get_method, method_class
 
     wall_start = time.perf_counter()
@@ -230,7 +230,7 @@ def evaluate(
     device = _pick_device(cell.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    ccc = cell.sampler == "ccc"  # its images are generated from the clean test set (unitta.cell.ccc_calibration)
+    ccc = cell.sampler == "ccc"  # its images are generated from the clean test set (unitta.evaluate.ccc_calibration)
     if dataset is None and not ccc:
         dataset = load_dataset_of(cell)
     if model_and_info is None:
@@ -242,7 +242,7 @@ def evaluate(
         model = model.to(memory_format=torch.channels_last)
 
     if ccc:
-        from unitta.cell.ccc_calibration import ccc_stream
+        from unitta.evaluate.ccc_calibration import ccc_stream
 
         stream, dataset = ccc_stream(cell, model, device)
     else:
