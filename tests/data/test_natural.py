@@ -73,10 +73,10 @@ def test_mixture_of_imagenet_r_and_a_with_output_mask(tmp_path):
 
     assert problems([cell]) == []
     row = evaluate(cell)
-    from unitta.evaluate.inputs import load_dataset_of
+    from unitta.evaluate.inputs import load_cell_dataset
     from unitta.models.catalog import IMAGENET_MEAN, IMAGENET_STD
 
-    data = load_dataset_of(cell)
+    data = load_cell_dataset(cell)
     assert data.domain_names == ["imagenet-r", "imagenet-a"] and data.meta["classes"] == shared
     x = data.get_batch(np.arange(len(data)))
     mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)

@@ -20,7 +20,8 @@ import yaml
 
 from unitta.data import HELD_OUT_CORRUPTIONS
 from unitta.data.records import CORRUPTIONS
-from unitta.evaluate import evaluate, load_cell_dataset
+from unitta.evaluate import evaluate
+from unitta.evaluate.inputs import load_cell_dataset
 from unitta.results import load_results
 from unitta.run import RunOptions
 from unitta.select import SELECTION_COLUMNS, parse_select_config, run_select, selection_rows
@@ -94,7 +95,7 @@ def test_each_protocols_test_error_equals_a_plain_sweep_cell(example, tmp_path: 
 
 def test_choices_without_test_labels_survive_permuted_labels(example, monkeypatch) -> None:
     """Rerun every test-stream trial on the same stream, but with scoring seeing permuted labels."""
-    import unitta.evaluate
+    import unitta.evaluate.inputs
 
     cfg, out, _, sel = example
     rows = {r["cell_id"]: r for r in load_results(out).to_dicts()}
@@ -102,8 +103,8 @@ def test_choices_without_test_labels_survive_permuted_labels(example, monkeypatc
     original = load_cell_dataset(_cell_of(planner, next(iter(planner.stream))))
     permuted = copy.copy(original)
     permuted.labels = np.random.default_rng(0).permutation(original.labels)
-    build = unitta.evaluate.build_stream
-    monkeypatch.setattr(unitta.evaluate, "build_stream", lambda cell, dataset: build(cell, original))
+    build = unitta.evaluate.inputs.build_stream
+    monkeypatch.setattr(unitta.evaluate.inputs, "build_stream", lambda cell, dataset: build(cell, original))
     again_rows = dict(rows)
     for cid, stream in planner.stream.items():
         if stream == "test":  # validation labels are not test labels: only the test stream's are permuted

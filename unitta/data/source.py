@@ -18,14 +18,27 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, TensorDataset, default_collate
 
 from unitta.data.records import RECORDS
 
-__all__ = ["ArraySource", "load_clean_test", "load_source", "source_problem", "SOURCE_DATASETS"]
+__all__ = ["ArraySource", "load_clean_test", "load_source", "source_problem", "take_batch", "SOURCE_DATASETS"]
 
 # dataset -> what its source split is (for messages and docs)
 SOURCE_DATASETS = {name: record.source_split for name, record in RECORDS.items()}
+
+
+def take_batch(dataset: Dataset, indices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The items at ``indices`` of a source split (or any Dataset of (image, label) pairs) as one (images, labels)
+    batch on the CPU: ``get_batch`` (``ArraySource``) gathers them in one call, a ``TensorDataset`` one gather per
+    tensor, any other Dataset item by item."""
+    if hasattr(dataset, "get_batch"):
+        images, labels = dataset.get_batch(indices.numpy())
+    elif isinstance(dataset, TensorDataset):
+        images, labels = (tensor[indices] for tensor in dataset.tensors[:2])
+    else:
+        images, labels = default_collate([dataset[int(i)] for i in indices])
+    return torch.as_tensor(images, dtype=torch.float32), torch.as_tensor(labels, dtype=torch.int64)
 
 
 class ArraySource(Dataset):

@@ -1,11 +1,11 @@
 """One benchmark cell: stream x model x method -> one result row (the paper's metric: the error over the
 whole stream, UniTTA paper section 5.1). No Ray here.
 
-``evaluate(cell)`` builds the stream (``build_stream``), feeds it to the method in stream order in
-batches (``adapt_stream``: the last, partial batch too, even of size 1: unlike the reference, nothing is
-skipped) and scores every prediction (``result_row``). ``run_cell(cell)`` wraps it for drivers: it never
-raises for a failing cell and adds the run's provenance. The row's columns are documented in
-``docs/results.md``.
+``evaluate(cell)`` loads the cell's inputs (``unitta.evaluate.inputs.load_inputs``: dataset, model, stream),
+feeds the stream to the method in stream order in batches (``adapt_stream``: the last, partial batch too, even
+of size 1: unlike the reference, nothing is skipped) and scores every prediction (``result_row``).
+``run_cell(cell)`` wraps it for drivers: it never raises for a failing cell and adds the run's provenance. The
+row's columns are documented in ``docs/results.md``.
 """
 
 from __future__ import annotations
@@ -26,70 +26,19 @@ from typing import Any
 import numpy as np
 
 from unitta.cell import Cell
-from unitta.cell.horizon import repeat_rounds, round_errors
+from unitta.cell.horizon import round_errors
 from unitta.cell.provenance import git_commit, now, ray_node_id, ray_version
 from unitta.cell.realtime import Schedule
-from unitta.data.records import RECORDS
 from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch, precision_mode
+from unitta.evaluate.inputs import load_inputs
 from unitta.evaluate.metrics import stream_metrics
 
-__all__ = ["DatasetUnavailable", "load_cell_dataset",
-           "evaluate", "run_cell", "failed_row", "build_stream",
-           "result_row", "short_error", "STATUS_OK", "STATUS_FAILED", "STATUS_STOPPED"]
+__all__ = ["evaluate", "run_cell", "failed_row", "result_row", "short_error",
+           "STATUS_OK", "STATUS_FAILED", "STATUS_STOPPED"]
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
 STATUS_STOPPED = "stopped"  # stopped early by its progress-report hook (``unitta select``'s ASHA): not a result
-
-
-# ---------------------------------------------------------------------- the data
-class DatasetUnavailable(RuntimeError):
-    """A driver cannot load a cell's dataset (missing, damaged, or a cache it cannot write): one line naming
-    the file and the fix, so the sweep stops with exit 2 instead of a traceback."""
-
-
-def load_cell_dataset(cell: Cell):
-    """The cell's dataset (``unitta.data.load_dataset``); its loaders' errors become ``DatasetUnavailable``.
-
-    The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
-    message names the file and what to do (docs/results.md, "Before the first cell").
-    """
-    from unitta.evaluate.inputs import load_dataset_of
-
-    try:
-        return load_dataset_of(cell)
-    except (OSError, ValueError) as exc:
-        raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
-
-
-# ---------------------------------------------------------------------- the stream
-def build_stream(cell: Cell, dataset):
-    """The cell's stream over ``dataset`` (``unitta.streams.make_stream`` with the cell's factors, S, length)."""
-    from unitta.evaluate.inputs import iid_overrides
-    from unitta.streams import make_stream
-    from unitta.streams.settings import default_state_cap
-
-    overrides: dict[str, Any] = {**iid_overrides(cell, dataset.num_domains, dataset.num_classes), **cell.factors}
-    if cell.S is not None:
-        overrides["S"] = cell.S
-    elif cell.n_per_domain is not None and cell.sampler == "official":
-        # A subset shrinks every (domain, class) pool; cap S at the pool size so that the stream
-        # shrinks with it instead of cycling a few images up to the full dataset's S.
-        pool = max(1, cell.n_per_domain // dataset.num_classes)
-        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
-    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in ("folder", "natural", "mixture", "cifar101"):
-        # an image folder's pools are what the user has: cap S at the largest (domain, class) pool so that the
-        # stream is about the folder's size instead of cycling a few images up to a paper dataset's S
-        pool = int(np.bincount(dataset.domains * dataset.num_classes + dataset.labels).max())
-        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
-    if cell.length is not None:
-        overrides["length"] = cell.length
-    if cell.delta is not None:
-        overrides["delta"] = cell.delta
-    return make_stream(
-        dataset.labels, dataset.domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
-        **overrides,
-    )
 
 
 # ---------------------------------------------------------------------- the batch loop
@@ -192,18 +141,6 @@ def result_row(
     }
 
 
-def _check_weights(cell: Cell, info) -> None:
-    """Refuse to run with other weights than those in the cell's identity (``Cell.weights``): the checkpoint
-    was replaced after the sweep planned the cell, or this node's file differs from the driver's."""
-    loaded = (info.extra or {}).get("weights_digest")
-    if loaded is not None and loaded != cell.weights:
-        raise RuntimeError(
-            f"the weights loaded from {info.extra.get('checkpoint')} (sha256 {loaded[:12]}) are not those the "
-            f"cell was planned with (sha256 {str(cell.weights)[:12]}): the checkpoint changed during the run or "
-            "differs on this node; give every node the same file and rerun"
-        )
-
-
 def evaluate(
     cell: Cell,
     dataset=None,
@@ -220,9 +157,7 @@ def evaluate(
     """
     import torch
 
-    from unitta.data.source import load_clean_test
-    from unitta.evaluate.inputs import load_cell_model, load_cell_source, load_dataset_of
-    from unitta.methods import get_method, method_class
+    from unitta.methods import get_method
 
     wall_start = time.perf_counter()
     if cell.num_threads:
@@ -230,42 +165,23 @@ def evaluate(
     device = _pick_device(cell.device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    ccc = cell.sampler == "ccc"  # its images are generated from the clean test set (unitta.evaluate.ccc_calibration)
-    if dataset is None and not ccc:
-        dataset = load_dataset_of(cell)
-    if model_and_info is None:
-        model_and_info = load_cell_model(cell, dataset)
-    model, info = model_and_info
-    _check_weights(cell, info)
-    model = model.to(device).eval()
-    if cell.precision == "bf16" and device.type == "cuda":
-        model = model.to(memory_format=torch.channels_last)
-
-    if ccc:
-        from unitta.evaluate.ccc_calibration import ccc_stream
-
-        stream, dataset = ccc_stream(cell, model, device)
-    else:
-        stream = build_stream(cell, dataset)
-    stream = repeat_rounds(stream, cell.rounds)
-    source = None
-    if method_class(cell.method).needs_source:  # loaded only for the methods that use it
-        source = load_cell_source(cell, dataset)
+    inputs = load_inputs(cell, device, dataset, model_and_info)
+    stream, dataset = inputs.stream, inputs.dataset
     method = get_method(
         cell.method,
-        model,
-        info,
+        inputs.model,
+        inputs.info,
         dataset=cell.dataset,
         seed=cell.seed,
         profile=cell.profile,
-        source=source,
+        source=inputs.source,
         **cell.method_kwargs,
     )
     if cell.compile:
         method.compile()
     schedule = Schedule(cell.protocol, cell.cost, _source_seconds(cell, method, dataset, stream, device),
                         never_adapts=not method.adapts)
-    clean = load_clean_test(cell.dataset, cell.data_dir, cell.n_per_domain) if cell.forgetting else None
+    clean = inputs.clean
     before = _clean_error(method.source_model, clean, cell.batch_size, device) if clean is not None else None
     adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule, report)
     forgetting = None
@@ -302,12 +218,12 @@ def _clean_error(predict, clean, batch_size: int, device) -> float:
     """Error (%) of ``predict`` (the source model, or a method's non-adapting ``predict``) on clean images."""
     import torch
 
-    from unitta.methods.parts.source_batches import take_source
+    from unitta.data.source import take_batch
 
     wrong = 0
     with torch.no_grad():
         for start in range(0, len(clean), batch_size):
-            x, y = take_source(clean, torch.arange(start, min(start + batch_size, len(clean))))
+            x, y = take_batch(clean, torch.arange(start, min(start + batch_size, len(clean))))
             wrong += int((predict(x.to(device)).argmax(dim=1).cpu() != y).sum())
     return 100.0 * wrong / len(clean)
 

@@ -1,22 +1,46 @@
-"""What a cell reads: its dataset, its model and its source data, for every dataset and model a cell can name
-(the paper's corruption sets, image folders and the natural-shift sets; zoo models and torchvision/timm/builder
-models; docs/own_data.md).
+"""What a cell reads, loaded by one function: ``load_inputs(cell, device)`` gives its dataset, its model (on the
+device, the weights checked against the cell's identity), its stream, its source split (for the methods with
+``needs_source``) and its clean test images (the forgetting check). ``unitta.evaluate.input_checks`` checks the
+same inputs without loading them (the sweep's preflight).
 
-An image folder is decoded at the model's input side, so the model's input size is known before the dataset is
-loaded (``input_size``: the zoo's table, or the custom model built once without weights). The number of classes
-comes from the dataset; an ImageNet-R/-A cell's model keeps only its dataset's 200 outputs
-(``unitta.data.natural.output_mask``).
+For every dataset and model a cell can name (the paper's corruption sets, image folders and the natural-shift
+sets; zoo models and torchvision/timm/builder models; docs/own_data.md). An image folder is decoded at the model's
+input side, so the model's input size is known before the dataset is loaded (``input_size``: the zoo's table, or
+the custom model built once without weights). The number of classes comes from the dataset; an ImageNet-R/-A
+cell's model keeps only its dataset's 200 outputs (``unitta.data.natural.output_mask``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
+from typing import Any
+
+import numpy as np
 
 from unitta.cell import Cell
 from unitta.data.records import RECORDS
 
-__all__ = ["iid_overrides", "input_size", "load_cell_model", "load_cell_source", "load_dataset_of",
-           "model_layers"]
+__all__ = ["CellInputs", "DatasetUnavailable", "build_stream", "iid_overrides", "input_size", "load_cell_dataset",
+           "load_cell_model", "load_cell_source", "load_inputs", "model_layers"]
+
+
+class DatasetUnavailable(RuntimeError):
+    """A driver cannot load a cell's dataset (missing, damaged, or a cache it cannot write): one line naming
+    the file and the fix, so the sweep stops with exit 2 instead of a traceback."""
+
+
+@dataclass
+class CellInputs:
+    """A cell's inputs, loaded: ``model`` on the cell's device in eval mode, ``stream`` with its rounds, ``source``
+    None unless the method needs it, ``clean`` None unless the cell checks forgetting."""
+
+    dataset: Any
+    model: Any
+    info: Any
+    stream: Any
+    source: Any = None
+    clean: Any = None
 
 
 def iid_overrides(cell: Cell, num_domains: int, num_classes: int) -> dict[str, float]:
@@ -63,16 +87,23 @@ def model_layers(cell: Cell):
     return load_model(cell.dataset, cell.model, checkpoint_dir=cell.checkpoint_dir)[1]
 
 
-def load_dataset_of(cell: Cell):
-    """The cell's dataset (``unitta.data.load_dataset``); errors propagate (the caller words them)."""
+def load_cell_dataset(cell: Cell):
+    """The cell's dataset (``unitta.data.load_dataset``); its loaders' errors become ``DatasetUnavailable``.
+
+    The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
+    message names the file and what to do (docs/results.md, "Before the first cell").
+    """
     from unitta.data import load_dataset
 
     extra = {} if cell.corruptions is None else {"corruptions": cell.corruptions}  # unitta select's validation
     if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
         extra = dict(image_size=input_size(cell.dataset, cell.model), domains=cell.domains, classes=cell.classes,
                      num_workers=cell.num_threads, members=cell.datasets_as_domains)
-    dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
-                           n_per_domain=cell.n_per_domain, **extra)
+    try:
+        dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
+                               n_per_domain=cell.n_per_domain, **extra)
+    except (OSError, ValueError) as exc:
+        raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
     if cell.cache_images and extra:
         from unitta.data.folder import decode_all
 
@@ -112,3 +143,75 @@ def load_cell_source(cell: Cell, dataset):
         raise FileNotFoundError(f"method {cell.method} needs labelled source images: set source_dir: a folder "
                                 "ROOT/<class>/<image> with the same class names (docs/own_data.md)")
     return load_source(source_from, data_dir=cell.data_dir)
+
+
+def build_stream(cell: Cell, dataset):
+    """The cell's stream over ``dataset`` (``unitta.streams.make_stream`` with the cell's factors, S, length)."""
+    from unitta.streams import make_stream
+    from unitta.streams.settings import default_state_cap
+
+    overrides: dict[str, Any] = {**iid_overrides(cell, dataset.num_domains, dataset.num_classes), **cell.factors}
+    if cell.S is not None:
+        overrides["S"] = cell.S
+    elif cell.n_per_domain is not None and cell.sampler == "official":
+        # A subset shrinks every (domain, class) pool; cap S at the pool size so that the stream
+        # shrinks with it instead of cycling a few images up to the full dataset's S.
+        pool = max(1, cell.n_per_domain // dataset.num_classes)
+        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
+    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in ("folder", "natural", "mixture", "cifar101"):
+        # an image folder's pools are what the user has: cap S at the largest (domain, class) pool so that the
+        # stream is about the folder's size instead of cycling a few images up to a paper dataset's S
+        pool = int(np.bincount(dataset.domains * dataset.num_classes + dataset.labels).max())
+        overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
+    if cell.length is not None:
+        overrides["length"] = cell.length
+    if cell.delta is not None:
+        overrides["delta"] = cell.delta
+    return make_stream(
+        dataset.labels, dataset.domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
+        **overrides,
+    )
+
+
+def _check_weights(cell: Cell, info) -> None:
+    """Refuse to run with other weights than those in the cell's identity (``Cell.weights``): the checkpoint
+    was replaced after the sweep planned the cell, or this node's file differs from the driver's."""
+    loaded = (info.extra or {}).get("weights_digest")
+    if loaded is not None and loaded != cell.weights:
+        raise RuntimeError(
+            f"the weights loaded from {info.extra.get('checkpoint')} (sha256 {loaded[:12]}) are not those the "
+            f"cell was planned with (sha256 {str(cell.weights)[:12]}): the checkpoint changed during the run or "
+            "differs on this node; give every node the same file and rerun"
+        )
+
+
+def load_inputs(cell: Cell, device, dataset=None, model_and_info=None) -> CellInputs:
+    """Everything ``cell`` reads, loaded (see the module docstring).
+
+    dataset / model_and_info: already-loaded objects to reuse (the sweep passes the dataset it put in Ray's object
+    store); loaded from the cell when None. A ccc cell's images are generated from the clean test set by its
+    model (``unitta.evaluate.ccc_calibration``), so its dataset comes with its stream.
+    """
+    import torch
+
+    from unitta.cell.horizon import repeat_rounds
+    from unitta.data.source import load_clean_test
+    from unitta.methods import method_class
+
+    ccc = cell.sampler == "ccc"
+    if dataset is None and not ccc:
+        dataset = load_cell_dataset(cell)
+    model, info = model_and_info if model_and_info is not None else load_cell_model(cell, dataset)
+    _check_weights(cell, info)
+    model = model.to(device).eval()
+    if cell.precision == "bf16" and device.type == "cuda":
+        model = model.to(memory_format=torch.channels_last)
+    if ccc:
+        from unitta.evaluate.ccc_calibration import ccc_stream
+
+        stream, dataset = ccc_stream(cell, model, device)
+    else:
+        stream = build_stream(cell, dataset)
+    source = load_cell_source(cell, dataset) if method_class(cell.method).needs_source else None
+    clean = load_clean_test(cell.dataset, cell.data_dir, cell.n_per_domain) if cell.forgetting else None
+    return CellInputs(dataset, model, info, repeat_rounds(stream, cell.rounds), source, clean)

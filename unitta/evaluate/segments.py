@@ -23,7 +23,7 @@ import numpy as np
 
 from unitta.cell import Cell
 from unitta.data.records import dataset_record
-from unitta.evaluate import build_stream
+from unitta.evaluate.inputs import build_stream
 from unitta.streams.settings import Setting, default_state_cap
 
 __all__ = ["MIN_SEGMENT_BATCHES", "mean_domain_segment", "short_segment_warning", "short_segment_warnings",
@@ -59,7 +59,7 @@ def _stand_in(cell: Cell) -> _StandIn:
 
 
 def _state_cap(cell: Cell, pool: int) -> int:
-    """The official sampler's S for ``cell`` (``unitta.evaluate.build_stream``'s rule)."""
+    """The official sampler's S for ``cell`` (``unitta.evaluate.inputs.build_stream``'s rule)."""
     if cell.S is not None:
         return cell.S
     cap = default_state_cap(cell.setting, cell.dataset)

@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from unitta.data.source import take_batch
 from unitta.methods.eta import ETA, ETA_PRESETS
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.source_batches import take_source
 from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.validate import check_at_least, check_optional_size
 
@@ -101,7 +101,7 @@ class EATA(ETA):
         batches = order.split(batch_size)
         squares = [torch.zeros_like(p) for p in self.params]
         for indices in batches:
-            images, _ = take_source(self.source, indices)
+            images, _ = take_batch(self.source, indices)
             with torch.enable_grad():
                 logits = self.model(images.to(self.device, non_blocking=True))
                 self.backward(F.cross_entropy(logits, logits.detach().argmax(dim=1)))

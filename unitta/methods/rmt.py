@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from unitta.data.source import take_batch
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.parts.augment import cotta_augment, device_generator
 from unitta.methods.parts.contrastive import Projector, multiview_contrastive_loss
@@ -70,7 +71,7 @@ from unitta.methods.parts.heads import SplitModel
 from unitta.methods.parts.losses import symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.source_batches import SourceBatches, take_source
+from unitta.methods.parts.source_batches import SourceBatches
 from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
@@ -168,7 +169,7 @@ class RMT(TTAMethod):
         sums = counts = None
         seen = 0
         for start in range(0, len(order), batch_size):
-            images, labels = take_source(self.source, order[start : start + batch_size])
+            images, labels = take_batch(self.source, order[start : start + batch_size])
             features = self.model.encode(images.to(self.device)).float()
             labels = labels.to(self.device)
             if sums is None:

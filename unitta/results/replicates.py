@@ -82,7 +82,7 @@ def normalise_rows(df):
 
 def _with_cell_s(df):
     """``df`` with ``S_cell``: the row's S where it differs from the cap its setting gets by default (the cell
-    set S), else null (the cell left S to the setting; ``unitta.evaluate.build_stream``)."""
+    set S), else null (the cell left S to the setting; ``unitta.evaluate.inputs.build_stream``)."""
     import polars as pl
 
     from unitta.data.records import RECORDS

@@ -19,7 +19,8 @@ from typing import Any
 
 from unitta.cell import Cell
 from unitta.cell.provenance import now
-from unitta.evaluate import failed_row, load_cell_dataset, short_error
+from unitta.evaluate import failed_row, short_error
+from unitta.evaluate.inputs import load_cell_dataset
 from unitta.run import ray_cluster
 from unitta.run.capture import TASK_NAME, cell_task, execute
 

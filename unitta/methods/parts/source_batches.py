@@ -2,8 +2,7 @@
 
 ``SourceBatches(dataset, batch_size, generator, device)`` yields (images, labels) forever, in a fresh
 random order per pass drawn from the method's own ``torch.Generator`` (so ``reset()`` replays it exactly).
-A dataset with ``get_batch(indices)`` (``unitta.data.source.ArraySource``) is gathered in one call; any other
-``torch.utils.data.Dataset`` of (image, label) pairs (a ``TensorDataset`` included) item by item.
+Each batch is gathered by ``unitta.data.source.take_batch``.
 """
 
 from __future__ import annotations
@@ -12,20 +11,11 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, TensorDataset, default_collate
+from torch.utils.data import Dataset
 
-__all__ = ["SourceBatches", "take_source"]
+from unitta.data.source import take_batch
 
-
-def take_source(dataset: Dataset, indices: Tensor) -> tuple[Tensor, Tensor]:
-    """The items at ``indices`` as one (images, labels) batch on the CPU."""
-    if hasattr(dataset, "get_batch"):
-        images, labels = dataset.get_batch(indices.numpy())
-    elif isinstance(dataset, TensorDataset):  # one gather per tensor, no per-item read
-        images, labels = (tensor[indices] for tensor in dataset.tensors[:2])
-    else:
-        images, labels = default_collate([dataset[int(i)] for i in indices])
-    return torch.as_tensor(images, dtype=torch.float32), torch.as_tensor(labels, dtype=torch.int64)
+__all__ = ["SourceBatches"]
 
 
 class SourceBatches:
@@ -50,5 +40,5 @@ class SourceBatches:
             self._position = 0
         indices = self._order[self._position : self._position + self.batch_size]
         self._position += len(indices)
-        images, labels = take_source(self.dataset, indices)
+        images, labels = take_batch(self.dataset, indices)
         return images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
