@@ -131,7 +131,7 @@ def test_dry_run_checks_forgetting_data_and_pickled_checkpoints(tmp_path, monkey
 
     from unitta.cell import Cell
     from unitta.models import zoo
-    from unitta.run.preflight import problems
+    from unitta.run.checks import problems
 
     found = problems([Cell(dataset="cifar10-c", forgetting=True, data_dir=str(tmp_path))])
     assert any(p.startswith("forgetting: the clean test images of cifar10-c") for p in found)

@@ -1,4 +1,4 @@
-"""Preflight (unitta/run/preflight.py): --dry-run reports a missing source split for methods that need source data
+"""Preflight (unitta/run/checks.py on unitta/evaluate/input_checks.py): --dry-run reports a missing source split for methods that need source data
 (needs_source), stays fast on the paper's grid and lists the cells before its checks."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-import unitta.run.preflight as preflight
+import unitta.evaluate.input_checks as input_checks
 from unitta.data import fashion_mnist
 from unitta.data.source import source_problem
+from unitta.run.checks import problems
 from unitta.sweep import main
 from unitta.sweep.config import load_config, parse_config
 
@@ -127,20 +128,20 @@ def test_present_fashion_mnist_passes(tmp_path, plugin, capsys) -> None:
 
 def test_the_paper_grid_at_default_factors_samples_no_stream(monkeypatch):
     asked = []
-    real = preflight.infeasibility
-    monkeypatch.setattr(preflight, "infeasibility", lambda cell, d, k: asked.append(cell) or real(cell, d, k))
+    real = input_checks.infeasibility
+    monkeypatch.setattr(input_checks, "infeasibility", lambda cell, d, k: asked.append(cell) or real(cell, d, k))
     cells = load_config(ROOT / "sweeps" / "full_grid.yaml").cells()
     assert len(cells) > 1000
-    preflight.problems(cells, num_gpus=0.5)
+    problems(cells, num_gpus=0.5)
     assert asked == []  # the official sampler at the reference's own factors: nothing it could refuse
 
 
 def test_factors_and_the_exact_sampler_are_still_checked_once_per_setting():
     base = {"name": "t", "datasets": ["fmnist-c"], "methods": ["test", "bn"], "settings": ["nui1"], "seeds": [1, 2]}
     official = parse_config({**base, "factors": {"domain_alpha": 0.01}}).cells()
-    assert any("domain_alpha" in p or "alpha" in p for p in preflight.problems(official))
+    assert any("domain_alpha" in p or "alpha" in p for p in problems(official))
     exact = parse_config({**base, "sampler": "exact", "factors": {"domain_alpha": 0.5, "domain_beta": 5.0}}).cells()
-    assert preflight.problems(exact)  # Cor. 1: alpha_1 = 0.5 with beta = 5 over 15 domains is infeasible
+    assert problems(exact)  # Cor. 1: alpha_1 = 0.5 with beta = 5 over 15 domains is infeasible
 
 
 def test_dry_run_lists_the_cells_before_the_problems(tmp_path, capsys):

@@ -93,7 +93,7 @@ def test_problems_name_the_path(folder, tmp_path):
 
     problems = check_folder_dataset("folder", broken)
     assert len(problems) == 2 and "unreadable image" in problems[1] and "00001.png" in problems[1]
-    from unitta.run.preflight import problems as preflight
+    from unitta.run.checks import problems as preflight
 
     found = preflight([Cell(dataset="folder", data_dir=str(broken))])
     assert len(found) == 1 and "snow/3_dress: missing" in found[0]

@@ -49,7 +49,7 @@ def _tree(root, name, wnids, rng):
 
 
 def test_a_single_domain_set_needs_a_mixture(tmp_path):
-    from unitta.run.preflight import problems
+    from unitta.run.checks import problems
 
     _tree(tmp_path, "imagenet-r", ["n01498041", "n01531178"], np.random.default_rng(0))
     (found,) = problems([Cell(dataset="imagenet-r", data_dir=str(tmp_path))])
@@ -69,7 +69,7 @@ def test_mixture_of_imagenet_r_and_a_with_output_mask(tmp_path):
     cell = Cell(dataset="mixture", datasets_as_domains=("imagenet-r", "imagenet-a"), data_dir=str(tmp_path),
                 model="torchvision:resnet18", checkpoint=str(tmp_path / "r18.pth"), method="test", sampler="sorted",
                 setting="1111", batch_size=12)
-    from unitta.run.preflight import problems
+    from unitta.run.checks import problems
 
     assert problems([cell]) == []
     row = evaluate(cell)

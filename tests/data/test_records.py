@@ -9,8 +9,8 @@ from pathlib import Path
 from unitta.cell import DEFAULT_MODELS
 from unitta.data import load_dataset
 from unitta.data.records import DATASETS, RECORDS, dataset_record
+from unitta.evaluate.input_checks import DATASET_SHAPES
 from unitta.paper import PAPER_DATASETS
-from unitta.run.preflight import DATASET_SHAPES
 from unitta.streams.settings import DATASET_ALIASES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from unitta.cell import Cell
-from unitta.run.preflight import infeasibility
+from unitta.evaluate.input_checks import infeasibility
 from unitta.schema import ConfigError
 from unitta.tune import main
 from unitta.tune.config import RangeSpec, base_cell, expand_grid, load_tune_config, parse_tune_config, trial_cells

@@ -88,22 +88,25 @@ def model_layers(cell: Cell):
 
 
 def load_cell_dataset(cell: Cell):
-    """The cell's dataset (``unitta.data.load_dataset``); its loaders' errors become ``DatasetUnavailable``.
+    """The cell's dataset for a driver (loaded once, shared by its cells): ``_load_dataset``'s errors become
+    ``DatasetUnavailable``. The loaders report missing and damaged files as FileNotFoundError / ValueError
+    (``CacheError``) whose message names the file and what to do (docs/results.md, "Before the first cell")."""
+    try:
+        return _load_dataset(cell)
+    except (OSError, ValueError) as exc:
+        raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
 
-    The loaders report missing and damaged files as FileNotFoundError / ValueError (``CacheError``) whose
-    message names the file and what to do (docs/results.md, "Before the first cell").
-    """
+
+def _load_dataset(cell: Cell):
+    """The cell's dataset (``unitta.data.load_dataset``); errors propagate (a cell's failed row names them)."""
     from unitta.data import load_dataset
 
     extra = {} if cell.corruptions is None else {"corruptions": cell.corruptions}  # unitta select's validation
     if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
         extra = dict(image_size=input_size(cell.dataset, cell.model), domains=cell.domains, classes=cell.classes,
                      num_workers=cell.num_threads, members=cell.datasets_as_domains)
-    try:
-        dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
-                               n_per_domain=cell.n_per_domain, **extra)
-    except (OSError, ValueError) as exc:
-        raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
+    dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
+                           n_per_domain=cell.n_per_domain, **extra)
     if cell.cache_images and extra:
         from unitta.data.folder import decode_all
 
@@ -200,7 +203,7 @@ def load_inputs(cell: Cell, device, dataset=None, model_and_info=None) -> CellIn
 
     ccc = cell.sampler == "ccc"
     if dataset is None and not ccc:
-        dataset = load_cell_dataset(cell)
+        dataset = _load_dataset(cell)
     model, info = model_and_info if model_and_info is not None else load_cell_model(cell, dataset)
     _check_weights(cell, info)
     model = model.to(device).eval()

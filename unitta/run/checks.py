@@ -1,4 +1,7 @@
-"""What the sweep and tune commands do before any cell runs: preflight and the dry-run listing."""
+"""What the sweep and tune commands do before any cell runs: preflight and the dry-run listing.
+
+The preflight is the cells' input checks (``unitta.evaluate.input_checks.input_problems``) and where they run:
+a CUDA device needs a GPU of the run's resources (docs/results.md, "Before the first cell")."""
 
 from __future__ import annotations
 
@@ -6,11 +9,36 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from unitta.cell import Cell
+from unitta.evaluate.input_checks import input_problems
 from unitta.results import done_cells
-from unitta.run.preflight import problems
 from unitta.schema import ConfigError
 
-__all__ = ["preflight", "list_cells"]
+__all__ = ["preflight", "problems", "list_cells"]
+
+
+def _device_problem(device: str, num_gpus: float, local: bool) -> str | None:
+    if device.startswith("cuda"):
+        if num_gpus <= 0 and not local:
+            return (f"device: {device!r} but resources.num_gpus is 0: Ray would place the cells on workers "
+                    "without a GPU; set resources.num_gpus (e.g. 1) or device: auto")
+        if local:
+            import torch
+
+            if not torch.cuda.is_available():
+                return f"device: {device!r} but this machine has no CUDA GPU; use device: auto or cpu"
+    return None
+
+
+def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, feasibility: bool = True) -> list[str]:
+    """One line per problem that would make cells fail, each named once (empty: all clear): their inputs'
+    (``input_problems``), then their devices'.
+
+    feasibility: check each cell's factors against the stream sampler (off for a search's points).
+    """
+    cells = list(cells)
+    devices = dict.fromkeys(cell.device for cell in cells)
+    found = input_problems(cells, feasibility=feasibility)
+    return found + [why for device in devices if (why := _device_problem(device, num_gpus, local))]
 
 
 def preflight(cells: Iterable[Cell], num_gpus: float, local: bool, feasibility: bool = True) -> None:

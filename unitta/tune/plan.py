@@ -24,7 +24,7 @@ from typing import Any
 
 from unitta.cell import Cell
 from unitta.evaluate import STATUS_OK, failed_row, run_cell
-from unitta.run.preflight import infeasibility
+from unitta.evaluate.input_checks import infeasibility
 from unitta.tune.config import (
     FACTORS,
     RangeSpec,

@@ -1,10 +1,9 @@
-"""Everything about a sweep that can be known before its first cell runs, checked before it runs.
-
-``problems(cells)`` returns one line per problem: factor ranges and feasibility (paper Cor. 1, asked of
-the stream sampler itself), ``n_per_domain`` feasibility, model names, checkpoint and data presence (the
-source split too, for methods with ``needs_source``), and the device. The sweep CLI prints them all and
-exits with code 2 before anything is written (docs/results.md, "Before the first cell").
-Cheap: no dataset or model is loaded.
+"""What a cell reads, checked without loading it: ``input_problems(cells)`` returns one line per problem that
+``unitta.evaluate.inputs.load_inputs`` would meet, each named once: factor ranges and feasibility (paper Cor. 1,
+asked of the stream sampler itself), ``n_per_domain`` feasibility, model names, checkpoint and data presence (the
+source split too, for methods with ``needs_source``, and the clean test images of the forgetting check).
+The run's preflight (``unitta.run.checks``) prints them all and exits with code 2 before anything is written
+(docs/results.md, "Before the first cell"). Cheap: no dataset or model is loaded.
 """
 
 from __future__ import annotations
@@ -14,9 +13,10 @@ from collections.abc import Iterable
 from unitta.cell import Cell
 from unitta.data.records import RECORDS, dataset_record
 from unitta.data.source import clean_test_problem, source_problem
+from unitta.evaluate.inputs import iid_overrides
 from unitta.methods import method_class
 
-__all__ = ["DATASET_SHAPES", "dataset_shape", "infeasibility", "problems"]
+__all__ = ["DATASET_SHAPES", "dataset_shape", "infeasibility", "input_problems"]
 
 # dataset -> (domains, classes, images per domain): 15 corruptions at one severity; the test sets of
 # CIFAR-10/100 and Fashion-MNIST (10,000 images) and ImageNet's validation set (50,000).
@@ -39,8 +39,6 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
     if cell.sampler not in ("official", "exact"):
         return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
-    from unitta.evaluate.inputs import iid_overrides
-
     size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
     size.update(iid_overrides(cell, num_domains, num_classes))
     try:
@@ -131,26 +129,13 @@ def _model_problem(cell: Cell) -> str | None:
     return None if cell.trust_checkpoints else pickled_code_problem(path)
 
 
-def _device_problem(cell: Cell, num_gpus: float, local: bool) -> str | None:
-    if cell.device.startswith("cuda"):
-        if num_gpus <= 0 and not local:
-            return (f"device: {cell.device!r} but resources.num_gpus is 0: Ray would place the cells on workers "
-                    "without a GPU; set resources.num_gpus (e.g. 1) or device: auto")
-        if local:
-            import torch
-
-            if not torch.cuda.is_available():
-                return f"device: {cell.device!r} but this machine has no CUDA GPU; use device: auto or cpu"
-    return None
-
-
 def _may_be_infeasible(cell: Cell) -> bool:
     """Whether the sampler could refuse the cell's setting and factors (see ``problems``)."""
     folder = RECORDS[cell.dataset].loader in ("folder", "natural", "mixture")  # its own domain and class counts
     return cell.sampler != "official" or bool(cell.factors) or folder
 
 
-def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, feasibility: bool = True) -> list[str]:
+def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]:
     """One line per problem that would make cells fail, each named once (empty: all clear).
 
     feasibility: check each cell's factors against the stream sampler (off for a search's points).
@@ -187,7 +172,6 @@ def problems(cells: Iterable[Cell], num_gpus: float = 0.0, local: bool = False, 
             checked.add(key)
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
             add(_model_problem(cell))
-            add(_device_problem(cell, num_gpus, local))
         if cell.forgetting and ("clean", cell.dataset, cell.data_dir) not in checked:
             checked.add(("clean", cell.dataset, cell.data_dir))
             add(clean_test_problem(cell.dataset, cell.data_dir))
@@ -206,7 +190,6 @@ def _note_source_need(cell: Cell, needs: dict[tuple, list[str]]) -> None:
     methods = needs.setdefault((cell.dataset, where), [])
     if cell.method not in methods and method_class(cell.method).needs_source:
         methods.append(cell.method)
-
 
 
 def _source_problem(dataset: str, where: str | None) -> str | None:
