@@ -55,8 +55,8 @@ from analysis.common import (  # noqa: E402
 from analysis.orders import write_orders  # noqa: E402
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
 from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
+from unitta.results.output_checks import OutputError, check_output_dir, is_writable  # noqa: E402
 from unitta.results.replicates import METHOD_KEYS, fixed_keys  # noqa: E402
-from unitta.run.outdir import OutputError, check_output_dir, is_writable  # noqa: E402
 
 __all__ = ["analyse", "main"]
 

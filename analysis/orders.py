@@ -5,7 +5,7 @@ The per-panel tables of analysis/heatmaps.py split rows by sampler (a sorted str
 the same grid), so without this no figure compares them. Here every group of sweep rows that differs only in its
 stream (sampler, delta, S, length) and holds more than one order gets ``orders_<group>.md`` and
 ``orders_<group>.png``: methods x streams, a stream named ``<setting>:<sampler>`` (``@<delta>`` for dirichlet),
-as in the sweep's summary table (``unitta.run.summary.column_label``).
+as in the sweep's summary table (``unitta.results.summary.column_label``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import polars as pl
 
 from analysis.common import Panel, sweep_panels
 from analysis.tables import cell_status, paper_table, to_markdown
-from unitta.run.summary import column_label
+from unitta.results.summary import column_label
 
 __all__ = ["order_groups", "write_orders"]
 

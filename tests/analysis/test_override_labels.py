@@ -11,7 +11,7 @@ import pytest
 from analysis.common import sweep_panels
 from analysis.report import metric_comparison
 from unitta.results import load_results
-from unitta.run.summary import summary_table
+from unitta.results.summary import summary_table
 from unitta.sweep import run_sweep
 from unitta.sweep.config import parse_config
 

@@ -10,7 +10,7 @@ import yaml
 
 from tests.local_http import run_unprivileged
 from tests.sweep.conftest import SMALL
-from unitta.run.outdir import is_writable
+from unitta.results.output_checks import is_writable
 from unitta.sweep import main
 
 ROOT = Path(__file__).resolve().parents[2]

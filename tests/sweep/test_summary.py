@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from unitta.results.summary import summary_table
 from unitta.run.outdir import fresh_output_dir
-from unitta.run.summary import summary_table
 
 
 def test_summary_table_means_over_seeds_and_marks_failures():

@@ -32,13 +32,10 @@ from unitta.cell.realtime import Schedule
 from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch, precision_mode
 from unitta.evaluate.inputs import load_inputs
 from unitta.evaluate.metrics import stream_metrics
+from unitta.results import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
 
-__all__ = ["evaluate", "run_cell", "failed_row", "result_row", "short_error",
-           "STATUS_OK", "STATUS_FAILED", "STATUS_STOPPED"]
+__all__ = ["evaluate", "run_cell", "failed_row", "result_row", "short_error"]
 
-STATUS_OK = "ok"
-STATUS_FAILED = "failed"
-STATUS_STOPPED = "stopped"  # stopped early by its progress-report hook (``unitta select``'s ASHA): not a result
 
 
 # ---------------------------------------------------------------------- the batch loop

@@ -147,8 +147,7 @@ def _result_rows(results: Sequence[str | Path] | None, dataset: str | None, metr
     """The ok rows of ``results`` for one dataset, ``metric`` as the ``error`` column; (rows, the dataset)."""
     import polars as pl
 
-    from unitta.evaluate import STATUS_OK
-    from unitta.results import load_results
+    from unitta.results import STATUS_OK, load_results
 
     frames = []
     for d in results or []:

@@ -1,7 +1,8 @@
 """The Parquet result schema, atomic per-cell files, resume bookkeeping and consolidation.
 
-The results package: the Parquet result schema and its files (this module) and which cells each sweep
-wrote into a shared output directory (``membership``).
+The results package, the reading side of a run: the Parquet result schema, a row's status values and its files
+(this module), which cells each sweep wrote into a shared output directory (``membership``), the checks of an
+output folder (``output_checks``) and the method x setting table of a run's rows (``summary``).
 
 
 Layout of a sweep's output directory (docs/results.md)::
@@ -30,9 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from unitta.results.compaction import remove_parts
-from unitta.evaluate import STATUS_FAILED, STATUS_OK
 from unitta.cell.criteria import CRITERIA
-from unitta.evaluate import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
 from unitta.files import write_atomically
 from unitta.results.membership import add_to_membership, sweep_cell_ids, sweep_names, write_membership
 from unitta.results.cell_files import BASE_FILE, QUARANTINE_DIR, cells_dir, read_layers, temp_dir
@@ -44,6 +43,7 @@ __all__ = [
     "BREAKDOWN_TYPE",
     "STATUS_OK",
     "STATUS_FAILED",
+    "STATUS_STOPPED",
     "METRIC_COLUMNS",
     "cells_dir",
     "cell_path",
@@ -58,6 +58,12 @@ __all__ = [
     "sweep_cell_ids",
     "sweep_names",
 ]
+
+# A row's status (docs/results.md): a result, a failed cell, or a cell stopped early by its progress-report hook
+# (``unitta select``'s ASHA: not a result).
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+STATUS_STOPPED = "stopped"
 
 
 # One entry of per_domain / per_class (evaluate._breakdown): error in percent over n images.

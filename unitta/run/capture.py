@@ -15,7 +15,8 @@ import sys
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.evaluate import STATUS_OK, run_cell
+from unitta.evaluate import run_cell
+from unitta.results import STATUS_OK
 
 __all__ = ["TASK_NAME", "execute", "cell_task"]
 

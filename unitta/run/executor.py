@@ -20,20 +20,17 @@ from typing import Any, Protocol
 
 from unitta.cell import Cell
 from unitta.cell.provenance import git_commit
-from unitta.evaluate import STATUS_FAILED, STATUS_OK
 from unitta.evaluate.inputs import DatasetUnavailable
-from unitta.results import consolidate, done_cells
+from unitta.results import STATUS_FAILED, STATUS_OK, consolidate, done_cells
 from unitta.results.cell_files import cells_dir, compacted_dir, move_old_quarantine, temp_dir
 from unitta.results.compaction import COMPACT_AT, Compactor, compact
 from unitta.results.membership import add_to_membership, write_membership
+from unitta.results.output_checks import OutputError, check_output_dir, is_writable
 from unitta.run.backends import LocalBackend, RayBackend
 from unitta.run.outdir import (
     OutputBusy,
-    OutputError,
     OutputLock,
-    check_output_dir,
     fresh_output_dir,
-    is_writable,
     record,
     remove_stale_temp_files,
     removed_if_unused,

@@ -2,6 +2,7 @@
 
 Layout (docs/results.md): ``cells/<cell_id>.parquet`` (one row per finished cell), ``logs/<cell_id>.log``,
 ``results.parquet`` (consolidated), ``sweep.yaml`` and ``manifest.json`` (the config and the runs' provenance).
+Whether a folder can hold results at all is ``unitta.results.output_checks``'s (the report reads it too).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import os
 import socket
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,45 +21,7 @@ from unitta.files import naming
 from unitta.results import check_cell_id, write_cell_result
 
 __all__ = ["fresh_output_dir", "write_manifest", "record", "OutputLock", "OutputBusy", "remove_stale_temp_files",
-           "OutputError", "check_output_dir", "is_writable", "removed_if_unused"]
-
-
-class OutputError(ValueError):
-    """An output path that cannot hold results (a file, under a file, not writable); the message is one line."""
-
-
-def _first_existing(path: Path) -> Path:
-    """``path`` or its closest ancestor that exists."""
-    for candidate in (path, *path.parents):
-        if candidate.exists() or candidate.is_symlink():
-            return candidate
-    return Path(".")
-
-
-def check_output_dir(out: Path, flag: str = "--output") -> None:
-    """Raise ``OutputError`` (one line) when ``out`` cannot be a result directory: it is a file, or one of its
-    parents is. Nothing is created; call it before anything is written. ``flag``: the option to name."""
-    out = Path(out)
-    existing = _first_existing(out)
-    if existing.is_symlink() and not existing.exists():
-        raise OutputError(f"output {out}: {existing} is a symbolic link to {os.readlink(existing)}, which does not "
-                          f"exist; create that folder or give another directory with {flag}")
-    if existing == out and not out.is_dir():
-        raise OutputError(f"output {out} is a file, not a directory; give a directory with {flag}")
-    if not existing.is_dir():
-        raise OutputError(f"output {out} lies under {existing}, which is a file; give a directory with {flag}")
-
-
-def is_writable(out: Path) -> bool:
-    """Whether files can be created in ``out`` (or, when it does not exist yet, in its closest existing parent).
-
-    Tried, not inferred from the mode bits: a read-only mount refuses root too, and root ignores the bits.
-    """
-    try:
-        with tempfile.TemporaryFile(dir=_first_existing(Path(out))):
-            return True
-    except OSError:
-        return False
+           "removed_if_unused"]
 
 
 # what a run writes before its first result; a folder holding nothing else has no results to lose

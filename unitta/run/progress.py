@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.results import STATUS_FAILED, STATUS_OK
 
 __all__ = ["Progress", "LINE_EVERY_S"]
 

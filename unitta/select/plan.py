@@ -19,9 +19,9 @@ from typing import Any
 
 from unitta.cell import Cell
 from unitta.cell.criteria import CRITERION_MODES, column
-from unitta.evaluate import STATUS_OK, STATUS_STOPPED
 from unitta.evaluate.adapt import Report
 from unitta.evaluate.inputs import build_stream, load_cell_dataset
+from unitta.results import STATUS_OK, STATUS_STOPPED
 from unitta.select.asha import AshaArbiter, AshaHook, asha_score, first_rung, milestones
 from unitta.select.config import SelectConfig
 from unitta.select.space import Group, chosen_text, distributions, grid_points, groups, trial_cell

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 
 from unitta.results import cell_statuses, load_results
+from unitta.results.output_checks import check_output_dir
 from unitta.run import exits
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import RunOptions, execute_plan
-from unitta.run.outdir import check_output_dir
 from unitta.select.choose import selection_rows, write_selection
 from unitta.select.config import SelectConfig, load_select_config
 from unitta.select.plan import SelectPlanner

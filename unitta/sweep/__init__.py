@@ -32,17 +32,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from unitta.cell import Cell
-from unitta.evaluate import STATUS_FAILED
 from unitta.evaluate.segments import short_segment_warnings
-from unitta.results import load_results
+from unitta.results import STATUS_FAILED, load_results
 from unitta.results.compaction import COMPACT_AT
+from unitta.results.output_checks import check_output_dir
+from unitta.results.summary import failure_lines, summary_table
 from unitta.run import exits
 from unitta.run.capture import TASK_NAME
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import GridPlanner, RunOptions, RunOutcome, execute_plan
-from unitta.run.outdir import check_output_dir, fresh_output_dir
-from unitta.run.summary import failure_lines, summary_table
+from unitta.run.outdir import fresh_output_dir
 from unitta.sweep.config import SweepConfig, load_config
 
 __all__ = ["run_sweep", "TASK_NAME", "main"]

@@ -37,12 +37,13 @@ from pathlib import Path
 from unitta.cell import Cell
 from unitta.evaluate.input_checks import dataset_shape
 from unitta.results import load_results
+from unitta.results.output_checks import check_output_dir
+from unitta.results.summary import failure_lines
 from unitta.run import exits
 from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import RunOptions, execute_plan
-from unitta.run.outdir import check_output_dir, fresh_output_dir
-from unitta.run.summary import failure_lines
+from unitta.run.outdir import fresh_output_dir
 from unitta.schema import ConfigError, check_methods
 from unitta.tune.config import (
     TuneConfig,

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.evaluate import STATUS_OK, failed_row, run_cell
+from unitta.evaluate import failed_row, run_cell
 from unitta.evaluate.input_checks import infeasibility
+from unitta.results import STATUS_OK
 from unitta.tune.config import (
     FACTORS,
     RangeSpec,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from unitta.evaluate import STATUS_FAILED, STATUS_OK
+from unitta.results import STATUS_FAILED, STATUS_OK
 from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels
 
 __all__ = ["failure_lines", "summary_table", "column_label"]
