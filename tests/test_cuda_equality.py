@@ -52,10 +52,10 @@ def _source_bn(device: str) -> torch.nn.BatchNorm2d:
 
 
 def _layer(kind: str, device: str):
-    from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+    from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
     from unitta.methods.norm.groups import ClassGroups
     from unitta.methods.norm.iabn import InstanceAwareBN
-    from unitta.methods.norm.robust_bn import RobustBN
+    from unitta.methods.norm.robust_bn_layer import RobustBN
 
     if kind == "iabn":
         return InstanceAwareBN(_source_bn(device), k=4.0, momentum=0.3).train(), None

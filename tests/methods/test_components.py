@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from unitta.methods.norm.iabn import InstanceAwareBN
-from unitta.methods.norm.robust_bn import RobustBN
+from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.parts.augment import TTAugment, cotta_augment, device_generator, rotta_strong_augment
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.memory import CSTUMemory, PBRSMemory
@@ -272,7 +272,7 @@ def test_robust_bn_backward_matches_autograd_through_its_formula(shape):
 
 @pytest.mark.parametrize(("num_classes", "gamma"), [(10, 0.0), (10, 0.1), (3, 1.0), (1, 0.5)])
 def test_balanced_bn_backward_matches_autograd_through_update(num_classes, gamma):
-    from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+    from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
     from unitta.methods.norm.groups import ClassGroups
     from unitta.methods.norm.stats import normalise
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from tests.methods.reference_model import TinyReferenceNet, load_reference_model, reference_available
 from unitta.methods import get_method, list_methods
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.models.info import ModelInfo
 

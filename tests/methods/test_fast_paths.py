@@ -12,7 +12,7 @@ import torch
 
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.methods import get_method
-from unitta.methods.norm import balanced_bn, iabn, robust_bn, stats
+from unitta.methods.norm import balanced_bn_layer, iabn, robust_bn_layer, stats
 from unitta.methods.norm.fast_paths import fast_paths, fast_paths_set
 
 # the methods whose layers have a hand-written backward (IABN: note; Robust BN: robust_bn, rotta; Balanced BN:
@@ -51,7 +51,7 @@ def test_the_environment_switches_them_off() -> None:
 
 @pytest.mark.parametrize(
     "name, function",
-    [("note", iabn._IABNTrain), ("rotta", robust_bn._RobustBNTrain), ("tribe", balanced_bn._BalancedUpdate)],
+    [("note", iabn._IABNTrain), ("rotta", robust_bn_layer._RobustBNTrain), ("tribe", balanced_bn_layer._BalancedUpdate)],
 )
 def test_the_switch_bypasses_each_hand_written_backward(fmnist_cnn, monkeypatch, name: str, function) -> None:
     calls = []

@@ -16,9 +16,9 @@ from torch.profiler import ProfilerActivity, profile
 from tests.methods.test_core import make_bn, tiny_model
 from unitta.data import load_dataset
 from unitta.methods import get_method
-from unitta.methods.norm import bdn as bdn_module
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
-from unitta.methods.norm.bdn import BalancedDomainNorm2d
+from unitta.methods.norm import bdn_layer
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
+from unitta.methods.norm.bdn_layer import BalancedDomainNorm2d
 from unitta.methods.norm.groups import DENSE_LIMIT, ClassGroups, SlotGroups
 from unitta.methods.norm.iabn import InstanceAwareBN
 
@@ -55,7 +55,7 @@ def test_bdn_reads_the_domain_count_only_when_slots_may_run_out(images):
     method = get_method("bdn", model, info, eta=0.5)
     batches = [images[(5 * i) % 140 :][:10] * (1 + i % 4) for i in range(30)]  # changing scales: new domains
     syncs = host_syncs(lambda: [method(x) for x in batches])
-    assert len(syncs) <= 30 // bdn_module.SLOT_HEADROOM + 1
+    assert len(syncs) <= 30 // bdn_layer.SLOT_HEADROOM + 1
     assert all(layer.capacity == method.pred_layer.capacity for layer in method.layers)
     assert method.pred_layer.num_domains < method.pred_layer.capacity
 
@@ -63,7 +63,7 @@ def test_bdn_reads_the_domain_count_only_when_slots_may_run_out(images):
 def test_bdn_slots_grow_past_the_initial_capacity_keeping_the_statistics():
     layer = BalancedDomainNorm2d(make_bn(3), num_classes=2, eta=0.1).train()
     gen = torch.Generator().manual_seed(0)
-    for step in range(bdn_module.INITIAL_CAPACITY + 4):
+    for step in range(bdn_layer.INITIAL_CAPACITY + 4):
         x = torch.randn(6, 3, 4, 4, generator=gen) + step
         label = torch.randint(0, 2, (6,), generator=gen)
         domain = torch.full((6,), layer.num_domains - 1)  # every sample picks the fresh slot: expand
@@ -77,7 +77,7 @@ def test_bdn_slots_grow_past_the_initial_capacity_keeping_the_statistics():
         torch.testing.assert_close(layer.local_mean[: D * 2][rows], before_mean[rows], rtol=0, atol=0)
         torch.testing.assert_close(layer.count[:D], before_count + torch.eye(D, dtype=torch.long)[-1] * 6)
         torch.testing.assert_close(layer.domain_mean[-1], layer.source_mean)  # the new fresh slot
-    assert layer.capacity > bdn_module.INITIAL_CAPACITY
+    assert layer.capacity > bdn_layer.INITIAL_CAPACITY
 
 
 def test_bdn_device_prune_flag():

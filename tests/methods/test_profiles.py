@@ -16,7 +16,7 @@ import yaml
 
 from unitta.cell import Cell
 from unitta.methods import build_config, get_method, list_methods, method_class, resolved_config
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.parts.profiles import profile_values
 from unitta.profile_names import PROFILES
 from unitta.schema import ConfigError

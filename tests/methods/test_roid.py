@@ -10,7 +10,7 @@ import torch
 from tests.methods.fmnist_cnn import error, run_stream, shift
 from tests.methods.fmnist_cnn import info_for as tiny_info
 from unitta.methods import get_method
-from unitta.methods.norm.unmixtns import UnMixTNS2d
+from unitta.methods.norm.unmixtns_layer import UnMixTNS2d
 
 
 @pytest.fixture(scope="module")

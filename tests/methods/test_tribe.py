@@ -8,7 +8,7 @@ import torch
 from tests.methods.fmnist_cnn import error, run_stream, shift
 from tests.methods.fmnist_cnn import info_for as tiny_info
 from unitta.methods import get_method
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.stats import instance_mean_var
 
 N = 640  # stream length of the behavioural tests (10 batches of 64)

@@ -13,7 +13,7 @@ from tests.methods.fmnist_cnn import info_for as tiny_info
 from tests.methods.fmnist_cnn import run_stream, shift
 from unitta.methods import get_method
 from unitta.methods.norm.stats import instance_mean_var
-from unitta.methods.norm.unmixtns import UnMixTNS2d
+from unitta.methods.norm.unmixtns_layer import UnMixTNS2d
 
 
 def _source_bn(channels: int = 6, seed: int = 0) -> nn.BatchNorm2d:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.space import BN_EMA, BN_GAMMA

@@ -1,6 +1,6 @@
 """Robust BN alone: RoTTA's normalisation layer without its memory or training (Yuan et al., CVPR'23).
 
-Every BatchNorm becomes a Robust BN (``norm/robust_bn.py``) with alpha = 0.05
+Every BatchNorm becomes a Robust BN (``norm/robust_bn_layer.py``) with alpha = 0.05
 (``ADAPTER.RoTTA.ALPHA``, all datasets). Per batch, one train-mode forward: each layer moves its
 global statistics toward the batch's, mu_g <- (1 - alpha) mu_g + alpha mu_b (likewise the variance),
 and normalises with the updated statistics (RoTTA sec. 3.1). No parameter changes. Cost: 1F.
@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 
 from unitta.methods.balanced_bn import BalancedBN
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
-from unitta.methods.norm.robust_bn import RobustBN
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
+from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.tta_method import TTAMethod

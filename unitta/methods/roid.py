@@ -14,7 +14,7 @@ On LayerNorm / GroupNorm models (md runs ROID on ViT-B/16, Swin-B and ResNet-26-
 those layers are trained instead (md ``roid.configure_model``; ``norm/affine.py``).
 
 Also here: ``roid_unmixtns`` (UniTTA's ROID with ``USE_UNMIXTNS``): the same method with every
-BatchNorm2d replaced by an UnMix-TNS layer (norm/unmixtns.py) instead of a batch-statistics layer.
+BatchNorm2d replaced by an UnMix-TNS layer (norm/unmixtns_layer.py) instead of a batch-statistics layer.
 
 Deviations:
 - Prior correction (``prior_on``): by default the correction reweights the *probabilities*,
@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.norm.unmixtns import UnMixTNS2d, convert_to_unmixtns
+from unitta.methods.norm.unmixtns_layer import UnMixTNS2d, convert_to_unmixtns
 from unitta.methods.parts.augment import cotta_augment, device_generator
 from unitta.methods.parts.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config

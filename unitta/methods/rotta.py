@@ -1,6 +1,6 @@
 """RoTTA: robust test-time adaptation in dynamic scenarios (Yuan, Xie, Li; CVPR'23).
 
-Every BatchNorm becomes a Robust BN (``norm/robust_bn.py``, alpha = 0.05). The student trains only
+Every BatchNorm becomes a Robust BN (``norm/robust_bn_layer.py``, alpha = 0.05). The student trains only
 the RBN affine parameters; the teacher is an EMA of the student (all parameters, nu = 0.001) and
 predicts. Incoming samples go through a category-balanced memory (CSTU, ``memory.py``); every 64
 samples (counted in samples, not batches) both networks run in train mode on the memory (which
@@ -34,7 +34,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from unitta.methods.norm.robust_bn import RobustBN
+from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.parts.augment import device_generator, rotta_strong_augment
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.memory import CSTUMemory, split_at_updates

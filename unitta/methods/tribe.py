@@ -3,7 +3,7 @@
 Paper:     Su, Xu, Jia, "Towards Real-World Test-Time Adaptation: Tri-Net Self-Training with Balanced
            Normalization", AAAI 2024 (docs/methods.md "TRIBE").
 Upstream:  Gorilla-Lab-SCUT/TRIBE core/adapter/tribe.py; UniTTA's ``tribe`` adapter is the same code.
-Algorithm: every BatchNorm becomes a Balanced BN (norm/balanced_bn.py). A teacher that shares the
+Algorithm: every BatchNorm becomes a Balanced BN (norm/balanced_bn_layer.py). A teacher that shares the
            student's affine parameters (but has its own statistics) predicts in eval mode; its argmax
            labels then drive class-balanced statistic updates in the teacher, the student (on a strong
            augmentation) and a frozen source anchor; the loss is the student's CE to the teacher's
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
 from unitta.methods.parts.augment import cotta_augment, device_generator
 from unitta.methods.parts.losses import masked_mean, softmax_entropy

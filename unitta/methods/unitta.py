@@ -1,6 +1,6 @@
 """UniTTA: BDN + COFA with three forwards per batch (UniTTA paper section 4; docs/unitta.md "Methods").
 
-Every BatchNorm becomes a BDN layer (``unitta/methods/norm/bdn.py``) and the classifier is split off
+Every BatchNorm becomes a BDN layer (``unitta/methods/norm/bdn_layer.py``) and the classifier is split off
 so that COFA (``unitta/methods/cofa.py``, filter always on) can average features. Per batch x:
 
   forward 1 (eval):  p1 = cofa_1(f(x)) with the BBN global statistics, no update; y = argmax p1
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.cofa import FeatureAverager
-from unitta.methods.norm.bdn import BalancedDomainNorm2d
+from unitta.methods.norm.bdn_layer import BalancedDomainNorm2d
 from unitta.methods.norm.groups import ClassGroups, SlotGroups
 from unitta.methods.parts.heads import FeatureModel
 from unitta.methods.parts.registry import register_method
@@ -107,7 +107,7 @@ class BDNFramework(TTAMethod):
 
     def _reserve_slots(self) -> None:
         """Room for one more domain slot in every layer; reads D from the device (once for all layers)
-        only when the host's bound of D reaches the slot capacity (norm/bdn.py "GPU efficiency")."""
+        only when the host's bound of D reaches the slot capacity (norm/bdn_layer.py "GPU efficiency")."""
         if any(layer.needs_room() for layer in self.layers):
             d = self.pred_layer.num_domains
             for layer in self.layers:

@@ -3,10 +3,10 @@
 Paper:     Tomar et al., "Un-Mixing Test-Time Normalization Statistics: Combatting Label Temporal
            Correlation", ICLR 2024 (docs/methods.md "UnMix-TNS").
 Upstream:  devavratTomar/unmixtns; UniTTA's ``unmixtns`` adapter (configs/adapter/*/unmixtns.yaml).
-Algorithm: every BatchNorm2d becomes an UnMixTNS2d layer (``norm/unmixtns.py``) with K components;
+Algorithm: every BatchNorm2d becomes an UnMixTNS2d layer (``norm/unmixtns_layer.py``) with K components;
            each instance is normalised with its own mixture of the components and the components
            follow the stream. One forward per batch, nothing is trained.
-Deviations (from the reference; see norm/unmixtns.py for the layer's):
+Deviations (from the reference; see norm/unmixtns_layer.py for the layer's):
 - the momentum uses each forward's actual batch size (reference: the configured one);
 - the original runs ImageNet at B = B_max = 16; UniTTA uses B_max = 64 for every dataset, as here.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from unitta.methods.norm.unmixtns import convert_to_unmixtns
+from unitta.methods.norm.unmixtns_layer import convert_to_unmixtns
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.space import Choice
 from unitta.methods.parts.tta_method import TTAMethod

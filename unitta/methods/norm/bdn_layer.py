@@ -51,7 +51,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.balanced_bn import BalancedBatchNorm2d
+from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups, SlotGroups
 from unitta.methods.norm.stats import (
     AffineCache,
