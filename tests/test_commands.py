@@ -57,7 +57,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_every_command_has_a_help_that_exits_0() -> None:
-    assert {"unitta.sweep", "unitta.tune", "unitta.data", "unitta.models", "unitta.methods"} <= set(TOOLS)
+    assert {"unitta.sweep", "unitta.tune", "unitta.data", "unitta.models", "unitta.contract"} <= set(TOOLS)
     out = subprocess.run(
         [sys.executable, "-c", _HELP_RUNNER, ",".join(COMMANDS), ",".join(TOOLS)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,

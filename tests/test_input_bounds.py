@@ -180,7 +180,7 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path):
 def test_methods_check_with_a_checkpoint_that_pickles_code_is_one_line(tmp_path, monkeypatch, capsys):
     import torch
 
-    from unitta.methods.__main__ import main
+    from unitta.contract.command import main
     from unitta.models import zoo
 
     folder = tmp_path / "ckpt"

@@ -1,5 +1,5 @@
 """Methods of one's own (unitta/plugins.py, docs/adding_a_method.md): the ``plugins:`` key of sweep and tune
-configs, the ``unitta.methods`` entry points, and ``python -m unitta.methods check``.
+configs, the ``unitta.methods`` entry points, and ``unitta methods check``.
 
 Plugins live in temporary directories outside the package. Tests that import one in this process restore
 the method registry afterwards (``clean_registry``), so that the rest of the suite sees the built-ins only.
@@ -223,7 +223,7 @@ def test_entry_points_register_methods_and_a_broken_one_is_one_warning(tmp_path,
         parse_config({"name": "ep", "methods": ["zz_ep_broken"], **SMALL}, "cfg.yaml")
 
 
-# ---------------------------------------------------------------------- python -m unitta.methods check
+# ---------------------------------------------------------------------- unitta methods check
 def test_check_passes_the_example_and_fails_a_reset_that_keeps_the_adapted_model(tmp_path, clean_registry, capsys):
     from unitta.contract.command import main
 

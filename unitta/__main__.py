@@ -5,7 +5,7 @@
     unitta select CONFIG.yaml [--local] [--dry-run] ...     = python -m unitta.select
     unitta data fetch|check|prepare|show|list|export-folder = python -m unitta.data
     unitta models fetch|train ...                           = python -m unitta.models
-    unitta methods check|list|space ...                     = python -m unitta.methods
+    unitta methods check|list|space ...                     = python -m unitta.contract
     unitta streams ...                                      = python -m unitta.streams
     unitta recommend --classes FILE ...                     = python -m unitta.recommend
     unitta report|compare|heatmaps RESULTS ...              = python analysis/{report,compare_paper,heatmaps}.py
@@ -31,7 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "select": ("unitta.select.run", "choose hyper-parameters without test labels: default/oracle/holdout/unsupervised"),
     "data": ("unitta.data.__main__", "datasets: fetch, check, prepare, show, list, export-folder"),
     "models": ("unitta.models.__main__", "models: fetch a paper checkpoint, train the embedded ResNet-20"),
-    "methods": ("unitta.methods.__main__", "methods: check the contract, list methods, print a search space"),
+    "methods": ("unitta.contract.command", "methods: check the contract, list methods, print a search space"),
     "streams": ("unitta.streams.__main__", "inspect a benchmark stream of a setting (summary, plot) without images"),
     "recommend": ("unitta.recommend", "estimate a stream's factors from its labels and recommend methods"),
     "report": ("analysis.report", "one self-contained HTML page of a sweep's results"),

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from unitta.contract import check_source
+from unitta.contract.command import main as methods_main
 from unitta.methods import (
     Choice,
     IntUniform,
@@ -23,7 +24,6 @@ from unitta.methods import (
     method_class,
     method_space,
 )
-from unitta.methods.__main__ import main as methods_main
 from unitta.methods.parts.registry import builtin_modules
 from unitta.methods.parts.space import DIM_TYPES
 
@@ -194,7 +194,7 @@ def test_corner_points_build_and_run_one_batch(name, corner, model_and_images, o
 
 
 def test_the_contract_check_refuses_a_space_outside_the_config(monkeypatch):
-    """``python -m unitta.methods check`` has a ``space`` item: a key that is no Config field, a value the Config
+    """``unitta methods check`` has a ``space`` item: a key that is no Config field, a value the Config
     refuses, or something that is not a dimension fails it with the reason."""
     from unitta.contract.command import _check_space
 

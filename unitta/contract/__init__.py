@@ -1,6 +1,6 @@
 """The method contract as checks: what every registered TTA method must do (``unitta/methods/parts/tta_method.py``
 states it). The package also holds ``host_sync`` (the recorder of host synchronisations the checks use) and
-``command`` (``unitta methods`` = ``python -m unitta.methods``: check a method, list the methods); it sits in
+``command`` (``unitta methods`` = ``python -m unitta.contract``: check a method, list the methods); it sits in
 the command layer, above the cells, evaluation and the run layer it uses (docs/layout.md).
 
 Each check builds the method by name, runs it on the batches it is given and returns a ``CheckResult``

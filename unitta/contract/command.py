@@ -1,14 +1,15 @@
-"""`python -m unitta.methods`: list the registered methods, or check a method against the method contract.
+"""`unitta methods` (= `python -m unitta.contract`): list the registered methods, or check a method against the method
+contract.
 
 Examples::
 
-    python -m unitta.methods check examples/my_method/my_method.py:pseudo_label
-    python -m unitta.methods check my_pkg.my_tta                 # every method the module registers
-    python -m unitta.methods check tent                           # a registered method (built-in or entry point)
-    python -m unitta.methods check tent --model vit_tiny          # on the embedded LayerNorm ViT
-    python -m unitta.methods check my_tta.py:my_tta --set steps=1 --set lr=1e-4
-    python -m unitta.methods list
-    python -m unitta.methods space tent                           # the method's search space (unitta select)
+    unitta methods check examples/my_method/my_method.py:pseudo_label
+    unitta methods check my_pkg.my_tta                 # every method the module registers
+    unitta methods check tent                           # a registered method (built-in or entry point)
+    unitta methods check tent --model vit_tiny          # on the embedded LayerNorm ViT
+    unitta methods check my_tta.py:my_tta --set steps=1 --set lr=1e-4
+    unitta methods list
+    unitta methods space tent                           # the method's search space (unitta select)
 
 ``check`` runs the contract of ``unitta/contract/__init__.py`` on the embedded ResNet-20 (``--model vit_tiny``:
 the LayerNorm ViT; a method whose ``norm_kinds`` exclude the model's kind is a usage error) and Fashion-MNIST-C
@@ -253,12 +254,12 @@ def _space_command(args: argparse.Namespace) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m unitta.methods",
+        prog="unitta methods",
         description="List the registered TTA methods, check one against the method contract, or print its "
         "search space.",
-        epilog="examples:\n  python -m unitta.methods check examples/my_method/my_method.py:pseudo_label\n"
-        "  python -m unitta.methods check tent\n  python -m unitta.methods list\n"
-        "  python -m unitta.methods space tent\n"
+        epilog="examples:\n  unitta methods check examples/my_method/my_method.py:pseudo_label\n"
+        "  unitta methods check tent\n  unitta methods list\n"
+        "  unitta methods space tent\n"
         "exit codes: 0 all checks pass, 1 a check failed, 2 usage error or plugin that cannot be loaded\n"
         "docs: docs/adding_a_method.md",
         formatter_class=argparse.RawDescriptionHelpFormatter,

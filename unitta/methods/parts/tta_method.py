@@ -63,7 +63,7 @@ class TTAMethod:
     norm_kinds: ClassVar[tuple[str, ...]] = ("batch",)
     # What ``forward`` returns: 'logits' (softmax gives the class probabilities) or 'probabilities' (LAME).
     scores: ClassVar[str] = "logits"
-    # Hyper-parameters ``python -m unitta.methods check`` runs the method with, to keep the contract check short
+    # Hyper-parameters ``unitta methods check`` runs the method with, to keep the contract check short
     # (e.g. RMT's source warm-up); what the check verifies must not depend on them. Explicit ``--set`` wins.
     check_overrides: ClassVar[dict[str, Any]] = {}
     # False only for a method that never changes the source model's outputs on purpose (``test``): the
