@@ -11,8 +11,8 @@ from torch import nn
 from tests.methods.reference_model import BATCH_SIZE, load_reference_model, load_stream, reference_available
 from tests.methods.test_core import make_bn, random_batch, tiny_model
 from unitta.methods import get_method
-from unitta.methods.cofa import FeatureAverager
 from unitta.methods.norm.bdn_layer import BalancedDomainNorm2d, domain_distance
+from unitta.methods.parts.feature_averaging import FeatureAverager
 
 torch.set_num_threads(1)
 

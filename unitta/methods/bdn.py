@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from unitta.methods.parts.bdn_framework import BDNFramework, check_bdn_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.unitta import BDNFramework, check_bdn_config
 
 # the reference's configs/adapter/<dataset>/unitta_bdn.yaml; GAMMA there is ignored (hard-coded 0).
 BDN_PRESETS = {
