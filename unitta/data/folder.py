@@ -221,7 +221,7 @@ def decode_all(dataset, batch: int = 256):
 
 class FolderSource:
     """Labelled source images from a folder (a ``source_dir``): a torch-style Dataset of (image, label) with a
-    batched ``get_batch`` (``unitta.methods.parts.source_batches``); class ids follow the test folder's class names."""
+    batched ``get_batch`` (``unitta.data.source.take_batch``); class ids follow the test folder's class names."""
 
     def __init__(self, root: str | Path, classes: Sequence[str], image_size: int, num_workers: int | None = None):
         layout = {"single_domain": "source"} if is_class_layout(root) else {}

@@ -6,7 +6,9 @@
 - building blocks shared by several methods, never copied between them: augmentations (``augment``,
   ``augmix``), losses (``losses``, ``contrastive``, ``entropy_filter``), teachers and memories (``ema``,
   ``memory``, ``snapshot``), optimisation (``optim``, ``sam``), heads and validation (``heads``, ``validate``),
-  labelled source batches (``source_batches``).
+  labelled source batches (``source_batches``);
+- frameworks several methods share: UniTTA's three-forward BDN procedure (``bdn_framework``, for ``unitta`` and
+  the BDN ablations) and COFA's feature averaging (``feature_averaging``, for ``cofa`` and ``unitta``).
 
 The normalisation layers are the sibling package ``unitta/methods/norm/``.
 """
