@@ -30,11 +30,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from unitta.results.compaction import remove_parts
 from unitta.cell.criteria import CRITERIA
 from unitta.files import write_atomically
-from unitta.results.membership import add_to_membership, sweep_cell_ids, sweep_names, write_membership
 from unitta.results.cell_files import BASE_FILE, QUARANTINE_DIR, cells_dir, read_layers, temp_dir
+from unitta.results.compaction import remove_parts
+from unitta.results.membership import add_to_membership, sweep_cell_ids, sweep_names, write_membership
 
 __all__ = [
     "QUARANTINE_DIR",

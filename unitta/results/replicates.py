@@ -20,8 +20,8 @@ from typing import Any
 
 from unitta.cell import LATER_FIELDS, PLACEMENT_FIELDS, Cell
 
-__all__ = ["METHOD_KEYS", "SEED", "S_CELL", "apply_where", "fixed_keys", "method_label", "normalise_rows", "replicate_keys",
-           "varying", "where_hint", "with_method_labels"]
+__all__ = ["METHOD_KEYS", "SEED", "S_CELL", "apply_where", "fixed_keys", "method_label", "normalise_rows",
+           "replicate_keys", "varying", "where_hint", "with_method_labels"]
 
 SEED = "seed"
 
