@@ -22,57 +22,25 @@ that the weights it loads are those.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import numbers
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from unitta.cell.horizon import check_ccc, check_horizon
-from unitta.cell.realtime import COST_MODELS, PROTOCOLS
+from unitta.cell.fields import FIELDS, PRECISIONS, column_value
+from unitta.cell.horizon import check_ccc
 from unitta.data.records import RECORDS
-from unitta.profile_names import PROFILES
-from unitta.streams import CCC_SAMPLER, SAMPLERS
+from unitta.streams import CCC_SAMPLER
 from unitta.streams.ccc import check_ccc_setting
-from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
+from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
-__all__ = [
-    "Cell", "DEFAULT_MODELS", "LATER_FIELDS", "MAX_SEED", "PRECISIONS", "PLACEMENT_FIELDS",
-    "check_device", "check_seed", "check_stream_size",
-]
+__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PLACEMENT_FIELDS", "check_stream_size"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
 DEFAULT_MODELS = {name: record.default_model for name, record in RECORDS.items()}
-
-# fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
-# matmuls/convolutions on Ampere+ GPUs. bf16: autocast to bfloat16 + channels_last (docs/benchmarks.md).
-PRECISIONS = ("fp32", "tf32", "bf16")
-
-# Devices a cell runs on: auto (a CUDA GPU if any, else the CPU), cpu, cuda, cuda:N, mps (Apple GPUs).
-_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
-
-
-def check_device(device: str) -> str:
-    """``device`` if a cell can run on it, else a one-line ValueError naming the choices."""
-    if not isinstance(device, str) or not _DEVICE.match(device):
-        raise ValueError(f"device={device!r}: expected 'auto', 'cpu', 'cuda', 'cuda:N' (N: a GPU index) or 'mps'")
-    return device
-
-
-# The largest seed: numpy's RandomState (the official sampler's, like the reference's) takes 0 .. 2**32 - 1.
-MAX_SEED = 2**32 - 1
-
-
-def check_seed(seed: int) -> int:
-    """``seed`` if the samplers and the result files take it, else a one-line ValueError."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"seed {seed!r}: must be a whole number in 0 .. {MAX_SEED} (numpy's seed range)")
-    return seed
 
 
 def check_stream_size(dataset: str, S: int | None, length: int | None) -> None:
@@ -88,23 +56,27 @@ def check_stream_size(dataset: str, S: int | None, length: int | None) -> None:
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
 # ``checkpoint`` and ``source_dir`` are paths: what they hold enters the identity as digests (``weights``, ``data``).
-PLACEMENT_FIELDS = ("data_dir", "checkpoint_dir", "device", "num_threads", "compile", "trust_checkpoints",
-                    "checkpoint", "source_dir", "cache_images")
+PLACEMENT_FIELDS = tuple(f.name for f in FIELDS if not f.identity)
 
 # Fields added after result folders existed: left out of the identity while at their default value, so that
 # every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
-# (docs/results.md, "Resume"). A new field of Cell goes here.
-LATER_FIELDS: tuple[str, ...] = (
-    "protocol", "cost", "forgetting", "delta", "rounds", "reset", "ccc", "curve_points", "domains", "classes",
-    "datasets_as_domains", "corruptions", "criteria",
-)
+# (docs/results.md, "Resume"). ``unitta.cell.fields`` marks them (``later``).
+LATER_FIELDS = tuple(f.name for f in FIELDS if f.later and f.identity)
 # Datasets read from image folders: their identity holds the digest of the folder's index (``data``).
 _FOLDER_LOADERS = ("folder", "natural", "mixture")
 
 
-@dataclass(frozen=True)
+def _table_fields(cls: type) -> type:
+    """``cls`` as a frozen dataclass with the fields of ``unitta.cell.fields.FIELDS``, in the table's order."""
+    cls.__annotations__ = {f.name: f.type for f in FIELDS}
+    for f in FIELDS:
+        setattr(cls, f.name, field(default_factory=f.factory) if f.factory is not None else f.default)
+    return dataclass(frozen=True)(cls)
+
+
+@_table_fields
 class Cell:
-    """Everything that determines one result row.
+    """Everything that determines one result row; its fields are ``unitta.cell.fields.FIELDS``.
 
     factors: overrides of the setting's default factors, keys among FACTOR_KEYS
         (domain_alpha, domain_beta, class_alpha, class_beta; UniTTA paper, section 3.2).
@@ -137,77 +109,21 @@ class Cell:
     ``criterion_<name>`` columns (``unitta.cell.criteria``; docs/selection.md).
     """
 
-    dataset: str = "fmnist-c"
-    method: str = "test"
-    setting: str = "i111"
-    model: str | None = None
-    method_kwargs: dict[str, Any] = field(default_factory=dict)
-    sampler: str = "official"
-    factors: dict[str, float] = field(default_factory=dict)
-    S: int | None = None
-    length: int | None = None
-    seed: int = 425
-    batch_size: int = 64
-    severity: int = 5
-    n_per_domain: int | None = None
-    precision: str = "fp32"
-    profile: str = "default"
-    compile: bool = False
-    data_dir: str | None = None
-    checkpoint_dir: str | None = None
-    device: str = "auto"
-    num_threads: int | None = None
-    trust_checkpoints: bool = False
-    protocol: str = "online"
-    cost: str = "passes"
-    forgetting: bool = False
-    delta: float | None = None
-    rounds: int = 1
-    reset: str = "none"
-    ccc: dict[str, float] | None = None
-    curve_points: int = 10
-    domains: tuple[str, ...] | None = None
-    classes: tuple[str, ...] | None = None
-    checkpoint: str | None = None
-    source_dir: str | None = None
-    datasets_as_domains: tuple[str, ...] | None = None
-    cache_images: bool = False
-    corruptions: tuple[str, ...] | None = None
-    criteria: tuple[str, ...] = ()
-
     def __post_init__(self) -> None:
-        for key in ("domains", "classes", "datasets_as_domains"):
-            if getattr(self, key) is not None:
-                object.__setattr__(self, key, tuple(getattr(self, key)))
+        for f in FIELDS:  # each value's own check (unitta.cell.fields), then the checks that need several
+            object.__setattr__(self, f.name, f.checked(getattr(self, f.name)))
         if self.dataset in RECORDS and (RECORDS[self.dataset].loader == "mixture") != bool(self.datasets_as_domains):
             raise ValueError("datasets_as_domains: give it with dataset 'mixture', and only then (docs/own_data.md)")
         self._check_sampler()
-        check_seed(self.seed)
         check_stream_size(self.dataset, self.S, self.length)
-        check_horizon(self.rounds, self.reset, self.curve_points)
         object.__setattr__(self, "ccc", check_ccc(self.ccc, self.sampler, self.length))
         if self.sampler == "ccc" and self.reset == "each_shift":
             raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
                              "use reset: none or each_batch")
-        self._check_lists()
-        check_device(self.device)
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol={self.protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-        if self.cost not in COST_MODELS:
-            raise ValueError(f"cost={self.cost!r}: expected one of {', '.join(COST_MODELS)}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
-        if self.profile not in PROFILES:
-            raise ValueError(f"profile={self.profile!r}: expected one of {', '.join(PROFILES)}")
-        unknown = sorted(set(self.factors) - set(FACTOR_KEYS))
-        if unknown:
-            raise ValueError(f"factors: unknown key(s) {unknown}; allowed: {', '.join(FACTOR_KEYS)}")
 
     def _check_sampler(self) -> None:
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(SAMPLERS)}")
         if self.sampler == "dirichlet":
-            object.__setattr__(self, "delta", check_delta(DEFAULT_DELTA if self.delta is None else self.delta))
+            object.__setattr__(self, "delta", DEFAULT_DELTA if self.delta is None else self.delta)
         elif self.delta is not None:
             raise ValueError(f"delta={self.delta!r}: only the dirichlet sampler takes a delta")
         if self.sampler == CCC_SAMPLER:
@@ -224,20 +140,6 @@ class Cell:
             extra = [k for k, v in (("factors", self.factors), ("S", self.S), ("length", self.length)) if v]
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the {self.sampler} sampler takes none (each image once)")
-
-    def _check_lists(self) -> None:
-        from unitta.cell.criteria import CRITERIA
-
-        if self.corruptions is not None:
-            values = (self.corruptions,) if isinstance(self.corruptions, str) else tuple(self.corruptions)
-            if not values or len(set(values)) < len(values):
-                raise ValueError(f"corruptions={self.corruptions!r}: expected distinct corruption names")
-            object.__setattr__(self, "corruptions", values)
-        criteria = (self.criteria,) if isinstance(self.criteria, str) else tuple(self.criteria)
-        unknown = [c for c in criteria if c not in CRITERIA]
-        if unknown or len(set(criteria)) < len(criteria):
-            raise ValueError(f"criteria={self.criteria!r}: expected distinct names among {', '.join(CRITERIA)}")
-        object.__setattr__(self, "criteria", criteria)
 
     @property
     def model_name(self) -> str:
@@ -340,51 +242,23 @@ class Cell:
     def coordinates(self) -> dict[str, Any]:
         """The identity columns of this cell's result row (docs/results.md); metrics are added by ``evaluate``.
 
-        Factor columns hold the overrides here; ``evaluate`` replaces them with the values the stream used.
+        Their names and types are ``unitta.cell.fields.cell_columns()``. Factor columns hold the overrides
+        here; ``evaluate`` replaces them with the values the stream used.
         """
         return {
             "cell_id": self.cell_id(),
             "config_hash": self.config_hash(),
-            "dataset": self.dataset,
-            "model": self.model_name,
-            "method": self.method,
-            "method_kwargs": json.dumps(self.method_kwargs, sort_keys=True),
+            "model_weights": self.weights,
             "method_config": json.dumps(self.method_config, sort_keys=True),
             "method_version": self.method_version,
-            "model_weights": self.weights,
-            "profile": self.profile,
-            "precision": self.precision,
-            "setting": self.setting,
-            "sampler": self.sampler,
-            "delta": self.delta,
-            "seed": self.seed,
-            "batch_size": self.batch_size,
-            "severity": self.severity,
-            "n_per_domain": self.n_per_domain,
-            "S": self.S,
-            "length": self.length,
-            "factor_overrides": json.dumps(self.factors, sort_keys=True),
-            "protocol": self.protocol,
-            "forgetting": self.forgetting,
-            "rounds": self.rounds,
-            "reset": self.reset,
-            "ccc": None if self.ccc is None else json.dumps(self.ccc, sort_keys=True),
-            "curve_points": self.curve_points,
-            **{key: _json_list(getattr(self, key)) for key in LIST_COLUMNS},
+            **{f.column_key: column_value(getattr(self, f.name)) for f in FIELDS if f.column is not None},
+            "model": self.model_name,
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
 
 
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Cell)}
-_IDENTITY_FIELDS = tuple(f.name for f in dataclasses.fields(Cell) if f.name not in PLACEMENT_FIELDS)
-
-
-# Tuple-valued fields, stored as JSON lists of names in the result row (null: not set; docs/results.md).
-LIST_COLUMNS = ("corruptions", "criteria", "domains", "classes", "datasets_as_domains")
-
-
-def _json_list(value) -> str | None:
-    return json.dumps(list(value)) if value else None
+_DEFAULTS = {f.name: f.default_value() for f in FIELDS}
+_IDENTITY_FIELDS = tuple(f.name for f in FIELDS if f.identity)
 
 
 def _hash(identity: dict[str, Any]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["RESETS", "CCC_DEFAULTS", "ResetCounter", "batch_bounds", "check_ccc", "check_horizon", "repeat_rounds",
+__all__ = ["RESETS", "CCC_DEFAULTS", "ResetCounter", "batch_bounds", "check_ccc", "repeat_rounds",
            "reset_points", "round_errors"]
 
 RESETS = ("none", "each_shift", "each_batch")
@@ -52,16 +52,6 @@ def check_ccc(ccc: dict[str, Any] | None, sampler: str, length: int | None) -> d
         raise ValueError(f"ccc.transition={int(transition)} is longer than the stream (length={length}); "
                          "shorten the transition or lengthen the stream")
     return {"target_error": float(target), "transition": int(transition)}
-
-
-def check_horizon(rounds: Any, reset: Any, curve_points: Any) -> None:
-    """ValueError (one line) for a bad ``rounds``, ``reset`` or ``curve_points``."""
-    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise ValueError(f"rounds={rounds!r}: expected an integer >= 1 (how often the stream is played)")
-    if reset not in RESETS:
-        raise ValueError(f"reset={reset!r}: expected one of {', '.join(RESETS)}")
-    if isinstance(curve_points, bool) or not isinstance(curve_points, (int, np.integer)) or curve_points < 1:
-        raise ValueError(f"curve_points={curve_points!r}: expected an integer >= 1")
 
 
 def batch_bounds(n_round: int, rounds: int, batch_size: int, domains: np.ndarray | None = None) -> np.ndarray:

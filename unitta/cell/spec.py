@@ -1,151 +1,70 @@
-"""The one pydantic model of a cell's fields, embedded in the sweep and the tune config alike.
+"""The config keys of a cell, made from the table of its fields (``unitta.cell.fields``).
 
-A sweep config carries ``CellFields`` at its top level (with lists for the gridded coordinates: datasets,
-settings, seeds, batch sizes); a tune config carries a ``CellSpec`` under ``cell:`` (the base cell of
-its search). Both are checked by the same validators, so a bad value (``severity: 9``, an unknown factor,
-``S`` with the exact sampler) is the same one-line error, exit code 2, in both (docs/results.md, "Configs").
+A sweep config carries ``CellFields`` at its top level (the fields every cell shares; the gridded ones are
+lists there: datasets, sampler, protocol, delta, seeds, batch sizes); a tune or select config carries a
+``CellSpec`` under ``cell:`` (every field but the method). Each key's value goes through the table's check,
+each value of a gridded list too, so a bad value (``severity: 9``, an unknown factor) is the same one-line
+error, exit code 2, in every config (docs/results.md, "Configs"); ``CellSpec`` then builds its ``Cell``, whose
+own checks cover the fields taken together.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
-from unitta.cell import PRECISIONS, Cell, check_device, check_seed
-from unitta.cell.horizon import RESETS, check_ccc
-from unitta.cell.realtime import COST_MODELS, PROTOCOLS
-from unitta.data import HELD_OUT_CORRUPTIONS
-from unitta.data.records import CORRUPTIONS, DATASETS, RECORDS
-from unitta.profile_names import PROFILES
-from unitta.schema import Strict, hint
-from unitta.streams import CCC_SAMPLER, SAMPLERS, ULMM_SAMPLERS
-from unitta.streams.protocols import check_delta
-from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
+from unitta.cell import Cell
+from unitta.cell.fields import FIELDS, CellField
+from unitta.schema import Strict
+from unitta.streams import CCC_SAMPLER, ULMM_SAMPLERS
 
-__all__ = ["CellFields", "CellSpec", "check_dataset_name", "check_setting"]
+__all__ = ["CellFields", "CellSpec", "check_distinct"]
+
+# A config key -> its field: the field's own name, or the list a sweep grids it over (``CellField.grid``).
+_FIELD_OF_KEY: dict[str, CellField] = {**{f.grid: f for f in FIELDS if f.grid}, **{f.name: f for f in FIELDS}}
 
 
-def check_dataset_name(name: str) -> str:
-    """``name`` if it is a known dataset, else ValueError with a 'did you mean' hint."""
-    if name not in DATASETS:
-        alias = next((r.name for r in RECORDS.values() if name in r.aliases), None)  # a clean set's name
-        near = f" (did you mean {alias!r}?)" if alias else hint(name, DATASETS)
-        raise ValueError(f"unknown dataset {name!r}{near}; known: {', '.join(DATASETS)}")
-    return name
+def _keys(config: str) -> dict[str, Any]:
+    """The pydantic fields of the table's fields whose ``config`` is ``config``."""
+    return {
+        f.name: (f.type, Field(default_factory=f.factory) if f.factory is not None else f.default)
+        for f in FIELDS if f.config == config
+    }
 
 
-def check_setting(code: Any) -> str:
-    """``code`` if it is one of the 36 setting codes (docs/streams.md), else ValueError naming the format."""
-    if not isinstance(code, str) or not is_setting_code(code):
-        raise ValueError(
-            f"invalid setting {code!r}{hint(code, SETTING_CODES_36)}: a code is <class corr><class imb>"
-            "<domain corr><domain imb> with corr in i,n,1 and imb in 1,u (e.g. 'nui1')"
-        )
-    return code
+def check_distinct(values: list) -> list:
+    """``values`` if there is at least one and none comes twice, else a one-line ValueError."""
+    if not values:
+        raise ValueError("needs at least one value")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise ValueError(f"lists {twice!r} twice; give each value once")
+    return values
 
 
-class CellFields(Strict):
-    """The fields every cell of a config shares (see ``unitta.cell.Cell`` for what each one means)."""
+def _check_grid(field: CellField, values: list) -> list:
+    """A gridded key's values: at least one, each through the field's check, none twice."""
+    return check_distinct([field.check(v) if field.check is not None else v for v in values])
 
-    factors: dict[str, float] = {}
-    sampler: str = "official"  # a sweep lists several (SweepConfig.sampler)
-    S: int | None = None
-    length: int | None = None
-    n_per_domain: int | None = None
-    severity: int = 5
-    data_dir: str | None = None
-    checkpoint_dir: str | None = None
-    device: str = "auto"
-    precision: Literal[PRECISIONS] = "fp32"  # type: ignore[valid-type]
-    profile: Literal[PROFILES] = "default"  # type: ignore[valid-type]
-    compile: bool = False
-    trust_checkpoints: bool = False
-    protocol: Literal[PROTOCOLS] = "online"  # type: ignore[valid-type]
-    cost: Literal[COST_MODELS] = "passes"  # type: ignore[valid-type]
-    forgetting: bool = False
-    corruptions: list[str] | None = None  # the domains (None: the dataset's test corruptions; docs/selection.md)
 
-    @field_validator("corruptions")
+class _Checked(Strict):
+    """Every key of a cell field goes through the table's check (``unitta.cell.fields``)."""
+
+    @field_validator("*")
     @classmethod
-    def _corruptions(cls, value: list[str] | None) -> list[str] | None:
-        known = (*CORRUPTIONS, *HELD_OUT_CORRUPTIONS)
-        for name in value or []:
-            if name not in known:
-                raise ValueError(f"unknown corruption {name!r}{hint(name, known)}; known: {', '.join(known)}")
-        if value is not None and (not value or len(set(value)) < len(value)):
-            raise ValueError(f"expected distinct corruption names, got {value}")
-        return value
-
-    rounds: int = 1
-    reset: Literal[RESETS] = "none"  # type: ignore[valid-type]
-    ccc: dict[str, Any] | None = None
-    curve_points: int = 10
-    domains: list[str] | None = None  # an image folder's domain / class folders (docs/own_data.md)
-    classes: list[str] | None = None
-    checkpoint: str | None = None  # weights of a torchvision:/timm:/builder model
-    source_dir: str | None = None  # an image folder's labelled source images
-    datasets_as_domains: list[str] | None = None  # with dataset mixture: the natural-shift sets forming its domains
-    cache_images: bool = False  # decode an image folder once into memory (placement: results unchanged)
-
-    @field_validator("datasets_as_domains")
-    @classmethod
-    def _members(cls, value: list[str] | None) -> list[str] | None:
-        from unitta.data.mixture import check_members
-
-        return None if value is None else check_members(value)
-
-    @field_validator("domains", "classes")
-    @classmethod
-    def _names(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and (not value or len(set(value)) != len(value)):
-            raise ValueError(f"expected a non-empty list of distinct folder names, got {value}")
-        return value
-
-    @field_validator("sampler")
-    @classmethod
-    def _sampler(cls, value: str | list[str]) -> str | list[str]:
-        for name in [value] if isinstance(value, str) else value:
-            if name not in SAMPLERS:
-                raise ValueError(f"unknown sampler {name!r}{hint(name, SAMPLERS)}; known: {', '.join(SAMPLERS)}")
-        return value
-
-    @field_validator("factors")
-    @classmethod
-    def _factors(cls, value: dict[str, float]) -> dict[str, float]:
-        for key in value:
-            if key not in FACTOR_KEYS:
-                raise ValueError(f"unknown factor {key!r}{hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
-        return value
-
-    @field_validator("S", "length", "n_per_domain", "rounds", "curve_points")
-    @classmethod
-    def _positive_or_none(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
-        return value
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        return check_device(value)
-
-    @field_validator("severity")
-    @classmethod
-    def _severity(cls, value: int) -> int:
-        if not 1 <= value <= 5:
-            raise ValueError(f"must be in 1..5 (CIFAR-10-C severities), got {value}")
-        return value
+    def _table_check(cls, value: Any, info: ValidationInfo) -> Any:
+        field = _FIELD_OF_KEY.get(info.field_name)
+        if field is None or value is None:
+            return value
+        if field.grid == info.field_name and isinstance(value, list):
+            return _check_grid(field, value)
+        return field.check(value) if field.check is not None else value
 
     @model_validator(mode="after")
-    def _sampler_sizes(self) -> CellFields:
+    def _sampler_sizes(self) -> _Checked:
         samplers = [self.sampler] if isinstance(self.sampler, str) else list(self.sampler)
-        if self.ccc is not None:
-            check_ccc(self.ccc, CCC_SAMPLER if CCC_SAMPLER in samplers else samplers[0], self.length)
-        if CCC_SAMPLER in samplers and self.reset == "each_shift":
-            raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
-                             "use reset: none or each_batch")
-        if not set(samplers) & set(ULMM_SAMPLERS):
+        if not set(samplers) & {*ULMM_SAMPLERS, CCC_SAMPLER}:
             return self  # sorted / dirichlet take no S or length: their own checks say so
         if self.S is not None and "official" not in samplers:
             raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact sampler")
@@ -155,27 +74,18 @@ class CellFields(Strict):
 
     def cell_fields(self) -> dict[str, Any]:
         """These fields as ``Cell`` keyword arguments (fresh copies of the mappings)."""
-        fields = {
+        return {
             name: (dict(v) if isinstance(v := getattr(self, name), dict) else v) for name in CellFields.model_fields
         }
-        for key in ("domains", "classes", "datasets_as_domains"):
-            if fields[key] is not None:
-                fields[key] = tuple(fields[key])
-        return fields
 
 
-class CellSpec(CellFields):
-    """One cell but its method (a tune config's ``cell:``; the methods and the searched fields come from elsewhere)."""
+CellFields = create_model(
+    "CellFields", __base__=_Checked, __module__=__name__, **_keys("shared"),
+    __doc__="The fields every cell of a config shares (``unitta.cell.fields``; ``Cell`` says what each means).",
+)
 
-    dataset: str = "fmnist-c"
-    setting: str = "i111"
-    model: str | None = None
-    method_kwargs: dict[str, Any] = {}
-    seed: int = 425
-    batch_size: int = 64
-    num_threads: int | None = None
-    delta: float | None = None  # the dirichlet sampler's concentration (unitta.streams.protocols)
 
+class _OneCell(CellFields):
     @model_validator(mode="before")
     @classmethod
     def _no_method(cls, data: Any) -> Any:
@@ -183,50 +93,19 @@ class CellSpec(CellFields):
             raise ValueError("'method' is set by 'methods' (or objective.gap), not in 'cell'")
         return data
 
-    @field_validator("dataset")
-    @classmethod
-    def _dataset(cls, value: str) -> str:
-        return check_dataset_name(value)
-
-    @field_validator("setting")
-    @classmethod
-    def _setting(cls, value: str) -> str:
-        return check_setting(value)
-
-    @field_validator("delta")
-    @classmethod
-    def _delta(cls, value: float | None) -> float | None:
-        return None if value is None else check_delta(value)
-
-    @field_validator("seed")
-    @classmethod
-    def _seed(cls, value: int) -> int:
-        return check_seed(value)
-
-    @field_validator("batch_size", "num_threads")
-    @classmethod
-    def _positive(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"must be >= 1, got {value}")
-        return value
-
     @model_validator(mode="after")
-    def _as_cell(self) -> CellSpec:
-        try:
-            self.cell()  # the Cell's own checks (a sampler's fixed setting, delta, ...)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
+    def _as_cell(self) -> _OneCell:
+        self.cell()  # the checks of the fields taken together (a sampler's fixed setting, delta, ccc, ...)
         return self
 
     def cell(self, **changes: Any) -> Cell:
         """The ``Cell`` of this spec with ``changes`` applied (e.g. method=...)."""
-        fields = {**self.cell_fields(), "method_kwargs": dict(self.method_kwargs)}
-        fields.update(
-            dataset=self.dataset,
-            setting=self.setting,
-            model=self.model,
-            seed=self.seed,
-            batch_size=self.batch_size,
-            num_threads=self.num_threads,
-        )
+        fields = {**self.cell_fields(), **{name: getattr(self, name) for name in _keys("cell")}}
+        fields["method_kwargs"] = dict(self.method_kwargs)
         return Cell(**{**fields, **changes})
+
+
+CellSpec = create_model(
+    "CellSpec", __base__=_OneCell, __module__=__name__, **_keys("cell"),
+    __doc__="One cell but its method (a tune / select config's ``cell:``; the methods come from elsewhere).",
+)

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from unitta.cell.criteria import CRITERIA
+from unitta.cell.fields import cell_columns
 from unitta.files import write_atomically
 from unitta.results.cell_files import BASE_FILE, QUARANTINE_DIR, cells_dir, read_layers, temp_dir
 from unitta.results.compaction import remove_parts
@@ -72,38 +73,17 @@ BREAKDOWN_TYPE = pa.list_(
 )
 _TS = pa.timestamp("us", tz="UTC")
 
-# Column order = the order documented in docs/results.md.
+# The Parquet type of each type name of the table of cell fields (``unitta.cell.fields``).
+_ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
+
+# The columns of a result row (docs/results.md): first the cell's (``Cell.coordinates``: its identity and
+# fields, from the table of cell fields), then what the run adds.
 SCHEMA = pa.schema(
     [
-        # identity: what was computed
-        ("cell_id", pa.string()),
-        ("config_hash", pa.string()),
+        *((name, _ARROW_TYPES[kind]) for name, kind in cell_columns()),
         ("sweep_name", pa.string()),
-        ("dataset", pa.string()),
-        ("model", pa.string()),
-        ("model_weights", pa.string()),
-        ("method", pa.string()),
-        ("method_kwargs", pa.string()),
-        ("method_config", pa.string()),
-        ("method_version", pa.int64()),
-        ("profile", pa.string()),
-        ("precision", pa.string()),
-        ("setting", pa.string()),
         ("class_setting", pa.string()),
         ("domain_setting", pa.string()),
-        ("sampler", pa.string()),
-        ("delta", pa.float64()),
-        ("seed", pa.int64()),
-        ("batch_size", pa.int64()),
-        ("severity", pa.int64()),
-        ("n_per_domain", pa.int64()),
-        ("S", pa.int64()),
-        ("length", pa.int64()),
-        ("factor_overrides", pa.string()),
-        ("domain_alpha", pa.float64()),
-        ("domain_beta", pa.float64()),
-        ("class_alpha", pa.float64()),
-        ("class_beta", pa.float64()),
         # outcome
         ("status", pa.string()),
         ("error_text", pa.string()),
@@ -120,24 +100,12 @@ SCHEMA = pa.schema(
         ("nll", pa.float64()),
         ("domain_errors", pa.list_(pa.float64())),
         ("error_curve", pa.list_(pa.float64())),
-        ("protocol", pa.string()),
         ("realtime_cost", pa.string()),
         ("realtime_k", pa.float64()),
         ("adapted_fraction", pa.float64()),
-        ("forgetting", pa.bool_()),
-        ("rounds", pa.int64()),
         ("round_errors", pa.list_(pa.float64())),
-        ("reset", pa.string()),
         ("resets", pa.int64()),
-        ("curve_points", pa.int64()),
-        ("ccc", pa.string()),
         ("ccc_severities", pa.string()),
-        # JSON lists of names (null: not set): unitta select's corruptions and criteria, an image folder's subsets
-        ("corruptions", pa.string()),
-        ("criteria", pa.string()),
-        ("domains", pa.string()),
-        ("classes", pa.string()),
-        ("datasets_as_domains", pa.string()),
         ("source_error_before", pa.float64()),
         ("source_error_after", pa.float64()),
         ("per_class", BREAKDOWN_TYPE),

@@ -29,7 +29,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from unitta.cell.criteria import CRITERIA
-from unitta.cell.spec import CellSpec, check_setting
+from unitta.cell.fields import check_setting, field_named
+from unitta.cell.spec import CellSpec
 from unitta.schema import ConfigError, RunConfig, Strict, hint, read_yaml_file, validate
 from unitta.tune.config import RangeSpec
 
@@ -115,12 +116,7 @@ class SelectConfig(RunConfig):
     @field_validator("criteria")
     @classmethod
     def _criteria(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if name not in CRITERIA:
-                raise ValueError(f"unknown criterion {name!r}{hint(name, CRITERIA)}; known: {', '.join(CRITERIA)}")
-        if len(set(value)) < len(value):
-            raise ValueError(f"each criterion once, got {value}")
-        return value
+        return list(field_named("criteria").check(value))
 
     @model_validator(mode="after")
     def _check(self) -> SelectConfig:

@@ -37,17 +37,12 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import Cell, check_seed, check_stream_size
-from unitta.cell.realtime import PROTOCOLS
+from unitta.cell import Cell
+from unitta.cell.fields import field_named
 from unitta.cell.resolution import share_resolution
-from unitta.cell.spec import CellFields, check_dataset_name
-from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, hint, read_yaml_file, validate
-from unitta.streams import CCC_SAMPLER, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, SAMPLERS, ULMM_SAMPLERS
-from unitta.streams.ccc import check_ccc_setting
-from unitta.streams.protocols import check_delta
-from unitta.streams.settings import (
-    FACTOR_KEYS,
-)
+from unitta.cell.spec import CellFields, check_distinct
+from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, read_yaml_file, validate
+from unitta.streams import CCC_SAMPLER, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, ULMM_SAMPLERS
 from unitta.sweep.setting_lists import check_half, expand_settings
 
 __all__ = [
@@ -115,53 +110,6 @@ class SweepConfig(RunConfig, CellFields):
             data["methods"] = [_method_entry(m, i) for i, m in enumerate(methods)]
         return data
 
-    @field_validator("datasets")
-    @classmethod
-    def _datasets(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("needs at least one dataset")
-        for name in value:
-            check_dataset_name(name)
-        if len(set(value)) != len(value):
-            raise ValueError(f"lists a dataset twice: {value}")
-        return value
-
-    @field_validator("protocol")
-    @classmethod
-    def _protocols(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError(f"needs at least one protocol ({', '.join(PROTOCOLS)})")
-        for name in value:
-            if name not in PROTOCOLS:
-                raise ValueError(f"unknown protocol {name!r}{hint(str(name), PROTOCOLS)}; "
-                                 f"known: {', '.join(PROTOCOLS)}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"lists a protocol twice: {value}")
-        return value
-
-    @field_validator("sampler")
-    @classmethod
-    def _samplers(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError(f"needs at least one sampler ({', '.join(SAMPLERS)})")
-        for name in value:
-            if name not in SAMPLERS:
-                raise ValueError(f"unknown sampler {name!r}{hint(name, SAMPLERS)}; known: {', '.join(SAMPLERS)}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"lists a sampler twice: {value}")
-        return value
-
-    @field_validator("delta")
-    @classmethod
-    def _deltas(cls, value: list[float] | None) -> list[float] | None:
-        if value is not None:
-            if not value:
-                raise ValueError("needs at least one value")
-            value = [check_delta(v) for v in value]
-            if len(set(value)) != len(value):
-                raise ValueError(f"lists a value twice: {value}")
-        return value
-
     @field_validator("methods")
     @classmethod
     def _methods(cls, value: list[MethodSpec]) -> list[MethodSpec]:
@@ -186,33 +134,12 @@ class SweepConfig(RunConfig, CellFields):
     @field_validator("factor_grid")
     @classmethod
     def _factor_grid(cls, value: dict[str, list[float]]) -> dict[str, list[float]]:
+        field_named("factors").check(value)
         for key, values in value.items():
-            if key not in FACTOR_KEYS:
-                raise ValueError(f"unknown factor {key!r}{hint(key, FACTOR_KEYS)}; allowed: {', '.join(FACTOR_KEYS)}")
-            if not values:
-                raise ValueError(f"{key}: needs at least one value")
-            if len(set(values)) != len(values):
-                raise ValueError(f"{key}: lists a value twice: {values}")
-        return value
-
-    @field_validator("seeds")
-    @classmethod
-    def _seeds(cls, value: list[int]) -> list[int]:
-        if not value:
-            raise ValueError("needs at least one seed")
-        for seed in value:
-            check_seed(seed)
-        if len(set(value)) != len(value):
-            raise ValueError(f"lists a seed twice: {value}")
-        return value
-
-    @field_validator("batch_size")
-    @classmethod
-    def _batch_sizes(cls, value: list[int]) -> list[int]:
-        if not value or any(b < 1 for b in value):
-            raise ValueError(f"batch sizes must be >= 1, got {value}")
-        if len(set(value)) != len(value):
-            raise ValueError(f"lists a batch size twice: {value}")
+            try:
+                check_distinct(values)
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc}") from None
         return value
 
     @model_validator(mode="after")
@@ -221,25 +148,15 @@ class SweepConfig(RunConfig, CellFields):
         self._check_samplers(any(given))
         if self.ulmm_samplers() or CCC_SAMPLER in self.sampler:
             self._check_settings(given)
-        if CCC_SAMPLER in self.sampler:
-            for code in self.setting_codes():
-                check_ccc_setting(code)
-            domain = sorted(k for k in {*self.factors, *self.factor_grid} if k.startswith("domain"))
-            if self.n_per_domain is not None:
-                domain.append("n_per_domain")
-            if domain:
-                raise ValueError(f"{', '.join(domain)}: the ccc sampler walks its own corruptions over the clean test "
-                                 "set and takes class factors only; drop these keys or run ccc in a sweep of its own")
         both = set(self.factors) & set(self.factor_grid)
         if both:
             raise ValueError(f"factors and factor_grid both set {sorted(both)}; keep each factor in one of them")
-        for dataset in self.datasets:
-            check_stream_size(dataset, self.S, self.length)
         for dataset in self.models:
             if dataset not in self.datasets:
                 raise ValueError(
                     f"models: key {dataset!r} is not one of the sweep's datasets ({', '.join(self.datasets)})"
                 )
+        self._grid()  # every cell's own checks (unitta.cell), e.g. a stream too long for a dataset
         return self
 
     def _check_settings(self, given: list[bool]) -> None:
@@ -250,12 +167,10 @@ class SweepConfig(RunConfig, CellFields):
             raise ValueError("settings: give either settings or class_settings/domain_settings, not both")
         if given[1] and (self.class_settings is None or self.domain_settings is None):
             raise ValueError("class_settings and domain_settings: give both (their cross product is the grid)")
-        codes = self.setting_codes()
-        if not codes:
-            raise ValueError("settings: needs at least one setting")
-        if len(set(codes)) != len(codes):
-            dup = sorted({c for c in codes if codes.count(c) > 1})
-            raise ValueError(f"settings: lists a setting twice: {', '.join(dup)}")
+        try:
+            check_distinct(self.setting_codes())
+        except ValueError as exc:
+            raise ValueError(f"settings: {exc}") from None
 
     def _check_samplers(self, has_settings: bool) -> None:
         """The keys that only some samplers take (the sorted / dirichlet orders take no settings or factors)."""
@@ -308,6 +223,9 @@ class SweepConfig(RunConfig, CellFields):
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid (dataset, model, method, sampler, setting, factors, seed, batch size)."""
+        return share_resolution(self._grid())
+
+    def _grid(self) -> list[Cell]:
         stream_keys = ("sampler", "factors", "S", "length", "ccc", "protocol")  # set per stream point / protocol
         common = {k: v for k, v in self.cell_fields().items() if k not in stream_keys}
         common["num_threads"] = self.resources.num_threads
@@ -320,7 +238,7 @@ class SweepConfig(RunConfig, CellFields):
                 cells.append(Cell(dataset=dataset, method=method.name, model=model,
                                   method_kwargs=dict(method.overrides), **stream, seed=seed, batch_size=batch_size,
                                   protocol=protocol, **common))
-        return share_resolution(cells)
+        return cells
 
 
 def _method_entry(entry: Any, index: int) -> Any:
