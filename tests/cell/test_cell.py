@@ -58,7 +58,7 @@ def test_the_shipped_weights_keep_the_earlier_id_and_other_weights_do_not(tmp_pa
 
 
 def test_an_unknown_device_is_refused_when_the_cell_is_made():
-    with pytest.raises(ValueError, match="device='tpu': expected 'auto', 'cpu', 'cuda', 'cuda:N'"):
+    with pytest.raises(ValueError, match="device: expected 'auto', 'cpu', 'cuda', 'cuda:N'"):
         Cell(device="tpu")
     assert Cell(device="cuda:1").device == "cuda:1"
 

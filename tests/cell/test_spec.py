@@ -18,10 +18,10 @@ TUNE = {"name": "t", "cell": {"dataset": "fmnist-c"}, "methods": ["test"], "spac
 @pytest.mark.parametrize(
     "field, value, problem",
     [
-        ("severity", 9, "severity: must be in 1..5 (CIFAR-10-C severities), got 9"),
+        ("severity", 9, "severity: expected a whole number in 1 .. 5, got 9"),
         ("factors", {"domain_alpah": 0.9}, "factors: unknown factor 'domain_alpah' (did you mean 'domain_alpha'?)"),
-        ("precision", "fp8", "precision: Input should be 'fp32', 'tf32' or 'bf16' (got 'fp8')"),
-        ("n_per_domain", 0, "n_per_domain: must be >= 1, got 0"),
+        ("precision", "fp8", "precision: unknown precision 'fp8'; known: fp32, tf32, bf16"),
+        ("n_per_domain", 0, "n_per_domain: expected a whole number >= 1, got 0"),
         ("length", 100, "length: only the exact sampler takes a stream length"),
     ],
 )

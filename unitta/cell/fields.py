@@ -51,13 +51,13 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
 
 
 # ---------------------------------------------------------------------- the checks of one value
-def one_of(choices: Iterable[str]) -> Callable[[Any], Any]:
+def one_of(choices: Iterable[str], noun: str) -> Callable[[Any], Any]:
     """A check that the value is one of ``choices`` (read when called: plugins may add choices)."""
 
     def check(value: Any) -> Any:
         known = tuple(choices)
         if value not in known:
-            raise ValueError(f"unknown value {value!r}{hint(value, known)}; expected one of {', '.join(known)}")
+            raise ValueError(f"unknown {noun} {value!r}{hint(value, known)}; known: {', '.join(known)}")
         return value
 
     return check
@@ -134,7 +134,7 @@ def _criteria(value: Any) -> tuple[str, ...]:
 
     names = (value,) if isinstance(value, str) else tuple(value)
     for name in names:
-        one_of(CRITERIA)(name)
+        one_of(CRITERIA, "criterion")(name)
     if len(set(names)) < len(names):
         raise ValueError(f"expected each criterion once, got {list(names)}")
     return names
@@ -197,7 +197,7 @@ FIELDS: tuple[CellField, ...] = (
     F("setting", str, "i111", check=check_setting, column="string", config="cell"),
     F("model", str | None, column="string", config="cell"),  # the column holds the resolved name (model_name)
     F("method_kwargs", dict[str, Any], factory=dict, column="string", config="cell"),
-    F("sampler", str, "official", check=one_of(SAMPLERS), column="string", grid="sampler"),
+    F("sampler", str, "official", check=one_of(SAMPLERS, "sampler"), column="string", grid="sampler"),
     F("factors", dict[str, float], factory=dict, check=_factors, column="string", column_name="factor_overrides"),
     F("S", int | None, check=whole_at_least(1), column="int64"),
     F("length", int | None, check=whole_at_least(1), column="int64"),
@@ -205,20 +205,20 @@ FIELDS: tuple[CellField, ...] = (
     F("batch_size", int, 64, check=whole_at_least(1), column="int64", config="cell", grid="batch_size"),
     F("severity", int, 5, check=whole_at_least(1, 5), column="int64"),  # CIFAR-10-C's severities
     F("n_per_domain", int | None, check=whole_at_least(1), column="int64"),
-    F("precision", str, "fp32", check=one_of(PRECISIONS), column="string"),
-    F("profile", str, "default", check=one_of(PROFILES), column="string"),
+    F("precision", str, "fp32", check=one_of(PRECISIONS, "precision"), column="string"),
+    F("profile", str, "default", check=one_of(PROFILES, "profile"), column="string"),
     F("compile", bool, False, identity=False),
     F("data_dir", str | None, identity=False),
     F("checkpoint_dir", str | None, identity=False),
     F("device", str, "auto", check=check_device, identity=False),
     F("num_threads", int | None, check=whole_at_least(1), identity=False, config="cell"),
     F("trust_checkpoints", bool, False, identity=False),
-    F("protocol", str, "online", check=one_of(PROTOCOLS), later=True, column="string", grid="protocol"),
-    F("cost", str, "passes", check=one_of(COST_MODELS), later=True),  # the row's realtime_cost: evaluate's
+    F("protocol", str, "online", check=one_of(PROTOCOLS, "protocol"), later=True, column="string", grid="protocol"),
+    F("cost", str, "passes", check=one_of(COST_MODELS, "cost model"), later=True),  # the row's realtime_cost: evaluate's
     F("forgetting", bool, False, later=True, column="bool"),
     F("delta", float | None, check=check_delta, later=True, column="float64", config="cell", grid="delta"),
     F("rounds", int, 1, check=whole_at_least(1), later=True, column="int64"),
-    F("reset", str, "none", check=one_of(RESETS), later=True, column="string"),
+    F("reset", str, "none", check=one_of(RESETS, "reset"), later=True, column="string"),
     F("ccc", dict[str, Any] | None, later=True, column="string"),  # checked with the sampler (horizon.check_ccc)
     F("curve_points", int, 10, check=whole_at_least(1), later=True, column="int64"),
     F("domains", _LIST, check=_names, later=True, column="string"),
