@@ -214,7 +214,7 @@ FIELDS: tuple[CellField, ...] = (
     F("num_threads", int | None, check=whole_at_least(1), identity=False, config="cell"),
     F("trust_checkpoints", bool, False, identity=False),
     F("protocol", str, "online", check=one_of(PROTOCOLS, "protocol"), later=True, column="string", grid="protocol"),
-    F("cost", str, "passes", check=one_of(COST_MODELS, "cost model"), later=True),  # the row's realtime_cost: evaluate's
+    F("cost", str, "passes", check=one_of(COST_MODELS, "cost model"), later=True),  # column: realtime_cost (evaluate)
     F("forgetting", bool, False, later=True, column="bool"),
     F("delta", float | None, check=check_delta, later=True, column="float64", config="cell", grid="delta"),
     F("rounds", int, 1, check=whole_at_least(1), later=True, column="int64"),
