@@ -22,7 +22,7 @@ def test_precision_is_part_of_the_identity_and_compile_is_not():
     base = Cell(**SMALL)
     assert dataclasses.replace(base, precision="bf16").cell_id() != base.cell_id()
     assert dataclasses.replace(base, compile=True).cell_id() == base.cell_id()
-    with pytest.raises(ValueError, match="precision='fp16'"):
+    with pytest.raises(ValueError, match="precision: unknown precision 'fp16'"):
         Cell(precision="fp16")
     cfg = parse_config({"name": "p", "datasets": ["fmnist-c"], "methods": ["bn"], "settings": ["i111"],
                         "precision": "bf16", "compile": True})

@@ -28,6 +28,7 @@ __all__ = [
     "hint",
     "one_line",
     "read_yaml_file",
+    "check_distinct",
     "check_methods",
     "yaml_loader",
 ]
@@ -41,6 +42,16 @@ def hint(word: Any, choices: Iterable[Any]) -> str:
     """' (did you mean 'x'?)' for the closest of ``choices``, or ''."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_distinct(values: list) -> list:
+    """``values`` if there is at least one and none comes twice, else a one-line ValueError."""
+    if not values:
+        raise ValueError("needs at least one value")
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise ValueError(f"lists {twice!r} twice; give each value once")
+    return values
 
 
 _NUMBERS = (int, float)

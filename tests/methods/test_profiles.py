@@ -78,7 +78,7 @@ def test_default_profile_sets_nothing_and_an_unknown_profile_is_refused():
     assert all(profile_values(method_class(name), "cifar10", "default") == {} for name in list_methods())
     with pytest.raises(ValueError, match="profile='paper': expected one of default, reference"):
         profile_values(method_class("roid"), "cifar10", "paper")
-    with pytest.raises(ValueError, match="profile='paper'"):
+    with pytest.raises(ValueError, match="profile: unknown profile 'paper'"):
         Cell(method="roid", profile="paper")
 
 

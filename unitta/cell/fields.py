@@ -78,7 +78,9 @@ def whole_at_least(low: int, high: int | None = None) -> Callable[[Any], Any]:
 
 def check_seed(seed: Any) -> int:
     """``seed`` if the samplers and the result files take it (numpy's seed range), else a one-line ValueError."""
-    return whole_at_least(0, MAX_SEED)(seed)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"expected a whole number in 0 .. {MAX_SEED} (numpy's seed range), got {seed!r}")
+    return seed
 
 
 def check_device(device: Any) -> str:

@@ -16,10 +16,11 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 
 from unitta.cell import Cell
 from unitta.cell.fields import FIELDS, CellField
-from unitta.schema import Strict
+from unitta.cell.horizon import check_ccc
+from unitta.schema import Strict, check_distinct
 from unitta.streams import CCC_SAMPLER, ULMM_SAMPLERS
 
-__all__ = ["CellFields", "CellSpec", "check_distinct"]
+__all__ = ["CellFields", "CellSpec"]
 
 # A config key -> its field: the field's own name, or the list a sweep grids it over (``CellField.grid``).
 _FIELD_OF_KEY: dict[str, CellField] = {**{f.grid: f for f in FIELDS if f.grid}, **{f.name: f for f in FIELDS}}
@@ -31,16 +32,6 @@ def _keys(config: str) -> dict[str, Any]:
         f.name: (f.type, Field(default_factory=f.factory) if f.factory is not None else f.default)
         for f in FIELDS if f.config == config
     }
-
-
-def check_distinct(values: list) -> list:
-    """``values`` if there is at least one and none comes twice, else a one-line ValueError."""
-    if not values:
-        raise ValueError("needs at least one value")
-    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-    if twice is not None:
-        raise ValueError(f"lists {twice!r} twice; give each value once")
-    return values
 
 
 def _check_grid(field: CellField, values: list) -> list:
@@ -64,6 +55,8 @@ class _Checked(Strict):
     @model_validator(mode="after")
     def _sampler_sizes(self) -> _Checked:
         samplers = [self.sampler] if isinstance(self.sampler, str) else list(self.sampler)
+        if self.ccc is not None:  # a sweep passes ccc to its ccc cells only: said here when it has none
+            check_ccc(self.ccc, CCC_SAMPLER if CCC_SAMPLER in samplers else samplers[0], self.length)
         if not set(samplers) & {*ULMM_SAMPLERS, CCC_SAMPLER}:
             return self  # sorted / dirichlet take no S or length: their own checks say so
         if self.S is not None and "official" not in samplers:

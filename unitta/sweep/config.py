@@ -40,8 +40,17 @@ from pydantic import field_validator, model_validator
 from unitta.cell import Cell
 from unitta.cell.fields import field_named
 from unitta.cell.resolution import share_resolution
-from unitta.cell.spec import CellFields, check_distinct
-from unitta.schema import ConfigError, Resources, RunConfig, Strict, check_methods, read_yaml_file, validate
+from unitta.cell.spec import CellFields
+from unitta.schema import (
+    ConfigError,
+    Resources,
+    RunConfig,
+    Strict,
+    check_distinct,
+    check_methods,
+    read_yaml_file,
+    validate,
+)
 from unitta.streams import CCC_SAMPLER, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, ULMM_SAMPLERS
 from unitta.sweep.setting_lists import check_half, expand_settings
 

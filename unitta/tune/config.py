@@ -31,7 +31,7 @@ from pydantic import Field, field_validator, model_validator
 
 from unitta.cell import Cell
 from unitta.cell.spec import CellSpec
-from unitta.schema import RunConfig, Strict, read_yaml_file, validate
+from unitta.schema import RunConfig, Strict, check_distinct, read_yaml_file, validate
 from unitta.streams.settings import FACTOR_KEYS
 
 __all__ = [
@@ -128,11 +128,7 @@ def _spec_bounds(v: FactorSpec | None) -> list[float]:
         return []
     if isinstance(v, RangeSpec):
         return [v.low, v.high]
-    if not v:
-        raise ValueError("a grid of values must not be empty")
-    if len(set(v)) != len(v):
-        raise ValueError(f"lists a value twice: {list(v)}")
-    return list(v)
+    return check_distinct(list(v))
 
 
 class SearchSpec(Strict):
