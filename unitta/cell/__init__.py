@@ -1,6 +1,7 @@
 """``Cell``: the coordinates of one benchmark result and their identity.
 
-The cell package: ``Cell`` (this module), the checks of its values (``spec``), the rules of the real-time
+The cell package: ``Cell`` (this module), the table of its fields (``fields``: type, default, check,
+identity, result column; ``Cell`` is made from it), a config's cell keys (``spec``), the rules of the real-time
 protocol (``realtime``), rounds and resets (``horizon``) and the label-free criteria's names (``criteria``).
 ``unitta.evaluate`` runs a cell (the adaptation loop, its inputs, its metrics).
 
