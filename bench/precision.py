@@ -22,7 +22,8 @@ import time
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
-from unitta.cell import PRECISIONS, Cell  # noqa: E402
+from unitta.cell import Cell  # noqa: E402
+from unitta.cell.fields import PRECISIONS  # noqa: E402
 from unitta.evaluate import evaluate  # noqa: E402
 
 DEFAULT_METHODS = (

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from unitta.cell.fields import FIELDS, PRECISIONS, column_value
+from unitta.cell.fields import FIELDS, column_value
 from unitta.cell.horizon import check_ccc
 from unitta.data.records import RECORDS
 from unitta.streams import CCC_SAMPLER
@@ -37,7 +37,7 @@ from unitta.streams.ccc import check_ccc_setting
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
-__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PRECISIONS", "PLACEMENT_FIELDS", "check_stream_size"]
+__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PLACEMENT_FIELDS", "check_stream_size"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.

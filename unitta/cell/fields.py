@@ -36,7 +36,7 @@ from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_co
 
 __all__ = [
     "FIELDS", "MAX_SEED", "PRECISIONS", "RESOLVED_COLUMNS", "CellField", "cell_columns", "check_dataset_name",
-    "check_device", "check_seed", "check_setting", "column_value", "field_named",
+    "check_device", "check_seed", "check_setting", "column_value", "field_named", "one_of", "whole_at_least",
 ]
 
 # fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
@@ -158,7 +158,8 @@ class CellField:
     later: added after result folders existed (left out of the identity at its default). column: the Parquet
     type ('string', 'int64', 'float64', 'bool') of the result column ``coordinates`` writes, None for none;
     column_name: that column's name when it is not the field's. config: 'shared' (a key every cell of a config
-    shares: ``CellFields``), 'cell' (a key of one cell: ``CellSpec``, gridded as ``grid`` in a sweep) or None.
+    shares: ``CellFields``), 'cell' (a key of one cell: ``CellSpec``) or None (set otherwise). grid: the key of a
+    sweep that lists this field's values (``datasets``, ``seeds``, ...): each value goes through the check.
     """
 
     name: str
@@ -241,7 +242,7 @@ def field_named(name: str) -> CellField:
     return _BY_NAME[name]
 
 
-# The identity's resolved entries and the factor values of a row: columns ``coordinates`` writes that are no field.
+# The columns ``coordinates`` writes that are no field: the id, the hash and the identity's resolved entries.
 RESOLVED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cell_id", "string"), ("config_hash", "string"), ("model_weights", "string"), ("method_config", "string"),
     ("method_version", "int64"),
