@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from unitta.cell import LATER_FIELDS, PLACEMENT_FIELDS, Cell
+from unitta.cell.fields import FIELDS
 
 __all__ = ["METHOD_KEYS", "SEED", "S_CELL", "apply_where", "fixed_keys", "method_label", "normalise_rows",
            "replicate_keys", "varying", "where_hint", "with_method_labels"]
@@ -29,10 +30,10 @@ SEED = "seed"
 # 100, 50 or 10 per setting); the cell's own S (None: that default) is derived from it (``normalise_rows``).
 S_CELL = "S_cell"
 
-# Cell fields whose result column has another name (docs/results.md): the overrides are kept as JSON, the
-# real-time cost model is written only for the real-time protocol (an online cell's cost does not enter
-# its identity either).
-_COLUMN_OF = {"factors": "factor_overrides", "cost": "realtime_cost", "S": S_CELL}
+# Cell fields whose result column has another name (docs/results.md): the table's renamed columns (the
+# overrides kept as JSON: factor_overrides), the real-time cost model, written only for the real-time protocol
+# (an online cell's cost does not enter its identity either), and S.
+_COLUMN_OF = {**{f.name: f.column_name for f in FIELDS if f.column_name}, "cost": "realtime_cost", "S": S_CELL}
 
 # Identity entries that ``Cell.identity`` resolves from the fields: what the method and the model really were.
 _RESOLVED = ("method_config", "method_version", "model_weights")
