@@ -1,5 +1,5 @@
 """A resumed Optuna search continues its sequence: the trials done are replayed into the fresh searcher
-(unitta/tune/replay.py), so stopping and resuming gives the trials of an uninterrupted run with the same seed.
+(unitta/search/replay.py), so stopping and resuming gives the trials of an uninterrupted run with the same seed.
 In-process (--local), real cells: the test method on 200-image exact streams."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from unitta.results import load_results
 from unitta.run import RunOptions
 from unitta.tune import run_tune
 from unitta.tune.config import parse_tune_config
-from unitta.tune.replay import DoneTrial, replay
+from unitta.search.replay import DoneTrial, replay
 
 CELL = {"dataset": "fmnist-c", "setting": "nunu", "sampler": "exact", "length": 200, "n_per_domain": 20,
         "factors": {"domain_beta": 5.0}, "batch_size": 100}

@@ -1,7 +1,7 @@
 """Ray Tune over the stream factors and the BDN domain-prediction layer: ``python -m unitta.tune CONFIG.yaml``.
 
-The tune package: the Tune front end and its command (this module; ``__main__`` runs it), the search
-plan (``plan``) and the schema of a tune config (``config``).
+The tune package: the Tune front end and its command (this module; ``__main__`` runs it), what a trial is
+(``trials``) and the schema of a tune config (``config``); the search itself is ``unitta.search``'s.
 
 
 Examples::
@@ -12,13 +12,13 @@ Examples::
 
 Each trial is one point of the search space (correlation factor alpha_1 and imbalance factor beta of
 domains and classes, paper Cor. 1, docs/streams.md; the BDN prediction layer, docs/unitta.md) and runs
-one cell per method (two cells for a 'gap' objective: both methods on the same stream). The search is a
-planner (``unitta.tune.plan``) of the executor the sweep uses (``unitta.run``), so a tune run has the
+one cell per method (two cells for a 'gap' objective: both methods on the same stream). The search is the
+search package's planner (``unitta.search``) of the executor the sweep uses (``unitta.run``), so a tune run has the
 sweep's guarantees: one run per output folder, ``--dry-run``, ``--local``, the checks before the first
 cell, every cell's row (with the trial columns, ``docs/analysis.md``) written as
 ``<out>/cells/<cell_id>.parquet`` by the sweep's writer, per-cell logs, and resume: re-running skips the
 cells already done (an Optuna search replays the trials already done into its searcher and continues their
-sequence: ``unitta.tune.replay``).
+sequence: ``unitta.search.replay``).
 
 Points outside the feasible region (the stream sampler refuses the factors: ``make_stream`` raises
 ValueError, paper Cor. 1) are not run: their rows are written with status 'failed', an
@@ -45,17 +45,23 @@ from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import RunOptions, execute_plan
 from unitta.run.outdir import fresh_output_dir
 from unitta.schema import ConfigError, check_methods
+from unitta.search.planner import Search, SearchPlanner
+from unitta.search.searchers import GridSearcher, OptunaSearcher
 from unitta.tune.config import (
     TuneConfig,
     base_cell,
     grid_trials,
     load_tune_config,
+    map_feasible,
     trial_cells,
+    unmap_feasible,
     with_method,
 )
-from unitta.tune.plan import GridSearch, OptunaSearch, TuneContext
+from unitta.tune.trials import TuneTrials, distributions
 
 __all__ = ["run_tune", "main"]
+
+log = logging.getLogger("unitta.tune")
 
 
 # ---------------------------------------------------------------------- the search's inputs
@@ -94,29 +100,31 @@ def _layers(cfg: TuneConfig, source: str) -> tuple[list[str], list[str], str | N
     return layers
 
 
-def _done_rows(out: Path, finished: set[str], name: str) -> tuple[dict[str, dict], list[dict]]:
-    """(rows of the cells already done in ``out`` (status 'ok'), keyed by cell id; every earlier trial row of the
-    tune run ``name``, any status, for an Optuna search's replay)."""
+def _earlier_rows(out: Path, finished: set[str]) -> dict[str, dict]:
+    """The rows already in ``out``, any status, by cell id (the search answers what they stand for)."""
     if not finished and not (out / "cells").is_dir():
-        return {}, []
-    df = load_results(out)
-    if df.height == 0:
-        return {}, []
-    done = df.filter(df["cell_id"].is_in(list(finished)))
-    history = df.filter(df["tune_name"] == name) if "tune_name" in df.columns else df.clear()
-    return {row["cell_id"]: row for row in done.to_dicts()}, history.to_dicts()
+        return {}
+    return {row["cell_id"]: row for row in load_results(out).to_dicts()}
 
 
 def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str | None]):
     searched, all_layers, default_layer = layers
     domains, classes, _ = dataset_shape(base_cell(cfg))
 
-    def make(finished: set[str]):
-        done, history = _done_rows(out, finished, cfg.name)
-        ctx = TuneContext(cfg, domains, classes, tuple(all_layers), default_layer, done, history)
+    def make(finished: set[str]) -> SearchPlanner:
+        space = TuneTrials(cfg, domains, classes, tuple(all_layers), default_layer)
         if cfg.search.algorithm == "grid":
-            return GridSearch(ctx, grid_trials(cfg, searched))
-        return OptunaSearch(ctx, searched)
+            trials = grid_trials(cfg, searched)
+            searcher = GridSearcher(trials)
+            log.info("%d grid trials", len(trials))
+        else:
+            sizes = space.sizes
+            searcher = OptunaSearcher(
+                distributions(cfg, searched), cfg.objective.mode, cfg.search.seed, cfg.search.num_samples,
+                to_point=(lambda p: map_feasible(cfg, p, sizes)) if cfg.search.feasible_only else None,
+                from_point=(lambda p: unmap_feasible(cfg, p, sizes)) if cfg.search.feasible_only else None,
+            )
+        return SearchPlanner([Search(space, searcher, cfg.search.max_concurrent, cfg.name)], _earlier_rows(out, finished))
 
     return make
 

@@ -73,6 +73,12 @@ class RangeSpec(Strict):
             raise ValueError(f"a log range needs low > 0, got low={self.low}")
         return self
 
+    def dim(self) -> Any:
+        """The range as a methods' dimension (``unitta.methods.parts.space``: ``LogUniform`` or ``Uniform``)."""
+        from unitta.methods.parts.space import LogUniform, Uniform
+
+        return LogUniform(self.low, self.high) if self.log else Uniform(self.low, self.high)
+
     def grid(self) -> list[float]:
         """The ``num`` grid points of this range (both ends included)."""
         if self.num is None:
