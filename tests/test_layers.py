@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.cell",),
     ("unitta.results",),
     ("unitta.evaluate",),
-    ("unitta.run",),
+    ("unitta.run", "unitta.search"),
     ("unitta.sweep", "unitta.tune", "unitta.recommend", "unitta.contract"),
     ("unitta.select",),
     ("analysis",),

@@ -114,22 +114,20 @@ def test_cells_csv_keeps_failed_and_missing(analysed: Path) -> None:
 
 
 def test_tune_rows_get_factor_and_layer_plots(tmp_path: Path) -> None:
-    """Tune rows (from real trials run in-process) give the factor-line and layer-bar figures."""
+    """Tune rows (from real trials run in-process through the executor) give the factor-line and layer-bar
+    figures."""
+    from unitta.run import RunOptions
+    from unitta.tune import run_tune
     from unitta.tune.config import parse_tune_config
-    from unitta.tune.plan import trial_rows
 
     cell = {"dataset": "fmnist-c", "setting": "nunu", "n_per_domain": 20, "S": 5}
     out = tmp_path / "tune"
-    layers = ("bn1", "layer1.0.bn1", "layer3.2.bn2")
-    factors = parse_tune_config({"name": "f", "cell": cell, "methods": ["test"],
+    local = RunOptions(local=True, progress=False)
+    factors = parse_tune_config({"name": "f", "cell": cell, "methods": ["test"], "search": {"grid": "one_at_a_time"},
                                  "space": {"class_beta": [1.0, 10.0], "domain_alpha": [0.01]}})
-    for i, point in enumerate(({"class_beta": 1.0}, {"class_beta": 10.0}, {"domain_alpha": 0.01})):
-        for row in trial_rows(factors, {"method": "test", **point})[1]:
-            write_cell_result(out, {**row, "trial_id": f"f-{i}"})
-    layer = parse_tune_config({"name": "l", "cell": cell, "methods": ["bdn"], "space": {"layer": list(layers[:2])}})
-    for name in layers[:2]:
-        for row in trial_rows(layer, {"method": "bdn", "layer": name}, layers=layers, default_layer="layer1.0.bn1")[1]:
-            write_cell_result(out, {**row, "trial_id": f"l-{name}"})
+    run_tune(factors, out, opts=local)
+    layer = parse_tune_config({"name": "l", "cell": cell, "methods": ["bdn"], "space": {"layer": ["bn1", "layer1.0.bn1"]}})
+    run_tune(layer, out, opts=local)
     df = load_results(out)
     assert df.filter(pl.col("param_domain_alpha") == 0.01)["status"].to_list() == ["failed"]  # below 1/15
     assert main([str(out), "--out", str(tmp_path / "a")]) == 0

@@ -104,9 +104,10 @@ def test_empty_directory(tmp_path):
 def test_polars_reads_a_sweep_folder_and_a_tune_folder_of_cell_files(tmp_path):
     """Every cell file of a folder has one schema: a plain Parquet reader reads the folder (typed nulls)."""
     from tests.sweep.conftest import small_config
+    from unitta.run import RunOptions
     from unitta.sweep import run_sweep
+    from unitta.tune import run_tune
     from unitta.tune.config import parse_tune_config
-    from unitta.tune.plan import trial_rows
 
     sweep_out = tmp_path / "sweep"
     run_sweep(small_config(settings=("i111",), n_per_domain=20), sweep_out, local=True, progress=False)
@@ -118,9 +119,7 @@ def test_polars_reads_a_sweep_folder_and_a_tune_folder_of_cell_files(tmp_path):
             "factors": {"domain_beta": 5.0}, "batch_size": 60}
     cfg = parse_tune_config({"name": "t", "methods": ["test"], "cell": cell, "search": {"grid": "one_at_a_time"},
                              "space": {"domain_alpha": [0.5, 0.9], "class_beta": [2.0]}})
-    for i, point in enumerate([{"domain_alpha": 0.5}, {"domain_alpha": 0.9}, {"class_beta": 2.0}]):
-        for row in trial_rows(cfg, point)[1]:
-            write_cell_result(tmp_path / "tune", {**row, "trial_id": f"trial_{i}"})
+    run_tune(cfg, tmp_path / "tune", opts=RunOptions(local=True, progress=False))
     tune = pl.read_parquet(cells_dir(tmp_path / "tune"))
     assert tune.height == 3 and sorted(tune["status"]) == ["failed", "ok", "ok"]
     assert tune["param_domain_alpha"].dtype == pl.Float64 and tune["param_domain_alpha"].null_count() == 1

@@ -11,9 +11,9 @@ import pytest
 
 from unitta.results import load_results
 from unitta.run import RunOptions
+from unitta.search.replay import DoneTrial, replay
 from unitta.tune import run_tune
 from unitta.tune.config import parse_tune_config
-from unitta.search.replay import DoneTrial, replay
 
 CELL = {"dataset": "fmnist-c", "setting": "nunu", "sampler": "exact", "length": 200, "n_per_domain": 20,
         "factors": {"domain_beta": 5.0}, "batch_size": 100}

@@ -140,7 +140,7 @@ SCHEMA = pa.schema(
     ]
 )
 
-# Columns other writers add to SCHEMA's, with their types: Tune's trial columns (unitta/tune/plan.py TRIAL_COLUMNS).
+# Columns other writers add to SCHEMA's, with their types: Tune's trial columns (unitta/tune/trials.py TRIAL_COLUMNS).
 # A null there is written with this type, so that every cell file of a folder has the same schema and any
 # Parquet reader reads the folder (``polars.read_parquet("<out>/cells")``); an unknown extra column that is
 # null is written as a string column.

@@ -34,7 +34,7 @@ class TrialSpace:
 
     width = 1  # cells per trial, to size the run before the searcher's points are known
 
-    def cells(self, point: dict[str, Any]) -> list[Cell]:
+    def trial_cells(self, point: dict[str, Any]) -> list[Cell]:
         """The trial's cells (the same for the same point)."""
         raise NotImplementedError
 
@@ -153,7 +153,7 @@ class SearchPlanner:
         searcher = search.searcher
         if isinstance(searcher, GridSearcher):  # a grid's cells are known now
             for point in searcher.points:
-                self._accept(search, point, search.space.cells(point))
+                self._accept(search, point, search.space.trial_cells(point))
             return
         kept, outside = searcher.resume(done_trials(self.earlier.values(), search.space), search.window)
         for trial in kept:
@@ -170,7 +170,7 @@ class SearchPlanner:
         search.space.accept(point, cells)
 
     def _open(self, search: Search, point: dict[str, Any], handle: Any) -> None:
-        cells = search.space.cells(point)
+        cells = search.space.trial_cells(point)
         self._accept(search, point, cells)
         trial = Trial(search, point, handle, cells)
         for cid, (row, text) in search.space.not_run(point, cells).items():

@@ -4,7 +4,7 @@ A seeded searcher (Optuna's TPE) is deterministic given what it was told and in 
 therefore asks the fresh searcher for its points again, in the same order, and tells it each done trial's
 outcome (read from the rows of its cells) instead of running it: the searcher ends in the state an
 uninterrupted run had, and the next point it suggests is the one that run would have run next (docs/analysis.md,
-"Resume"). Killing a search and resuming it gives the same set of trials as running it through; raising
+first section). Killing a search and resuming it gives the same set of trials as running it through; raising
 ``num_samples`` continues the sequence. A point suggested again is answered again from the same rows, as the
 planner answers it in a run (``unitta.search.planner``).
 
@@ -64,7 +64,7 @@ def done_trials(rows: Iterable[dict[str, Any]], space: Any) -> list[DoneTrial]:
             points.setdefault(point_key(point), point)
     trials = []
     for point in points.values():
-        cells = space.cells(point)
+        cells = space.trial_cells(point)
         found = [by_cell.get(c.cell_id()) for c in cells]
         if any(r is None for r in found):
             continue  # a trial a kill interrupted: its point is asked again and its missing cells run

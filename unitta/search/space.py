@@ -1,4 +1,4 @@
-"""A search space's dimensions as Optuna distributions, and a point's identity (docs/analysis.md, "Resume").
+"""A search space's dimensions as Optuna distributions, and a point's identity (docs/analysis.md).
 
 A dimension is a list of values (Optuna's choices) or one of the methods' dimensions
 (``unitta.methods.parts.space``: ``Choice``, ``IntUniform``, ``LogUniform``, ``Uniform``).

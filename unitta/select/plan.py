@@ -1,18 +1,18 @@
-"""A selection as a planner of the one executor (``unitta.run``): groups -> points -> trial cells -> choices.
+"""A selection on the search package's planner (``unitta.search``): groups -> points -> trial cells -> choices.
 
-Per group (method, setting, stream seed) the planner runs the default cell, every point's test trial (when
-the oracle or unsupervised protocol asks for it) and validation trial (holdout), then, for a holdout
-choice without a test trial, the chosen point's test cell. Points come from the grid or from Ray Tune's
-OptunaSearch (``suggest`` / ``on_trial_complete``, warm-started from the points already run); with
-``scheduler: asha`` every validation trial reports to Ray Tune's ASHA (``unitta.select.asha``), which may stop
-it ('stopped' rows: never results). Cells already done in the output directory ('ok', or 'stopped' for a
-validation trial) are not run again (resume); every cell of the selection joins its membership record.
+Per group (method, setting, stream seed) one search runs every point's test trial (when the oracle or
+unsupervised protocol asks for it) and validation trial (holdout); the planner also runs the group's default
+cell and, for a holdout choice without a test trial, the chosen point's test cell once the search is done.
+Points come from the grid or from the search package's Optuna driver (a point proposed again is answered
+from the rows of its cells; a resumed search replays the points already run); with ``scheduler: asha`` every
+validation trial reports to Ray Tune's ASHA (``unitta.select.asha``), which may stop it ('stopped' rows: never
+results). Cells already done in the output directory ('ok', or 'stopped' for a validation trial) are not run
+again (resume); every cell of the selection is in its membership record.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import math
 import random
 from typing import Any
@@ -22,13 +22,13 @@ from unitta.cell.criteria import CRITERION_MODES, column
 from unitta.evaluate.adapt import Report
 from unitta.evaluate.inputs import build_stream, load_cell_dataset
 from unitta.results import STATUS_OK, STATUS_STOPPED
+from unitta.search.planner import Search, SearchPlanner, TrialSpace
+from unitta.search.searchers import GridSearcher, OptunaSearcher
 from unitta.select.asha import AshaArbiter, AshaHook, asha_score, first_rung, milestones
 from unitta.select.config import SelectConfig
 from unitta.select.space import Group, chosen_text, distributions, grid_points, groups, trial_cell
 
 __all__ = ["SelectPlanner", "GroupPlan", "batches_of", "best_point", "ok_value", "objective"]
-
-logger = logging.getLogger("unitta.select")
 
 
 def batches_of(row: dict[str, Any]) -> int:
@@ -67,11 +67,6 @@ def best_point(plan: GroupPlan, rows: dict[str, dict], stream: str, col: str, mo
     return best[2], best[3]
 
 
-def holdout_choice(plan: GroupPlan, rows: dict[str, dict]) -> dict[str, Any] | None:
-    best = best_point(plan, rows, "validation", "error", "min")
-    return None if best is None else best[0]
-
-
 def objective(cfg: SelectConfig) -> tuple[str, str, str]:
     """(stream, column, mode) by which an Optuna search proposes points: holdout's validation error, else the
     oracle's test error, else the first criterion."""
@@ -82,182 +77,109 @@ def objective(cfg: SelectConfig) -> tuple[str, str, str]:
     return "test", column(cfg.criteria[0]), CRITERION_MODES[cfg.criteria[0]]
 
 
-class GroupPlan:
-    """One group's points and cells: which cell is which stream of which point."""
+class GroupPlan(TrialSpace):
+    """One group's trial space (``unitta.search.planner.TrialSpace``): a point's cells (its test and validation
+    trials), the objective the searcher is told, and which planned cell is which stream of which point.
 
-    def __init__(self, cfg: SelectConfig, group: Group) -> None:
-        self.cfg, self.group = cfg, group
+    owner, stream: the planner's registries (cell id -> its group, cell id -> its stream, one of STREAMS).
+    """
+
+    def __init__(self, cfg: SelectConfig, group: Group, owner: dict[str, GroupPlan], stream: dict[str, str]) -> None:
+        self.cfg, self.group, self.owner, self.stream_of = cfg, group, owner, stream
         self.streams = ["test"] if cfg.uses_test_trials else []
         if "holdout" in cfg.protocols:
             self.streams.append("validation")
+        self.width = len(self.streams)
         self.points: list[dict[str, Any]] = []
         self.cells: dict[tuple[str, str], Cell] = {}  # (point key or '', stream) -> cell
-        self.chosen_planned = False
-        self.search: Any = None  # Optuna: Ray Tune's searcher; grid: the points left
-        self.asked = 0
-        self.open: dict[str, str] = {}  # the searcher's trial handle -> its point's key
+        self._validation = trial_cell(cfg, group, None, "validation").corruptions
+        self._names: set[str] | None = None
 
-    def add_point(self, point: dict[str, Any]) -> list[Cell]:
-        key = chosen_text(point)
-        if any(chosen_text(p) == key for p in self.points):
-            return []
-        self.points.append(point)
-        return [self._cell(point, stream) for stream in self.streams]
-
-    def _cell(self, point: dict[str, Any] | None, stream: str) -> Cell:
-        cell = trial_cell(self.cfg, self.group, point, stream)
+    def _record(self, point: dict[str, Any] | None, stream: str, cell: Cell) -> Cell:
         self.cells[(chosen_text(point) if point is not None else "", stream)] = cell
+        self.owner.setdefault(cell.cell_id(), self)
+        self.stream_of.setdefault(cell.cell_id(), stream)
         return cell
 
     def default_cell(self) -> Cell:
-        return self._cell(None, "default")
+        return self._record(None, "default", trial_cell(self.cfg, self.group, None, "default"))
 
     def chosen_cell(self, point: dict[str, Any]) -> Cell:
-        self.chosen_planned = True
-        return self._cell(point, "chosen")
+        return self._record(point, "chosen", trial_cell(self.cfg, self.group, point, "chosen"))
 
     def cell(self, point: dict[str, Any] | None, stream: str) -> Cell | None:
         return self.cells.get((chosen_text(point) if point is not None else "", stream))
 
+    # ------------------------------------------------------------------ the trial space
+    def trial_cells(self, point: dict[str, Any]) -> list[Cell]:
+        return [trial_cell(self.cfg, self.group, point, stream) for stream in self.streams]
 
-class SelectPlanner:
-    """The executor's planner of a selection (``unitta.run.Planner``); see the module docstring."""
+    def accept(self, point: dict[str, Any], cells: list[Cell]) -> None:
+        if all(chosen_text(p) != chosen_text(point) for p in self.points):
+            self.points.append(point)
+        for stream, cell in zip(self.streams, cells):
+            self._record(point, stream, cell)
+
+    def reuses(self, cell: Cell, row: dict[str, Any]) -> bool:
+        """'ok', or 'stopped' for a validation trial (ASHA stopped it: its result is that it stopped)."""
+        return row.get("status") == STATUS_OK or (row.get("status") == STATUS_STOPPED
+                                                  and cell.corruptions == self._validation)
+
+    def objective(self, rows: list[dict[str, Any]]) -> float:
+        stream, col, _ = objective(self.cfg)
+        value = ok_value(rows[self.streams.index(stream)], col)
+        return math.nan if value is None else value
+
+    def point_of(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """The searched hyper-parameters of a row's method_kwargs (None if it lacks one)."""
+        if self._names is None:
+            self._names = set(distributions(self.cfg, self.group.method))
+        kwargs = json.loads(row.get("method_kwargs") or "{}")
+        point = {k: v for k, v in kwargs.items() if k in self._names}
+        return point if set(point) == self._names else None
+
+
+class SelectPlanner(SearchPlanner):
+    """The executor's planner of a selection: one search per group on the search package's planner, the default
+    cells, holdout's chosen cells, ASHA's reports (see the module docstring).
+
+    rows: the rows already in the output folder, by cell id, any status.
+    """
 
     def __init__(self, cfg: SelectConfig, rows: dict[str, dict[str, Any]]) -> None:
         self.cfg = cfg
-        self.rows = {cid: r for cid, r in rows.items() if r.get("status") in (STATUS_OK, STATUS_STOPPED)}
-        self.plans = {g.key: GroupPlan(cfg, g) for g in groups(cfg)}
         self.owner: dict[str, GroupPlan] = {}  # cell id -> its group
         self.stream: dict[str, str] = {}  # cell id -> its stream (STREAMS)
-        self.queue: list[Cell] = []
-        self.waiting: set[str] = set()
-        self.outbox: list[tuple[dict[str, Any], str]] = []
-        self.members: list[str] | None = None
-        self.added_members: list[str] = []
-        self.notes: list[str] = []
-        self.n_cells = self.n_skipped = 0
+        self.plans = {g.key: GroupPlan(cfg, g, self.owner, self.stream) for g in groups(cfg)}
         self.arbiter: Any = None
         self.report_every: dict[str, int] = {}
         self.milestones: dict[str, tuple[int, ...]] = {}
-        for plan in self.plans.values():
-            self._init_search(plan)
-            self._enqueue(plan, [plan.default_cell()], "default")
-        self._advance()
+        searches = [Search(plan, *self._searcher(plan), plan.group.key) for plan in self.plans.values()]
+        super().__init__(searches, rows, [plan.default_cell() for plan in self.plans.values()])
 
-    # ------------------------------------------------------------------ the searches
-    def _init_search(self, plan: GroupPlan) -> None:
-        if self.cfg.search.algorithm == "grid":
-            plan.search = grid_points(self.cfg, plan.group.method)
-            if self.cfg.search.scheduler == "asha":  # asynchronous halving assumes no order (a sorted grid would
-                random.Random(self.cfg.search.seed).shuffle(plan.search)  # keep improving and never stop)
-            return
-        import optuna
-        from ray.tune.search.optuna import OptunaSearch
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    def _searcher(self, plan: GroupPlan) -> tuple[GridSearcher | OptunaSearcher, int]:
+        """(the group's searcher, its window): a grid's points all at once, Optuna's ``max_concurrent``."""
+        search = self.cfg.search
+        if search.algorithm == "grid":
+            points = grid_points(self.cfg, plan.group.method)
+            if search.scheduler == "asha":  # asynchronous halving assumes no order (a sorted grid would
+                random.Random(search.seed).shuffle(points)  # keep improving and never stop)
+            return GridSearcher(points), max(1, len(points))
         _, _, mode = objective(self.cfg)
-        previous = self._previous_points(plan)
-        plan.search = OptunaSearch(
-            space=distributions(self.cfg, plan.group.method), metric="objective", mode=mode,
-            sampler=optuna.samplers.TPESampler(seed=self.cfg.search.seed),
-            points_to_evaluate=[p for p, _ in previous] or None, evaluated_rewards=[v for _, v in previous] or None,
-        )
-        for point, _ in previous:
-            self._add_point(plan, point)
-        plan.asked = len(previous)
+        searcher = OptunaSearcher(distributions(self.cfg, plan.group.method), mode, search.seed, search.num_samples,
+                                  name=plan.group.key)
+        return searcher, search.max_concurrent
 
-    def _previous_points(self, plan: GroupPlan) -> list[tuple[dict[str, Any], float]]:
-        """Points of this selection already evaluated (rows of its cells in the output), for a warm start."""
-        stream, col, _ = objective(self.cfg)
-        names = set(distributions(self.cfg, plan.group.method))
-        base = trial_cell(self.cfg, plan.group, None, stream)
-        found: dict[str, tuple[dict[str, Any], float]] = {}
-        for row in self.rows.values():
-            kwargs = json.loads(row.get("method_kwargs") or "{}")
-            point = {k: v for k, v in kwargs.items() if k in names}
-            if set(point) != names or row.get("status") != STATUS_OK or row.get(col) is None:
-                continue
-            if trial_cell(self.cfg, plan.group, point, stream).cell_id() == row["cell_id"] != base.cell_id():
-                found[chosen_text(point)] = (point, float(row[col]))
-        return list(found.values())
-
-    def _next_points(self, plan: GroupPlan) -> list[dict[str, Any]]:
-        if isinstance(plan.search, list):
-            points, plan.search = plan.search, []
-            return points
-        out = []
-        while plan.asked < self.cfg.search.num_samples and len(plan.open) < self.cfg.search.max_concurrent:
-            plan.asked += 1
-            handle = f"{plan.group.key}:{plan.asked}"
-            point = dict(plan.search.suggest(handle))
-            plan.open[handle] = chosen_text(point)
-            out.append(point)
-        return out
-
-    def _exhausted(self, plan: GroupPlan) -> bool:
-        if isinstance(plan.search, list):
-            return not plan.search
-        return plan.asked >= self.cfg.search.num_samples and not plan.open
-
-    def _tell(self, plan: GroupPlan) -> None:
-        """Tell the searcher every open point whose cells are all back."""
-        if isinstance(plan.search, list):
+    def finished(self, search: Search) -> None:
+        """Holdout without test trials: the test cell of the point best on the validation stream."""
+        plan = search.space
+        if "holdout" not in self.cfg.protocols or self.cfg.uses_test_trials:
             return
-        stream, col, _ = objective(self.cfg)
-        for handle, key in list(plan.open.items()):
-            point = json.loads(key)
-            if any(self._missing(plan.cell(point, s)) for s in plan.streams):
-                continue
-            row = self.rows.get(plan.cell(point, stream).cell_id(), {})
-            value = row.get(col) if row.get("status") == STATUS_OK else None
-            if value is None or not math.isfinite(value):
-                plan.search.on_trial_complete(handle, error=True)
-            else:
-                plan.search.on_trial_complete(handle, result={"objective": float(value)})
-            del plan.open[handle]
+        best = best_point(plan, self.rows, "validation", "error", "min")
+        if best is not None:
+            self.plan_cell(plan.chosen_cell(best[0]))
 
-    # ------------------------------------------------------------------ bookkeeping
-    def _missing(self, cell: Cell | None) -> bool:
-        return cell is not None and cell.cell_id() not in self.rows
-
-    def _enqueue(self, plan: GroupPlan, cells: list[Cell], stream: str) -> None:
-        for cell in cells:
-            cid = cell.cell_id()
-            if cid in self.owner:
-                continue
-            self.owner[cid], self.stream[cid] = plan, stream
-            self.added_members.append(cid)
-            self.n_cells += 1
-            if cid in self.rows and (self.rows[cid]["status"] == STATUS_OK or stream == "validation"):
-                self.n_skipped += 1  # done before: reused ('stopped' counts only for a validation trial)
-            else:
-                self.rows.pop(cid, None)
-                self.queue.append(cell)
-
-    def _add_point(self, plan: GroupPlan, point: dict[str, Any]) -> None:
-        for cell, stream in zip(plan.add_point(point), plan.streams):
-            self._enqueue(plan, [cell], stream)
-
-    def _advance(self) -> None:
-        """Plan every cell that can be planned now (new points, holdout's chosen test cells)."""
-        for plan in self.plans.values():
-            self._tell(plan)
-            for point in self._next_points(plan):
-                self._add_point(plan, point)
-            self._tell(plan)
-            if self._needs_chosen(plan):
-                best = best_point(plan, self.rows, "validation", "error", "min")
-                if best is not None:
-                    self._enqueue(plan, [plan.chosen_cell(best[0])], "chosen")
-                else:
-                    plan.chosen_planned = True
-
-    def _needs_chosen(self, plan: GroupPlan) -> bool:
-        if "holdout" not in self.cfg.protocols or self.cfg.uses_test_trials or plan.chosen_planned:
-            return False
-        return self._exhausted(plan) and not any(self._missing(plan.cell(p, "validation")) for p in plan.points)
-
-    # ------------------------------------------------------------------ the executor's interface
+    # ------------------------------------------------------------------ ASHA
     def attach(self, backend) -> None:
         """ASHA's arbiter: an object here (--local) or a Ray actor every validation task asks."""
         if self.cfg.search.scheduler != "asha":
@@ -303,25 +225,8 @@ class SelectPlanner:
         key = plan.group.key
         return Report(self.report_every[key], AshaHook(self.arbiter, key, cell.cell_id(), self.milestones[key]))
 
-    def take(self) -> list[Cell]:
-        cells, self.queue = self.queue, []
-        self.waiting.update(c.cell_id() for c in cells)
-        return cells
-
     def on_result(self, cell: Cell, row: dict[str, Any], text: str) -> None:
         cid = cell.cell_id()
-        self.waiting.discard(cid)
-        self.outbox.append((row, text))
-        self.rows[cid] = row
-        if self.arbiter is not None and self.stream[cid] == "validation" and row.get("status") == STATUS_OK:
+        if self.arbiter is not None and self.stream.get(cid) == "validation" and row.get("status") == STATUS_OK:
             self._call("complete", self.owner[cid].group.key, cid, batches_of(row), row_score(row))
-        self._advance()
-
-    def drain(self) -> list[tuple[dict[str, Any], str]]:
-        out, self.outbox = self.outbox, []
-        return out
-
-    def done(self) -> bool:
-        return not self.queue and not self.waiting and not self.outbox and all(
-            self._exhausted(p) and not self._needs_chosen(p) for p in self.plans.values()
-        )
+        super().on_result(cell, row, text)

@@ -19,7 +19,7 @@ import logging
 import sys
 from pathlib import Path
 
-from unitta.results import cell_statuses, load_results
+from unitta.results import load_results
 from unitta.results.output_checks import check_output_dir
 from unitta.run import exits
 from unitta.run.checks import list_cells, preflight
@@ -35,12 +35,9 @@ __all__ = ["run_select", "selection_summary_lines", "main"]
 
 def _planner(cfg: SelectConfig, out: Path, holder: dict):
     def make(finished: set[str]) -> SelectPlanner:
-        statuses = cell_statuses(out) if out.is_dir() else {}
-        keep = {cid for cid, status in statuses.items() if status in ("ok", "stopped")}
         rows = {}
-        if keep:
-            df = load_results(out)
-            rows = {r["cell_id"]: r for r in df.filter(df["cell_id"].is_in(list(keep))).to_dicts()}
+        if finished or (out / "cells").is_dir():
+            rows = {r["cell_id"]: r for r in load_results(out).to_dicts()}
         holder["planner"] = SelectPlanner(cfg, rows)
         return holder["planner"]
 

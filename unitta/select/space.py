@@ -18,6 +18,7 @@ from typing import Any
 
 from unitta.cell import Cell
 from unitta.schema import ConfigError, check_methods
+from unitta.search.space import distribution
 from unitta.select.config import SelectConfig
 from unitta.tune.config import RangeSpec, base_cell
 
@@ -75,21 +76,8 @@ def grid_points(cfg: SelectConfig, method: str) -> list[dict[str, Any]]:
 
 
 def distributions(cfg: SelectConfig, method: str) -> dict[str, Any]:
-    """Optuna distributions of the method's dimensions (for Ray Tune's OptunaSearch)."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    out: dict[str, Any] = {}
-    for name, dim in sorted(method_dims(cfg, method).items()):
-        kind = type(dim).__name__
-        if isinstance(dim, list) or kind == "Choice":
-            out[name] = CategoricalDistribution(list(dim if isinstance(dim, list) else dim.values))
-        elif isinstance(dim, RangeSpec):
-            out[name] = FloatDistribution(dim.low, dim.high, log=dim.log)
-        elif kind == "IntUniform":
-            out[name] = IntDistribution(int(dim.low), int(dim.high))
-        else:  # LogUniform / Uniform
-            out[name] = FloatDistribution(float(dim.low), float(dim.high), log=kind == "LogUniform")
-    return out
+    """Optuna distributions of the method's dimensions (for the search package's Optuna driver)."""
+    return {name: distribution(_as_dim(dim)) for name, dim in sorted(method_dims(cfg, method).items())}
 
 
 def trial_cell(cfg: SelectConfig, group: Group, point: dict[str, Any] | None, stream: str) -> Cell:
@@ -122,8 +110,4 @@ def check_spaces(cfg: SelectConfig, source: str) -> None:
 
 def _as_dim(dim: Any) -> Any:
     """A config range as the methods' dimension (``unitta.methods.parts.space``); lists and Dims as they are."""
-    from unitta.methods.parts.space import LogUniform, Uniform
-
-    if isinstance(dim, RangeSpec):
-        return LogUniform(dim.low, dim.high) if dim.log else Uniform(dim.low, dim.high)
-    return dim
+    return dim.dim() if isinstance(dim, RangeSpec) else dim

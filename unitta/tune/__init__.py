@@ -124,7 +124,8 @@ def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str
                 to_point=(lambda p: map_feasible(cfg, p, sizes)) if cfg.search.feasible_only else None,
                 from_point=(lambda p: unmap_feasible(cfg, p, sizes)) if cfg.search.feasible_only else None,
             )
-        return SearchPlanner([Search(space, searcher, cfg.search.max_concurrent, cfg.name)], _earlier_rows(out, finished))
+        search = Search(space, searcher, cfg.search.max_concurrent, cfg.name)
+        return SearchPlanner([search], _earlier_rows(out, finished))
 
     return make
 

@@ -79,7 +79,7 @@ class TuneTrials(TrialSpace):
     def sizes(self) -> dict[str, int]:
         return {"domain": self.num_domains, "class": self.num_classes}
 
-    def cells(self, point: dict[str, Any]) -> list[Cell]:
+    def trial_cells(self, point: dict[str, Any]) -> list[Cell]:
         params = {k: v for k, v in point.items() if k != "method"}
         return trial_cells(with_method(self.cfg, point.get("method")), params)
 
