@@ -16,7 +16,7 @@ without a row; a resumed Optuna search first replays its done trials into the fr
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Iterable
 from typing import Any
 
 from unitta.cell import Cell
@@ -25,9 +25,6 @@ from unitta.search.replay import done_trials
 from unitta.search.searchers import GridSearcher, OptunaSearcher
 
 __all__ = ["TrialSpace", "Trial", "Search", "SearchPlanner"]
-
-log = logging.getLogger("unitta.search")
-
 
 class TrialSpace:
     """What a front end says about its trials; the defaults suit a trial whose rows are written as they are."""
@@ -90,10 +87,11 @@ class Search:
 class SearchPlanner:
     """The executor's planner (``unitta.run.executor.Planner``) over searches; see the module docstring.
 
-    earlier: the rows already in the output folder, by cell id, any status (resume reads failed ones too).
+    earlier: the rows already in the output folder, by cell id, any status (resume reads failed ones too);
+    cells: cells of no trial, planned first.
     """
 
-    def __init__(self, searches: list[Search], earlier: dict[str, dict[str, Any]], cells: list[Cell] = ()) -> None:
+    def __init__(self, searches: list[Search], earlier: dict[str, dict[str, Any]], cells: Iterable[Cell] = ()) -> None:
         self.searches = searches
         self.earlier = earlier
         self.rows: dict[str, dict[str, Any]] = {}  # rows that answer a cell: reused or finished in this run

@@ -16,7 +16,7 @@ from unitta.search.space import inside, point_key
 
 __all__ = ["GridSearcher", "OptunaSearcher"]
 
-log = logging.getLogger("unitta.search")
+_log = logging.getLogger("unitta.search")
 
 _METRIC = "objective"
 
@@ -107,7 +107,7 @@ class OptunaSearcher:
             self.searcher.add_evaluated_point(self.searcher_point(t.point), value, error=not math.isfinite(t.value))
         self.queued = [*result.reopened, *([result.prefetched] if result.prefetched else [])]
         self.budget = max(0, self.num_samples - len(result.replayed) - len(result.unmatched))
-        log.info("optuna (Ray Tune searcher): %d points in total, %d answered from earlier rows, %d to ask",
+        _log.info("optuna (Ray Tune searcher): %d points in total, %d answered from earlier rows, %d to ask",
                  self.num_samples, len(result.replayed) + len(result.unmatched), self.budget)
         outside = [t for t in done if self.searcher_point(t.point) is None]
         return kept, outside

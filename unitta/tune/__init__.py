@@ -57,11 +57,11 @@ from unitta.tune.config import (
     unmap_feasible,
     with_method,
 )
-from unitta.tune.trials import TuneTrials, distributions
+from unitta.tune.trials import TuneTrials, optuna_space
 
 __all__ = ["run_tune", "main"]
 
-log = logging.getLogger("unitta.tune")
+_log = logging.getLogger("unitta.tune")
 
 
 # ---------------------------------------------------------------------- the search's inputs
@@ -116,11 +116,11 @@ def _planner(cfg: TuneConfig, out: Path, layers: tuple[list[str], list[str], str
         if cfg.search.algorithm == "grid":
             trials = grid_trials(cfg, searched)
             searcher = GridSearcher(trials)
-            log.info("%d grid trials", len(trials))
+            _log.info("%d grid trials", len(trials))
         else:
             sizes = space.sizes
             searcher = OptunaSearcher(
-                distributions(cfg, searched), cfg.objective.mode, cfg.search.seed, cfg.search.num_samples,
+                optuna_space(cfg, searched), cfg.objective.mode, cfg.search.seed, cfg.search.num_samples,
                 to_point=(lambda p: map_feasible(cfg, p, sizes)) if cfg.search.feasible_only else None,
                 from_point=(lambda p: unmap_feasible(cfg, p, sizes)) if cfg.search.feasible_only else None,
             )

@@ -25,9 +25,9 @@ from unitta.search.planner import Trial, TrialSpace
 from unitta.search.space import distribution, point_key
 from unitta.tune.config import FACTORS, RangeSpec, TuneConfig, feasible_pairs, trial_cells, with_method
 
-__all__ = ["TRIAL_COLUMNS", "TuneTrials", "distributions"]
+__all__ = ["TRIAL_COLUMNS", "TuneTrials", "optuna_space"]
 
-log = logging.getLogger("unitta.tune")
+_log = logging.getLogger("unitta.tune")
 
 # Columns a tune row carries on top of the sweep's schema (docs/analysis.md).
 TRIAL_COLUMNS = (
@@ -123,7 +123,7 @@ class TuneTrials(TrialSpace):
             tune_algorithm=cfg.search.algorithm,
         )
         point = {k: round(v, 4) if isinstance(v, float) else v for k, v in trial.point.items()}
-        log.info("trial %s: %s", point, "infeasible" if why else f"objective {value:.3g}")
+        _log.info("trial %s: %s", point, "infeasible" if why else f"objective {value:.3g}")
         return [{**trial.rows[c.cell_id()], **columns} for c in trial.cells]
 
     def point_of(self, row: dict[str, Any]) -> dict[str, Any] | None:
@@ -132,7 +132,7 @@ class TuneTrials(TrialSpace):
         return None if any(v is None for v in point.values()) else point
 
 
-def distributions(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
+def optuna_space(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
     """The Optuna searcher's space: each searched factor and the layer (a feasible_only alpha_1 as u in [0, 1])."""
     space: dict[str, Any] = {}
     for name in cfg.space.searched():
