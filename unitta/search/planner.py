@@ -78,7 +78,7 @@ class Search:
         self.space, self.searcher, self.window, self.key = space, searcher, max(1, window), key
         self.open: list[Trial] = []
         self.exhausted = False
-        self.closed = False  # finished, and the planner's ``finished`` hook has run
+        self.closed = False  # finished, and the planner's ``search_done`` has run
 
     def finished(self) -> bool:
         return self.exhausted and not self.open
@@ -195,7 +195,7 @@ class SearchPlanner:
         search.searcher.tell(trial.handle, value)
 
     def _advance(self) -> None:
-        """Open trials up to each search's window; run ``finished`` for each search that has just finished."""
+        """Open trials up to each search's window; call ``search_done`` for each search that has just finished."""
         for search in self.searches:
             while not search.exhausted and len(search.open) < search.window:
                 nxt = search.searcher.ask()
@@ -205,9 +205,9 @@ class SearchPlanner:
                     self._open(search, *nxt)
             if search.finished() and not search.closed:
                 search.closed = True
-                self.finished(search)
+                self.search_done(search)
 
-    def finished(self, search: Search) -> None:
+    def search_done(self, search: Search) -> None:
         """A search has no more trials to run (select plans holdout's chosen cell here)."""
 
     # ------------------------------------------------------------------ the executor's interface

@@ -170,7 +170,7 @@ class SelectPlanner(SearchPlanner):
                                   name=plan.group.key)
         return searcher, search.max_concurrent
 
-    def finished(self, search: Search) -> None:
+    def search_done(self, search: Search) -> None:
         """Holdout without test trials: the test cell of the point best on the validation stream."""
         plan = search.space
         if "holdout" not in self.cfg.protocols or self.cfg.uses_test_trials:
