@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from unitta.methods import method_space
 from unitta.run import RunOptions
@@ -29,17 +30,20 @@ def test_optuna_points_come_from_the_declared_space_and_resume(tmp_path: Path) -
     assert again.n_skipped == again.n_cells == 4 and sel2["chosen"].to_list() == sel["chosen"].to_list()
 
 
-def test_optuna_points_repeated_by_the_searcher_are_answered_from_the_finished_rows(tmp_path: Path) -> None:
-    """A list space smaller than num_samples: Optuna proposes points already run; they are answered from the
-    rows of their cells (no cell runs twice), and a rerun proposes them again and runs nothing (issue 43, B)."""
+@pytest.mark.parametrize(("seed", "window"), [(0, 1), (1, 2)])
+def test_optuna_points_repeated_by_the_searcher_are_answered_from_the_finished_rows(
+        tmp_path: Path, seed: int, window: int) -> None:
+    """A list space smaller than num_samples: Optuna proposes points already run (seed 0: 0.5, 0.1, 0.5, 0.5, one
+    trial at a time) or still running (seed 1: 0.5, 0.5, 0.1, 0.5, two at a time); they are answered from the rows
+    of their cells (no cell runs twice), and a rerun proposes them again and runs nothing (issue 43, B)."""
     cfg = parse_select_config({
         "name": "optuna_repeats", "cell": {"dataset": "fmnist-c", "n_per_domain": 10, "S": 1, "batch_size": 50},
         "methods": ["bn_alpha"], "space": {"bn_alpha": {"alpha": [0.1, 0.5]}}, "protocols": ["default", "oracle"],
-        "search": {"algorithm": "optuna", "num_samples": 4, "max_concurrent": 1, "seed": 0},
+        "search": {"algorithm": "optuna", "num_samples": 4, "max_concurrent": window, "seed": seed},
     })
     opts = RunOptions(local=True, progress=False)
     outcome, sel = run_select(cfg, tmp_path, opts)
-    assert outcome.n_failed == 0 and outcome.n_ok <= 3  # the default cell and at most the two points, each once
+    assert outcome.n_failed == 0 and outcome.n_ok == 3  # the default cell and the two points, each once
     oracle = sel.filter(pl.col("protocol") == "oracle").row(0, named=True)
     assert json.loads(oracle["chosen"])["alpha"] in (0.1, 0.5) and oracle["trials"] == outcome.n_ok - 1
     again, sel2 = run_select(cfg, tmp_path, opts)
