@@ -11,6 +11,7 @@ mean or ± interval is only ever taken over seeds (``unitta.results.replicates``
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,6 +182,10 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str]
             raise AnalysisError(
                 f"{path}: not a unitta result directory: its Parquet rows lack column(s) {', '.join(missing)}"
             )
+        df, n_validation = _without_validation_trials(df, path)
+        if n_validation:
+            print(f"note: {path}: {n_validation} held-out validation trial row(s) of its selection left out: they "
+                  "ran on the validation corruptions, not the test stream (docs/selection.md)", file=sys.stderr)
         frames.append(df.with_columns(pl.lit(str(path)).alias("source")))
     if not frames:  # --sweep: no directory has that sweep's rows
         raise AnalysisError("; ".join(without_sweep))
@@ -195,6 +200,23 @@ def load_dirs(dirs: list[str | Path], sweep: str | None = None, where: list[str]
         return apply_where(normalise_rows(df), where)
     except ValueError as exc:
         raise AnalysisError(str(exc)) from None
+
+
+def _without_validation_trials(df: pl.DataFrame, path: Path) -> tuple[pl.DataFrame, int]:
+    """``df`` less the rows of ``unitta select``'s held-out validation trials (a folder with a selection.parquet):
+    the rows whose ``corruptions`` are the selection's validation corruptions. They are trials of hyper-parameter
+    points on other domains than the test stream's, never results to put in a table (docs/selection.md)."""
+    selection = path / "selection.parquet"
+    if not selection.is_file() or "corruptions" not in df.columns:
+        return df, 0
+    lists = pl.read_parquet(selection, columns=["validation_corruptions"])["validation_corruptions"].drop_nulls()
+    held_out = {tuple(names) for names in lists.to_list()}
+    if not held_out:
+        return df, 0
+    is_validation = pl.col("corruptions").map_elements(
+        lambda text: tuple(json.loads(text)) in held_out, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
+    kept = df.filter(~is_validation)
+    return kept, df.height - kept.height
 
 
 def split_rows(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -6,6 +6,7 @@ Example::
     python analysis/selection.py results/select_quick          # -> results/select_quick/analysis/
 
 Writes ``selection.md`` and ``selection.png`` (``--out``, default ``<dir>/analysis``):
+- what each protocol chose: the chosen hyper-parameter values per method x setting (x seed);
 - each method's test error under each protocol (mean over settings and seeds; the gap to the oracle);
 - per protocol the ranking of the methods, Kendall's tau against the ranking under the methods' defaults, and
   the winner, each with its uncertainty: a bootstrap over the (setting, seed) units (resampled with
@@ -16,6 +17,7 @@ docs/selection.md says how to read them.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -27,7 +29,8 @@ import polars as pl  # noqa: E402
 
 from analysis.common import run_analysis  # noqa: E402
 
-__all__ = ["N_BOOTSTRAP", "load_selection", "error_table", "rankings", "analyse", "main"]
+__all__ = ["N_BOOTSTRAP", "load_selection", "point_label", "chosen_table", "error_table", "rankings", "analyse",
+           "main"]
 
 N_BOOTSTRAP = 1_000
 SEED = 0
@@ -50,6 +53,29 @@ def load_selection(dirs: list[str | Path]) -> pl.DataFrame:
 def _choices(df: pl.DataFrame) -> list[str]:
     order = {"default": 0, "oracle": 1, "holdout": 2}
     return sorted(set(df["choice"]), key=lambda c: (order.get(c, 3), c))
+
+
+def point_label(chosen: str | None) -> str:
+    """A ``chosen`` JSON point as ``lr=0.001, eta=0.1`` ('–' when nothing was chosen: every trial failed or stopped)."""
+    if chosen is None:
+        return "–"
+    point = json.loads(chosen)
+    return ", ".join(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+                     for name, value in point.items()) or "defaults"
+
+
+def chosen_table(df: pl.DataFrame) -> str:
+    """Markdown: what each protocol chose, one row per method x setting (x seed when there are several)."""
+    choices = _choices(df)
+    keys = ["method", "setting"] + (["seed"] if df["seed"].n_unique() > 1 else [])
+    labels = {(tuple(r[k] for k in keys), r["choice"]): point_label(r["chosen"])
+              for r in df.select(*keys, "choice", "chosen").iter_rows(named=True)}
+    lines = ["| " + " | ".join(keys) + " | " + " | ".join(choices) + " |",
+             "|" + "---|" * len(keys) + "---|" * len(choices)]
+    for group in sorted({k for k, _ in labels}, key=lambda k: tuple(str(v) for v in k)):
+        cells = [labels.get((group, choice), "–") for choice in choices]
+        lines.append("| " + " | ".join(str(v) for v in group) + " | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def error_table(df: pl.DataFrame) -> str:
@@ -139,7 +165,7 @@ def figure(df: pl.DataFrame, path: Path) -> Path:
     methods, choices = sorted(set(df["method"])), _choices(df)
     means = df.group_by("method", "choice").agg(pl.col("test_error").mean())
     width = 0.8 / max(len(choices), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(methods) + 2), 4))
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(methods) + 2) + 2, 4))
     for k, choice in enumerate(choices):
         values = [next(iter(means.filter((pl.col("method") == m) & (pl.col("choice") == choice))["test_error"]),
                        np.nan) for m in methods]
@@ -147,11 +173,23 @@ def figure(df: pl.DataFrame, path: Path) -> Path:
     ax.set_xticks(np.arange(len(methods)) + width * (len(choices) - 1) / 2, methods, rotation=30, ha="right")
     ax.set_ylabel("test error (%), mean over settings and seeds")
     ax.set_title("Error of each protocol's choice")
-    ax.legend(fontsize="small", ncol=2)
+    ax.set_ylim(*_error_limits(means["test_error"].drop_nulls().drop_nans().to_list()))
+    # outside the axes: bars of similar height leave no free corner for it
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, title="choice")
+    ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _error_limits(values: list[float]) -> tuple[float, float]:
+    """y limits that show 0.5-5 point differences: the errors' range plus a margin, not the axis from 0."""
+    if not values:
+        return 0.0, 100.0
+    low, high = min(values), max(values)
+    margin = max(0.15 * (high - low), 0.5)
+    return max(0.0, low - margin), min(100.0, high + margin)
 
 
 def analyse(dirs: list[str | Path], out: Path) -> list[Path]:
@@ -159,7 +197,9 @@ def analyse(dirs: list[str | Path], out: Path) -> list[Path]:
     df = load_selection(dirs)
     out.mkdir(parents=True, exist_ok=True)
     ranks = rankings(df)
-    md = ("## Test error (%) of each protocol's choice\n\nMean over settings and seeds; (+x): the gap to the oracle's "
+    md = ("## What each protocol chose\n\nThe hyper-parameter values to use, per method and setting ('defaults': the "
+          "method's own values; –: no trial finished).\n\n" + chosen_table(df) + "\n\n"
+          "## Test error (%) of each protocol's choice\n\nMean over settings and seeds; (+x): the gap to the oracle's "
           "choice.\n\n" + error_table(df) + "\n\n## Rankings and winners\n\n"
           + rankings_markdown(ranks, df["unit"].n_unique()) + "\n")
     (out / "selection.md").write_text(md)

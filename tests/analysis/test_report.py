@@ -98,3 +98,13 @@ def test_every_table_parses_back_with_as_many_cells_as_headers(report: Path) -> 
     assert len(per_method) == 1 and per_method[0][0] == [
         "method", "settings", "mean ours - paper", "sd", "mean |diff|", "rank ours", "rank paper"]
     assert {row[0] for row in per_method[0][1:]} == {"test", "bn", "tent"}
+
+
+def test_data_that_is_not_the_papers_is_not_compared_with_the_paper_unless_asked(tmp_path) -> None:
+    """A folder of the user's own images is no proxy of CIFAR-10-C: the report says so instead of comparing."""
+    import polars as pl
+
+    from analysis.report import _paper_section
+
+    parts = _paper_section([], tmp_path, pl.DataFrame({"dataset": ["folder"]}), None, 2.0, None, None)
+    assert len(parts) == 1 and "none of the paper's datasets" in parts[0] and "--paper-dataset" in parts[0]

@@ -3,6 +3,7 @@ the default ranking, the winner and its bootstrap share, the figure, and the rep
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,55 @@ def test_analyse_writes_table_and_figure_and_the_report_has_a_section(tmp_path: 
     html = "".join(_selection_section([tmp_path / "run"], tmp_path / "report", nav))
     assert "Hyper-parameters chosen without test labels" in html and "data:image/png;base64" in html and nav
     assert selection.main([str(tmp_path / "missing")]) == 2
+
+
+@pytest.fixture(scope="module")
+def tiny_selection(tmp_path_factory) -> Path:
+    """A real ``unitta select`` run: tent at two learning rates on one setting, default / oracle / holdout."""
+    from unitta.run import RunOptions
+    from unitta.select import parse_select_config, run_select
+
+    cfg = parse_select_config({
+        "name": "tiny_select", "cell": {"dataset": "fmnist-c", "n_per_domain": 10, "S": 1, "batch_size": 16},
+        "settings": ["n111"], "methods": ["tent"], "space": {"tent": {"lr": [0.0001, 0.01]}},
+        "search": {"algorithm": "grid"}, "protocols": ["default", "oracle", "holdout"],
+        "validation": {"corruptions": "held_out"}, "resources": {"num_cpus": 1, "num_gpus": 0}})
+    out = tmp_path_factory.mktemp("tiny_select")
+    outcome, _ = run_select(cfg, out, RunOptions(local=True, progress=False))
+    assert outcome.n_failed == 0
+    return out
+
+
+def test_the_selection_names_its_choice_in_the_markdown_and_the_command_table(tiny_selection: Path) -> None:
+    import polars as pl
+
+    from unitta.select.run import selection_summary_lines
+
+    rows = pl.read_parquet(tiny_selection / "selection.parquet")
+    oracle = json.loads(rows.filter(pl.col("protocol") == "oracle")["chosen"][0])
+    md, _ = selection.analyse([tiny_selection], tiny_selection / "analysis")
+    chosen_part = md.read_text().split("## What each protocol chose")[1].split("## Test error")[0]
+    assert "| method | setting | default | oracle | holdout |" in chosen_part
+    assert f"lr={oracle['lr']:g}" in chosen_part and "| tent | n111 | lr=0.001 |" in chosen_part  # TENT's default lr
+    printed = "\n".join(selection_summary_lines(rows))
+    assert "values each protocol chose" in printed and f"lr={oracle['lr']}" in printed
+
+
+def test_validation_trials_are_never_result_rows(tiny_selection: Path) -> None:
+    """The held-out validation trials ran on other corruptions: the report's panels and heatmaps leave them out."""
+    from analysis.common import load_dirs
+    from unitta.data import HELD_OUT_CORRUPTIONS
+    from unitta.results import load_results
+
+    every = load_results(tiny_selection)
+    validation = every.filter(every["corruptions"] == json.dumps(list(HELD_OUT_CORRUPTIONS)))
+    assert validation.height == 2  # one per point
+    kept = load_dirs([tiny_selection])
+    assert kept.height == every.height - 2 and kept["corruptions"].is_null().all()
+
+
+def test_the_figure_shows_the_differences(tmp_path: Path) -> None:
+    """The y axis spans the errors' range (not 0-100) so that a 1-point gap is visible."""
+    assert selection._error_limits([30.0, 31.0]) == pytest.approx((29.5, 31.5))
+    low, high = selection._error_limits([5.0, 45.0])
+    assert 0.0 <= low < 5.0 and 45.0 < high <= 100.0

@@ -60,17 +60,25 @@ def run_select(cfg: SelectConfig, out: Path, opts: RunOptions, source: str = "se
 
 
 def selection_summary_lines(selection) -> list[str]:
-    """Each method's test error per protocol (rows: method x setting x seed), as printable lines."""
+    """What each protocol chose and each method's test error per protocol (rows: method x setting x seed), as
+    printable lines."""
     import polars as pl
 
     if selection.height == 0:
         return ["no selection rows"]
     label = pl.when(pl.col("criterion").is_null()).then(pl.col("protocol")).otherwise(
         pl.col("protocol") + ":" + pl.col("criterion"))
-    table = selection.with_columns(label.alias("choice")).pivot(
-        on="choice", index=["method", "setting", "seed"], values="test_error", aggregate_function="first")
-    with pl.Config(tbl_rows=200, tbl_cols=-1, tbl_width_chars=200, float_precision=2):
-        return ["test error (%) of each protocol's choice:", str(table)]
+    labelled = selection.with_columns(label.alias("choice"), _point_text(pl.col("chosen")).alias("values"))
+    index = ["method", "setting", "seed"]
+    errors = labelled.pivot(on="choice", index=index, values="test_error", aggregate_function="first")
+    chosen = labelled.pivot(on="choice", index=index, values="values", aggregate_function="first")
+    with pl.Config(tbl_rows=200, tbl_cols=-1, tbl_width_chars=200, float_precision=2, fmt_str_lengths=60):
+        return ["values each protocol chose:", str(chosen), "test error (%) of each protocol's choice:", str(errors)]
+
+
+def _point_text(chosen):
+    """The ``chosen`` JSON point without its JSON punctuation: ``{"lr": 0.001}`` -> ``lr=0.001``."""
+    return chosen.str.strip_chars("{}").str.replace_all('"', "").str.replace_all(": ", "=")
 
 
 def main(argv: list[str] | None = None) -> int:
