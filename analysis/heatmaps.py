@@ -15,6 +15,8 @@ configuration; see analysis/common.py) of sweep rows:
 * ``ranking_<panel>.md``    per setting, the methods by error (which method for a stream like yours);
 * ``significance_<panel>.md`` per setting and overall, whether the best method beats the runner-up beyond
   the 95 % interval (paired over seeds; Wilcoxon signed-rank over settings; analysis/stats.py);
+* ``domains_<panel>.md/.png`` error per method x domain (corruption), over all the panel's settings and seeds
+  (each domain's images counted together; the best per domain marked);
 * ``cells_<panel>.csv``     the numbers behind all of these (one row per method x setting, with status);
 * ``orders_<group>.md/.png`` where a run has several stream orders (official / exact, sorted, dirichlet), which
   the panels keep apart: every method on every order in one table and heatmap (analysis/orders.py);
@@ -54,7 +56,16 @@ from analysis.common import (  # noqa: E402
 )
 from analysis.orders import write_orders  # noqa: E402
 from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
-from analysis.tables import cell_status, paper_table, ranking, ranking_markdown, to_latex, to_markdown  # noqa: E402
+from analysis.tables import (  # noqa: E402
+    cell_status,
+    paper_table,
+    per_domain_errors,
+    per_domain_markdown,
+    ranking,
+    ranking_markdown,
+    to_latex,
+    to_markdown,
+)
 from unitta.results.output_checks import OutputError, check_output_dir, is_writable  # noqa: E402
 from unitta.results.replicates import METHOD_KEYS, fixed_keys  # noqa: E402
 
@@ -102,6 +113,12 @@ def analyse(dirs: list[str | Path], out: Path, metric: str = "error", sweep: str
         written.append(plots.setting_grids(
             table, out / f"grid_{name}.png", f"{label} per method — {panel.caption}", label
         ))
+        domains = per_domain_errors(panel.rows) if metric == "error" else None
+        if domains is not None and domains.height:
+            written.append(_write(out / f"domains_{name}.md", per_domain_markdown(domains, panel.caption)))
+            written.append(plots.per_domain_heatmap(
+                domains, out / f"domains_{name}.png", f"Error per domain (all settings and seeds) — {panel.caption}"
+            ))
     written += write_orders(sweep, out, label) if metric == "error" else []
     if tune.height:
         written += _tune_outputs(tune, out, plots)

@@ -3,7 +3,8 @@
 * ``heatmap``: error for every method x setting, missing cells hatched grey, failed ones hatched red;
 * ``setting_grids``: per method, the paper's 6 domain settings x 4 class settings grid;
 * ``factor_lines``: tune results, error against each searched factor (paper figure 3), with 95 % error bars;
-* ``layer_bars``: tune results, error per BDN domain-prediction layer (paper figure 5).
+* ``layer_bars``: tune results, error per BDN domain-prediction layer (paper figure 5);
+* ``per_domain_heatmap``: error for every method x domain (corruption), over the panel's settings and seeds.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from analysis.stats import uncertainty  # noqa: E402
 from analysis.tables import PaperTable  # noqa: E402
 from unitta.streams.settings import CLASS_HALVES, DOMAIN_HALVES  # noqa: E402
 
-__all__ = ["heatmap", "setting_grids", "grid_figure", "factor_lines", "layer_bars", "FACTOR_LABELS"]
+__all__ = ["heatmap", "setting_grids", "grid_figure", "factor_lines", "layer_bars", "per_domain_heatmap",
+           "FACTOR_LABELS"]
 
 CMAP = "YlOrRd"  # sequential: light = low error, dark red = high error
 _MISSING = dict(facecolor="#e8e8e8", hatch="///", edgecolor="#9a9a9a")
@@ -438,5 +440,38 @@ def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
     fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def per_domain_heatmap(table: pl.DataFrame, path: Path, title: str) -> Path:
+    """Methods (rows) x domains (columns) heatmap of ``analysis.tables.per_domain_errors``; the best per domain
+    outlined, so that a method that wins on average but loses on one corruption stands out."""
+    methods = table["method_label"].unique(maintain_order=True).to_list()
+    domains = table["domain"].unique(maintain_order=True).to_list()
+    values = {(m, d): e for m, d, e in table.select("method_label", "domain", "error").iter_rows()}
+    grid = np.array([[values.get((m, d), np.nan) for d in domains] for m in methods], dtype=float)
+    lo, hi = _scale(grid[~np.isnan(grid)].tolist())
+    cmap, norm = plt.get_cmap(CMAP), matplotlib.colors.Normalize(lo, hi)
+    width = max(5.0, 0.62 * len(domains) + 2.6)
+    fig, ax = plt.subplots(figsize=(width, 0.32 * len(methods) + 1.9))
+    ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+    for j in range(len(domains)):
+        column = grid[:, j]
+        best = np.nanmin(column) if not np.isnan(column).all() else np.nan
+        for i in range(len(methods)):
+            if np.isnan(grid[i, j]):
+                _mark(ax, j, i, "missing", VALUE_PT - 2)
+                continue
+            _annotate(ax, j, i, grid[i, j], norm, cmap, VALUE_PT - 1)
+            if grid[i, j] == best:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.4))
+    ax.set_xticks(range(len(domains)), [d.replace("_", " ") for d in domains], rotation=60, ha="right", fontsize=7.5)
+    ax.set_yticks(range(len(methods)), methods, fontsize=8)
+    ax.set_title(textwrap.fill(title, int(width * 72 / (0.55 * 9))), fontsize=9)
+    cbar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.03, pad=0.02)
+    cbar.set_label("Error (%)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")
     plt.close(fig)
     return path

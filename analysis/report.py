@@ -140,6 +140,9 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
         body.append(_img(cost, f"error vs cost {panel}"))
         body.append("<h3>Per method: domain settings x class settings</h3>")
         body.append(_img(by_name[f"grid_{panel}.png"], f"grids {panel}"))
+        if f"domains_{panel}.png" in by_name:
+            body.append("<h3>Per domain (corruption), over all settings and seeds</h3>")
+            body.append(_img(by_name[f"domains_{panel}.png"], f"error per domain {panel}"))
         body.append("<h3>Best vs runner-up</h3>")
         body.append(markdown_to_html(by_name[f"significance_{panel}.md"].read_text()))
         body.append("<h3>Which method for a stream like yours: ranking per setting</h3>")

@@ -25,7 +25,7 @@ from analysis.common import SETTING_CAPTION, half_notation, method_order, settin
 from analysis.stats import t_interval
 
 __all__ = ["tex_escape", "cell_status", "PaperTable", "paper_table", "to_markdown", "to_latex", "ranking",
-           "ranking_markdown"]
+           "ranking_markdown", "per_domain_errors", "per_domain_markdown"]
 
 
 def cell_status(rows: pl.DataFrame) -> pl.DataFrame:
@@ -297,4 +297,34 @@ def ranking_markdown(rank: pl.DataFrame, caption: str = "", top: int = 5, label:
     for r in mean_rank.iter_rows(named=True):
         lines.append(f"| {r['method_label']} | {r['mean_rank']:.2f} | {r['n_settings']}/{n_settings} |")
     lines += ["", f"{label} in brackets; rank 1 = lowest. " + SETTING_CAPTION]
+    return "\n".join(lines) + "\n"
+
+
+def per_domain_errors(rows: pl.DataFrame) -> pl.DataFrame:
+    """Error (%) per method and domain (a corruption, or a folder's domain): over every ok row of the panel (all
+    settings and seeds), the images of that domain counted together, i.e. the mean of the rows' ``per_domain``
+    errors weighted by their image counts ``n``. Columns: method_label, domain, error, n; in table order."""
+    ok = rows.filter((pl.col("status") == "ok") & pl.col("per_domain").is_not_null())
+    if ok.height == 0:
+        return pl.DataFrame(schema={"method_label": pl.String, "domain": pl.String, "error": pl.Float64,
+                                    "n": pl.Int64})
+    long = ok.select("method_label", "per_domain").explode("per_domain").unnest("per_domain")
+    table = long.group_by("method_label", pl.col("name").alias("domain"), "key").agg(
+        ((pl.col("error") * pl.col("n")).sum() / pl.col("n").sum()).alias("error"), pl.col("n").sum())
+    order = {m: i for i, m in enumerate(method_order(table["method_label"].to_list()))}
+    return table.with_columns(pl.col("method_label").replace_strict(order, return_dtype=pl.Int64).alias("_rank")) \
+        .sort("_rank", "key").drop("_rank", "key")
+
+
+def per_domain_markdown(table: pl.DataFrame, caption: str = "") -> str:
+    """Markdown: methods x domains (in the stream's domain order), error (%), the best per domain in bold."""
+    domains = table["domain"].unique(maintain_order=True).to_list()
+    best = {d: table.filter(pl.col("domain") == d)["error"].min() for d in domains}
+    lines = ([f"Error (%) per domain — {caption}", ""] if caption else []) + [
+        "| method | " + " | ".join(domains) + " |", "|---|" + "---:|" * len(domains)]
+    for method in table["method_label"].unique(maintain_order=True).to_list():
+        values = dict(table.filter(pl.col("method_label") == method).select("domain", "error").iter_rows())
+        cells = ["–" if values.get(d) is None else (f"**{values[d]:.2f}**" if values[d] == best[d]
+                                                     else f"{values[d]:.2f}") for d in domains]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

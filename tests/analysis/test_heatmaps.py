@@ -161,3 +161,24 @@ def test_an_out_that_is_a_file_is_one_line_and_exit_2(sweep_dir: Path, tmp_path:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "is a file, not a directory" in err[0] and "lies under" in err[1], err
     assert target.read_bytes() == b"an image"
+
+
+def test_per_domain_errors_count_each_domains_images_over_the_rows(sweep_dir: Path, analysed: Path) -> None:
+    """domains_<panel>.md: per method and corruption, the error over that corruption's images of every ok row
+    (the per_domain entries weighted by their counts), the best per corruption in bold; a PNG beside it."""
+    df = load_results(sweep_dir).filter(pl.col("status") == "ok")
+    rows = _md_rows((analysed / "domains_fmnist-c.md").read_text())
+    header = next(line for line in (analysed / "domains_fmnist-c.md").read_text().splitlines()
+                  if line.startswith("| method"))
+    domains = [c.strip() for c in header.strip("|").split("|")][1:]
+    assert len(domains) == 15 and set(rows) == {"test", "bn"}
+    for method, cells in rows.items():
+        entries = [e for per in df.filter(pl.col("method") == method)["per_domain"].to_list() for e in per]
+        for domain, text in zip(domains, cells):
+            mine = [e for e in entries if e["name"] == domain]
+            expected = sum(e["error"] * e["n"] for e in mine) / sum(e["n"] for e in mine)
+            assert float(text.strip("*")) == pytest.approx(expected, abs=0.005)
+    for j in range(len(domains)):
+        values = {m: float(cells[j].strip("*")) for m, cells in rows.items()}
+        assert any(cells[j].startswith("**") and values[m] == min(values.values()) for m, cells in rows.items())
+    assert (analysed / "domains_fmnist-c.png").stat().st_size > 10_000
