@@ -33,10 +33,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from analysis.common import AnalysisError, add_sweep_argument, load_dirs, run_analysis  # noqa: E402
+from analysis.common import AnalysisError, add_sweep_argument, load_dirs, method_order, run_analysis  # noqa: E402
 from unitta.results.replicates import method_label  # noqa: E402
 
-__all__ = ["STREAM_KEYS", "collapse_point", "stream_tables", "analyse", "main"]
+__all__ = ["STREAM_KEYS", "collapse_point", "stream_tables", "summary_table", "analyse", "main"]
 
 STREAM_KEYS = ("dataset", "model", "sampler", "setting", "factor_overrides", "length", "S", "rounds", "ccc", "seed",
                "batch_size", "n_per_domain", "severity", "curve_points")
@@ -199,3 +199,20 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def summary_table(streams: list[tuple[str, dict, list[dict]]]) -> str:
+    """Markdown: one row per stream, one column per method (the source first), each cell the error per round
+    ('a / b / c'; the whole stream's for one round) and the resets where there were any; 'not run' where the
+    stream has no such row. The table docs/long_horizon.md shows (bench/docs_tables.py makes it)."""
+    def cell(row: dict) -> str:
+        rounds = " / ".join(f"{e:.1f}" for e in row.get("round_errors") or [row["error"]])
+        return rounds + (f" ({row['resets']} resets)" if row.get("resets") else "")
+
+    labels = method_order([row["label"] for _, _, rows in streams for row in rows])
+    lines = ["| stream | source (TEST) | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
+    for name, source, rows in streams:
+        by_label = {row["label"]: row for row in rows}
+        cells = [cell(by_label[label]) if label in by_label else "not run" for label in labels]
+        lines.append(f"| {name} | {cell(source)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

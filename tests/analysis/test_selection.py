@@ -106,3 +106,31 @@ def test_the_figure_shows_the_differences(tmp_path: Path) -> None:
     assert selection._error_limits([30.0, 31.0]) == pytest.approx((29.5, 31.5))
     low, high = selection._error_limits([5.0, 45.0])
     assert 0.0 <= low < 5.0 and 45.0 < high <= 100.0
+
+
+def test_the_docs_table_is_made_from_the_named_results_folder(tiny_selection: Path, tmp_path: Path) -> None:
+    """bench/docs_tables.py renders docs/selection.md's table from results/select_quick: here the fresh run,
+    linked in as that folder; its numbers are the selection's means, and a second run is up to date."""
+    import importlib.util
+    import shutil
+    import sys
+
+    import polars as pl
+
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("bench_docs_tables", root / "bench" / "docs_tables.py")
+    docs_tables = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = docs_tables
+    spec.loader.exec_module(docs_tables)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "select_quick").symlink_to(tiny_selection)
+    (tmp_path / "docs").mkdir()
+    shutil.copy(root / "docs" / "selection.md", tmp_path / "docs" / "selection.md")
+    args = ["selection_quick", "selection_quick_chosen", "--results-root", str(tmp_path), "--docs-root", str(tmp_path)]
+    assert docs_tables.main(args) == 0
+    text = (tmp_path / "docs" / "selection.md").read_text()
+    rows = pl.read_parquet(tiny_selection / "selection.parquet")
+    holdout = rows.filter(pl.col("protocol") == "holdout")["test_error"].mean()
+    assert f"| tent | {rows.filter(pl.col('protocol') == 'default')['test_error'].mean():.2f}" in text
+    assert f"{holdout:.2f} (+" in text and "| tent | n111 | lr=0.001 |" in text
+    assert docs_tables.main([*args, "--check"]) == 0
