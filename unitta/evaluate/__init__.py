@@ -241,7 +241,8 @@ def failed_row(cell: Cell, error_text: str, **extra: Any) -> dict[str, Any]:
     return {**cell.coordinates(), "status": STATUS_FAILED, "error_text": error_text, **extra}
 
 
-def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: Any) -> dict[str, Any]:
+def run_cell(cell: Cell, dataset=None, report: Report | None = None, progress: Callable[[int, int], None] | None = None,
+             **extra: Any) -> dict[str, Any]:
     """Run one cell and return its result row; never raises for a failing cell.
 
     The row is ``evaluate(cell, dataset)``'s, plus status ('ok' | 'failed'), error_text, started_at,
@@ -249,6 +250,7 @@ def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: An
     ray_version (docs/results.md). An exception, or a non-finite error, gives a 'failed' row with the
     cell's coordinates and the error text; a cell its ``report`` hook stopped gives a 'stopped' row
     (docs/selection.md). Torch's thread count is pinned to ``cell.num_threads``.
+    ``progress``: called with (images done, images in the stream) after every batch (``unitta.run.cell_progress``).
     ``extra`` columns (e.g. sweep_name, git_commit computed once by the driver) are added to the row.
     """
     import torch
@@ -258,7 +260,7 @@ def run_cell(cell: Cell, dataset=None, report: Report | None = None, **extra: An
     started = now()
     t0 = time.perf_counter()
     try:
-        row = evaluate(cell, dataset=dataset, report=report)
+        row = evaluate(cell, dataset=dataset, progress=progress or False, report=report)
         if not math.isfinite(row.get("error", float("nan"))):
             raise FloatingPointError(f"error={row.get('error')} is not finite")
         row["status"], row["error_text"] = STATUS_OK, None

@@ -23,6 +23,7 @@ from unitta.evaluate import failed_row, short_error
 from unitta.evaluate.inputs import load_cell_dataset
 from unitta.run import ray_cluster
 from unitta.run.capture import TASK_NAME, cell_task, execute
+from unitta.run.cell_progress import SEND_EVERY_S, ImagesBoard
 
 __all__ = ["Finished", "LocalBackend", "RayBackend", "LOST_NODE_GRACE_S"]
 
@@ -47,6 +48,13 @@ class LocalBackend:
         self.extra = extra
         self.queue: deque[tuple[Cell, Any]] = deque()
         self.datasets: dict[tuple, Any] = {}
+        self.board = ImagesBoard()
+        self.on_images: Callable[[dict[str, tuple[int, int]]], None] | None = None  # the progress line's
+
+    def _send(self, cell_id: str, done: int, total: int) -> None:
+        self.board.put(cell_id, done, total)
+        if self.on_images is not None:
+            self.on_images(self.board.snapshot())
 
     def start(self, write: Callable[[str], None]) -> None:
         pass
@@ -67,7 +75,10 @@ class LocalBackend:
         key = dataset_key(cell)
         if key not in self.datasets:  # missing or damaged: DatasetUnavailable, one line and exit 2
             self.datasets[key] = load_cell_dataset(cell)
-        row, text = execute(cell, self.datasets[key], self.extra, echo=False, report=report)
+        row, text = execute(cell, self.datasets[key], self.extra, echo=False, report=report, send_images=self._send)
+        self.board.drop(cell.cell_id())
+        if self.on_images is not None:
+            self.on_images(self.board.snapshot())
         return [(cell, row, text)]
 
     def finish(self) -> None:
@@ -122,6 +133,9 @@ class RayBackend:
         self.ray = None
         self.started_here = False
         self.messages: ray_cluster.RayMessages | None = None
+        self.board = None  # the ImagesBoard actor the cells tell their progress in images
+        self.on_images: Callable[[dict[str, tuple[int, int]]], None] | None = None  # the progress line's
+        self.images_read = 0.0
 
     def start(self, write: Callable[[str], None]) -> None:
         """Connect, divert Ray's cluster messages, check that one node fits a cell; ``write`` prints a line."""
@@ -141,6 +155,7 @@ class RayBackend:
         if joined or lowered:
             write("; ".join(line for line in (joined, lowered) if line))
         self.task = self.ray.remote(cell_task)
+        self.board = self.ray.remote(num_cpus=0)(ImagesBoard).remote()
         need = self.cfg.resources
         # a dead node's raylet logs and Ray's retry notices: to a file, not dozens of lines on the driver's stdout
         self.messages = ray_cluster.RayMessages(self.out / "logs" / "ray.log", say=lambda t: print(t, file=sys.stderr))
@@ -164,7 +179,8 @@ class RayBackend:
             retry_exceptions=False,  # run_cell turns exceptions into 'failed' rows; retries are for lost workers
             name=f"{TASK_NAME}:{cell.method}:{cell.setting}",
             runtime_env=self.task_env,
-        ).remote(cell, self.refs[key], self.extra, tuple(self.cfg.plugins), self.reports.get(cell.cell_id()))
+        ).remote(cell, self.refs[key], self.extra, tuple(self.cfg.plugins), self.reports.get(cell.cell_id()),
+                 self.board)
         self.in_flight[ref] = cell
 
     @property
@@ -198,9 +214,12 @@ class RayBackend:
         ready, _ = self.ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
         self.waiting.check(ready, self.running(), self.write)
         self._watch()
+        self._read_images()
         done: list[Finished] = []
         for ref in ready:
             cell = self.in_flight.pop(ref)
+            with contextlib.suppress(Exception):
+                self.board.drop.remote(cell.cell_id())
             try:
                 row, text = self.ray.get(ref)
             except RayError as exc:  # a lost worker, node or result object after Ray's own retries
@@ -213,6 +232,19 @@ class RayBackend:
                 text = f"cell {cell.cell_id()}\nfailed in Ray: {exc}\n"
             done.append((cell, row, text))
         return done
+
+    def _read_images(self) -> None:
+        """The running cells' progress in images, to the progress line (at most every SEND_EVERY_S; a slow or
+        lost board is skipped: progress never holds the run up)."""
+        if self.on_images is None or time.monotonic() - self.images_read < SEND_EVERY_S:
+            return
+        self.images_read = time.monotonic()
+        running = {cell.cell_id() for cell in self.in_flight.values()}
+        try:
+            snapshot = self.ray.get(self.board.snapshot.remote(), timeout=1.0)
+        except Exception:
+            return
+        self.on_images({cell_id: v for cell_id, v in snapshot.items() if cell_id in running})
 
     def finish(self) -> None:
         """After the last cell: report a node lost while the last cells ran."""

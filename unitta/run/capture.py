@@ -15,8 +15,10 @@ import sys
 from typing import Any
 
 from unitta.cell import Cell
+from unitta.cell.provenance import now
 from unitta.evaluate import run_cell
 from unitta.results import STATUS_OK
+from unitta.run.cell_progress import cell_reporter
 
 __all__ = ["TASK_NAME", "execute", "cell_task"]
 
@@ -46,10 +48,11 @@ def _niceness() -> int | None:
 
 
 def execute(
-    cell: Cell, dataset, extra: dict[str, Any], echo: bool = True, report=None
+    cell: Cell, dataset, extra: dict[str, Any], echo: bool = True, report=None, send_images=None
 ) -> tuple[dict[str, Any], str]:
     """run_cell with its stdout/stderr captured: (row, log text) for ``<out>/logs/<cell_id>.log``; ``report``: the
-    cell's progress-report hook (``unitta.evaluate.adapt.Report``), if any."""
+    cell's progress-report hook (``unitta.evaluate.adapt.Report``), if any; ``send_images(cell_id, done, total)``:
+    where its progress in images goes (``unitta.run.cell_progress``; the log gets a line a minute too)."""
     buffer = io.StringIO()
     buffer.write(f"cell {cell.cell_id()}\n{json.dumps(cell.identity(), sort_keys=True, default=str)}\n")
     buffer.write(
@@ -59,7 +62,8 @@ def execute(
     out = _Tee(buffer, sys.stdout) if echo else buffer
     err = _Tee(buffer, sys.stderr) if echo else buffer
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        row = run_cell(cell, dataset, report=report, **extra)
+        progress = cell_reporter(cell.cell_id(), send_images, lambda line: buffer.write(f"{now():%H:%M:%S} {line}\n"))
+        row = run_cell(cell, dataset, report=report, progress=progress, **extra)
     buffer.write(
         f"status {row['status']} in {row['duration_s']:.2f} s"
         + (f": {row['error_text']}" if row["status"] != STATUS_OK else f", error {row['error']:.2f} %")
@@ -69,14 +73,20 @@ def execute(
 
 
 def cell_task(
-    cell: Cell, dataset, extra: dict[str, Any], plugins: tuple[str, ...] = (), report=None
+    cell: Cell, dataset, extra: dict[str, Any], plugins: tuple[str, ...] = (), report=None, board=None
 ) -> tuple[dict[str, Any], str]:
     """The Ray task of one cell; ``dataset`` arrives from the object store (numpy arrays zero-copy).
 
     ``plugins`` (the config's) are imported first: the cell's method may be one of theirs (unitta/plugins.py).
+    ``board``: the driver's ``ImagesBoard`` actor, told the cell's progress in images (never waited on).
     """
     if plugins:
         from unitta.plugins import import_on_worker
 
         import_on_worker(plugins)
-    return execute(cell, dataset, extra, report=report)
+
+    def send(cell_id: str, done: int, total: int) -> None:
+        with contextlib.suppress(Exception):  # progress is a courtesy: a lost board never fails the cell
+            board.put.remote(cell_id, done, total)
+
+    return execute(cell, dataset, extra, report=report, send_images=send if board is not None else None)

@@ -168,7 +168,7 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
         for row, text in written:
             record(out, row, text)
             outcome.count(row)
-            bar.update(row["status"], backend.running())
+            bar.update(row["status"], backend.running(), images=row.get("n_samples"))
             compactor.written()
         _flush_members(out, name, planner)
         bar.grow(planner.n_cells - planner.n_skipped)
@@ -266,6 +266,7 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
             planner.attach(backend)
         write_manifest(out, cfg, planner.n_cells, backend.mode, opts.argv)
         bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
+        backend.on_images = bar.images
         compactor = Compactor(out, opts.compact_at, warn=lambda line: bar.write(line))
         _loop(planner, backend, out, bar, outcome, cfg.name, compactor)
         backend.finish()

@@ -1,0 +1,73 @@
+"""Progress inside running cells: how many of its stream's images a cell has adapted on, sent to the driver's
+progress line and written in the cell's log (docs/results.md, "Progress").
+
+A cell's adaptation loop calls ``reporter(done, total)`` after every batch (``unitta.evaluate.adapt_stream``'s
+``progress``); the reporter passes it on at most every ``SEND_EVERY_S`` to an ``ImagesBoard`` (a plain object
+under ``--local``, a Ray actor on a cluster, so that it works across nodes) and writes a line in the cell's log
+at most every ``LOG_EVERY_S``. The driver reads the board and turns images into a rate and an ETA.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+__all__ = ["SEND_EVERY_S", "LOG_EVERY_S", "ImagesBoard", "cell_reporter", "images_eta"]
+
+SEND_EVERY_S = 2.0  # a cell tells the driver at most this often (one small Ray call)
+LOG_EVERY_S = 60.0  # and writes a line in its log at most this often
+
+
+class ImagesBoard:
+    """The running cells' images: cell id -> (images done, images in its stream)."""
+
+    def __init__(self) -> None:
+        self.cells: dict[str, tuple[int, int]] = {}
+
+    def put(self, cell_id: str, done: int, total: int) -> None:
+        self.cells[cell_id] = (done, total)
+
+    def drop(self, cell_id: str) -> None:
+        self.cells.pop(cell_id, None)
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        return dict(self.cells)
+
+
+def cell_reporter(cell_id: str, send: Callable[[str, int, int], None] | None,
+                  log: Callable[[str], None] | None, clock: Callable[[], float] = time.monotonic
+                  ) -> Callable[[int, int], None]:
+    """The ``progress(done, total)`` callback of one cell: ``send(cell_id, done, total)`` at most every
+    SEND_EVERY_S, and ``log('images 12,000/64,000 (19 %), 210 images/s, ETA 200 s')`` at most every LOG_EVERY_S
+    (the rate over the cell's adaptation so far); the last batch is always sent."""
+    started = clock()
+    last_sent = last_logged = started
+
+    def report(done: int, total: int) -> None:
+        nonlocal last_sent, last_logged
+        now = clock()
+        if send is not None and (now - last_sent >= SEND_EVERY_S or done >= total):
+            send(cell_id, done, total)
+            last_sent = now
+        if log is not None and now - last_logged >= LOG_EVERY_S and done < total:
+            rate = done / max(now - started, 1e-9)
+            eta = (total - done) / rate if rate > 0 else float("inf")
+            log(f"images {done:,}/{total:,} ({100 * done / total:.0f} %), {rate:,.0f} images/s, ETA {eta:,.0f} s")
+            last_logged = now
+
+    return report
+
+
+def images_eta(finished_images: int, finished_cells: int, running: dict[str, tuple[int, int]], waiting_cells: int,
+               elapsed_s: float) -> tuple[float, float | None]:
+    """(images per second so far, seconds left): the rate of every image adapted on in this run (finished cells'
+    streams and running cells' progress); what is left is the running cells' remaining images plus, for each cell
+    not started yet, the mean stream length of the cells seen so far. None while no image is done."""
+    done = finished_images + sum(d for d, _ in running.values())
+    if done <= 0 or elapsed_s <= 0:
+        return 0.0, None
+    rate = done / elapsed_s
+    lengths = finished_cells + len(running)
+    mean_length = (finished_images + sum(t for _, t in running.values())) / lengths if lengths else 0.0
+    left = sum(t - d for d, t in running.values()) + waiting_cells * mean_length
+    return rate, left / rate
