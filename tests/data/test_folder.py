@@ -65,6 +65,7 @@ def test_tent_runs_on_the_folder(folder):
     assert row["status"] == "ok", row["error_text"]
     assert row["n_samples"] >= 90 and 0 <= row["error"] <= 100
     assert [d["name"] for d in row["per_domain"]] == sorted(CORRUPTIONS)
+    assert [c["name"] for c in row["per_class"]] == index_folder(folder).classes  # the class folders' names
 
 
 def test_identity_follows_the_folder(folder, tmp_path):

@@ -115,7 +115,7 @@ def result_row(
         "images_reused": int(stream.n_reused),
         "domains_discovered": method.num_domains(),
         "per_domain": _breakdown(stream.domains, correct, list(dataset.domain_names)),
-        "per_class": _breakdown(stream.classes, correct, None),
+        "per_class": _breakdown(stream.classes, correct, (getattr(dataset, "meta", None) or {}).get("classes")),
         "wall_time_s": time.perf_counter() - wall_start,
         "adapt_time_s": adapted.adapt_seconds,
         "data_time_s": adapted.data_seconds,
