@@ -48,7 +48,7 @@ def test_a_local_sweep_shows_images_in_its_progress_line_and_the_cell_log(tmp_pa
 
 def test_a_ray_cell_tells_the_board_its_images(ray_cluster) -> None:
     """The Ray task body with the driver's board actor: the board ends at (n, n) for the cell's stream."""
-    from unitta.evaluate import load_cell_dataset
+    from unitta.evaluate.inputs import load_cell_dataset
 
     (cell,) = small_config(methods=["bn"], settings=["i111"]).cells()
     board = ray_cluster.remote(num_cpus=0)(ImagesBoard).remote()
