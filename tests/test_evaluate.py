@@ -115,3 +115,27 @@ def test_protocol_samplers_score_every_image_once(setup, sampler, setting, delta
     assert row["n_samples"] == len(data.labels) == len(stream.indices) and row["images_reused"] == 0
     assert row["sampler"] == sampler and row["delta"] == (0.01 if delta is None and sampler == "dirichlet" else delta)
     assert row["setting"] == setting and row["domain_alpha"] is None
+
+
+def test_a_source_model_at_chance_is_a_warning_in_the_row_and_the_log(setup, capsys):
+    """TinyNet's random weights are at chance (90 % for 10 classes) on the synthetic stream: the row's
+    `warnings` says so, its `source_probe_error` is the source's error on 512 positions spread over the stream."""
+    data, (model, info) = setup
+    row = evaluate(cell(method="bn"), dataset=data, model_and_info=(model, info))
+    assert row["source_probe_error"] >= 85.0 and "at chance" in row["warnings"]
+    assert "warning: the source model is at chance" in capsys.readouterr().out
+
+
+def test_a_trained_model_gets_no_warning(embedded_model):
+    row = evaluate(Cell(dataset="fmnist-c", method="test", setting="i111", n_per_domain=20, S=4, seed=425),
+                   model_and_info=embedded_model)
+    assert row["warnings"] is None and row["source_probe_error"] < 70.0
+
+
+def test_chance_warning_is_two_standard_errors_below_chance() -> None:
+    from unitta.evaluate import chance_warning
+
+    # 10 classes, 512 images: chance 90 %, standard error 1.33 points: warned from 87.35 % up
+    assert chance_warning(87.4, 512, 10) is not None and chance_warning(87.3, 512, 10) is None
+    assert chance_warning(95.0, 512, 10) is not None  # worse than chance too (a permuted head)
+    assert chance_warning(39.0, 100, 2) is None and chance_warning(41.0, 100, 2) is not None  # 2 classes: 50 - 2 x 5

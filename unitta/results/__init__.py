@@ -108,6 +108,8 @@ SCHEMA = pa.schema(
         ("ccc_severities", pa.string()),
         ("source_error_before", pa.float64()),
         ("source_error_after", pa.float64()),
+        ("source_probe_error", pa.float64()),
+        ("warnings", pa.string()),
         ("per_class", BREAKDOWN_TYPE),
         ("method_extra", pa.string()),
         # cost
@@ -180,6 +182,7 @@ METRIC_COLUMNS = (
     "resets",
     "source_error_before",
     "source_error_after",
+    "source_probe_error",
     "S",
     "domain_alpha",
     "domain_beta",
