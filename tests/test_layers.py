@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.cell",),
     ("unitta.results",),
     ("unitta.evaluate",),
+    ("unitta.track",),
     ("unitta.run", "unitta.search"),
     ("unitta.sweep", "unitta.tune", "unitta.recommend", "unitta.contract"),
     ("unitta.select",),

@@ -8,6 +8,7 @@
     unitta methods check|list|space ...                     = python -m unitta.contract
     unitta streams ...                                      = python -m unitta.streams
     unitta recommend --classes FILE ...                     = python -m unitta.recommend
+    unitta track RESULTS --mlflow URI|--wandb MODE|...      = python -m unitta.track
     unitta report|compare|heatmaps RESULTS ...              = python analysis/{report,compare_paper,heatmaps}.py
 
 (``report``, ``compare`` and ``heatmaps`` are the ``analysis`` package's, installed beside ``unitta``.)
@@ -34,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "methods": ("unitta.contract.command", "methods: check the contract, list methods, print a search space"),
     "streams": ("unitta.streams.__main__", "inspect a benchmark stream of a setting (summary, plot) without images"),
     "recommend": ("unitta.recommend", "estimate a stream's factors from its labels and recommend methods"),
+    "track": ("unitta.track.command", "log a results folder's cells to MLflow, Weights & Biases or TensorBoard"),
     "report": ("analysis.report", "one self-contained HTML page of a sweep's results"),
     "compare": ("analysis.compare_paper", "compare result folders with the paper's tables"),
     "heatmaps": ("analysis.heatmaps", "tables, heatmaps and rankings of result folders"),

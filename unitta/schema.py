@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib.util
 import json
 import re
 import types
@@ -25,6 +26,11 @@ __all__ = [
     "Strict",
     "Resources",
     "RunConfig",
+    "Tracking",
+    "MlflowTracking",
+    "WandbTracking",
+    "TensorboardTracking",
+    "TRACKER_PACKAGES",
     "hint",
     "one_line",
     "read_yaml_file",
@@ -141,6 +147,65 @@ class Resources(Strict):
         return max(1, int(self.num_cpus))
 
 
+# ---------------------------------------------------------------------- tracking (docs/tracking.md)
+# tracker name -> the package it needs and the extra that installs it
+TRACKER_PACKAGES = {"mlflow": "mlflow", "wandb": "wandb", "tensorboard": "tensorboard"}
+
+
+def _installed(tracker: str) -> None:
+    """A config that asks for a tracker whose package is missing is refused before any cell (one line)."""
+    package = TRACKER_PACKAGES[tracker]
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(f"the {package!r} package is not installed: pip install 'unitta[{tracker}]' "
+                         f"(or remove tracking.{tracker})")
+
+
+class MlflowTracking(Strict):
+    """An MLflow tracking server (``http://host:port``) or file store; experiment: the run's name if not given."""
+
+    tracking_uri: str
+    experiment: str | None = None
+
+    @model_validator(mode="after")
+    def _package(self) -> MlflowTracking:
+        _installed("mlflow")
+        return self
+
+
+class WandbTracking(Strict):
+    """Weights & Biases: project, entity, mode (online/offline/disabled: checked when the run opens it, so a
+    wrong mode is one warning and the run goes on) and the folder of its files (``<out>`` if not given)."""
+
+    project: str = "unitta"
+    entity: str | None = None
+    mode: str = "offline"
+    dir: str | None = None
+
+    @model_validator(mode="after")
+    def _package(self) -> WandbTracking:
+        _installed("wandb")
+        return self
+
+
+class TensorboardTracking(Strict):
+    """TensorBoard event files under ``dir`` (``<out>/tensorboard`` if not given)."""
+
+    dir: str | None = None
+
+    @model_validator(mode="after")
+    def _package(self) -> TensorboardTracking:
+        _installed("tensorboard")
+        return self
+
+
+class Tracking(Strict):
+    """Where finished cells are logged besides Parquet (``unitta.track``; docs/tracking.md)."""
+
+    mlflow: MlflowTracking | None = None
+    wandb: WandbTracking | None = None
+    tensorboard: TensorboardTracking | None = None
+
+
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 # File systems take 255 bytes per path component; the name is one, with prefixes and suffixes added.
 MAX_NAME_LENGTH = 100
@@ -159,6 +224,8 @@ class RunConfig(Strict):
     # (unitta/plugins.py, docs/adding_a_method.md)
     plugins: list[str] = []
     max_retries: int = 3
+    # experiment trackers fed as cells finish (docs/tracking.md); Parquet stays the source of truth
+    tracking: Tracking | None = None
 
     @field_validator("name")
     @classmethod
@@ -187,7 +254,8 @@ class RunConfig(Strict):
 
     def config_hash(self) -> str:
         """A 16-hex-digit hash of the whole validated config (output and placement included)."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        # where the rows are also logged does not change what is computed: configs from before tracking keep their hash
+        text = json.dumps(self.model_dump(mode="json", exclude={"tracking"}), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from unitta.run import exits, ray_cluster
 from unitta.run.executor import USAGE_ERRORS, RunOptions
+from unitta.track.destinations import TRACK_FLAG_HELP
 
 __all__ = ["USAGE_ERRORS", "add_run_arguments", "run_parser", "run_options", "run_command"]
 
@@ -30,7 +31,7 @@ def run_parser(prog: str, description: str, examples: list[str], config_help: st
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    """--output, --local, --fresh, the Ray flags, --no-progress, --dry-run, --no-preflight."""
+    """--output, --local, --fresh, the Ray flags, --no-progress, --dry-run, --no-preflight, --track."""
     p.add_argument("--output", help="output directory (overrides the config's 'output')")
     p.add_argument("--local", action="store_true", help="run the cells in this process, one after another (no Ray)")
     p.add_argument(
@@ -45,6 +46,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-preflight", action="store_true", help="skip the data/checkpoint/feasibility checks before the first cell"
     )
+    p.add_argument("--track", action="append", metavar="TRACKER=VALUE", help=TRACK_FLAG_HELP)
 
 
 def run_options(args: argparse.Namespace) -> RunOptions:
@@ -56,6 +58,7 @@ def run_options(args: argparse.Namespace) -> RunOptions:
         wait_for_resources=args.wait_for_resources,
         progress=not args.no_progress,
         argv=sys.argv,
+        track=args.track,
     )
 
 

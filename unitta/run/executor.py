@@ -39,6 +39,8 @@ from unitta.run.outdir import (
 from unitta.run.progress import Progress
 from unitta.run.ray_cluster import ClusterError
 from unitta.schema import ConfigError
+from unitta.track.destinations import make_trackers, with_flags
+from unitta.track.feed import TrackerFeed
 
 __all__ = ["USAGE_ERRORS", "RunOptions", "RunOutcome", "Planner", "GridPlanner", "execute_plan"]
 
@@ -64,6 +66,7 @@ class RunOptions:
     progress: bool = True
     argv: list[str] | None = None
     compact_at: int = COMPACT_AT  # cell files compacted into one part at this many (unitta.results.compaction)
+    track: list[str] | None = None  # --track NAME=VALUE, on top of the config's 'tracking:' (unitta.track.destinations)
 
 
 @dataclass
@@ -157,7 +160,8 @@ def _flush_members(out: Path, name: str, planner: Planner) -> None:
         planner.added_members = []
 
 
-def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutcome, name: str, compactor) -> None:
+def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutcome, name: str, compactor,
+          feed: TrackerFeed) -> None:
     """Submit what the planner offers, write what it releases, until it is done and nothing runs."""
     while True:
         submitted = planner.take()
@@ -167,6 +171,7 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
         written = planner.drain()
         for row, text in written:
             record(out, row, text)
+            feed.add(row)  # after the row is in Parquet; never blocks (docs/tracking.md)
             outcome.count(row)
             bar.update(row["status"], backend.running(), images=row.get("n_samples"))
             compactor.written()
@@ -260,6 +265,8 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
     else:
         backend = RayBackend(extra, cfg, out, opts.address, opts.num_cpus, opts.wait_for_resources)
     bar = None
+    # experiment trackers get each written row on a background thread; a missing package is a config error here
+    feed = TrackerFeed(make_trackers(with_flags(cfg.tracking, opts.track, _stderr_line), out, cfg.name), out, cfg.name)
     try:
         backend.start(lambda line: bar.write(line) if bar else print(line, file=sys.stderr))
         if hasattr(planner, "attach"):
@@ -268,9 +275,14 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
         bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
         backend.on_images = bar.images
         compactor = Compactor(out, opts.compact_at, warn=lambda line: bar.write(line))
-        _loop(planner, backend, out, bar, outcome, cfg.name, compactor)
+        _loop(planner, backend, out, bar, outcome, cfg.name, compactor, feed)
         backend.finish()
     finally:
         if bar is not None:
             bar.close()
         backend.close()
+        feed.close()
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr)

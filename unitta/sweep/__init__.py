@@ -61,16 +61,19 @@ def run_sweep(
     log: Callable[[str], None] | None = None,
     cells: list[Cell] | None = None,
     compact_at: int = COMPACT_AT,
+    track: list[str] | None = None,
 ) -> RunOutcome:
     """Run every cell of ``cfg`` that has no 'ok' result in ``out_dir`` yet; see the module docstring.
 
     The flags are ``unitta.run.RunOptions``'; the grid goes through the one executor (``unitta.run``).
     cells: ``cfg.cells()`` when the caller planned them already (planning a large grid is done once).
     compact_at: compact the cell files once there are this many (``unitta.results.compaction``; docs/results.md).
+    track: ``--track NAME=VALUE`` flags on top of the config's ``tracking:`` (docs/tracking.md).
     """
     out = Path(out_dir) if out_dir is not None else cfg.output_dir()
     opts = RunOptions(local=local, fresh=fresh, address=address, num_cpus=num_cpus,
-                      wait_for_resources=wait_for_resources, progress=progress, argv=argv, compact_at=compact_at)
+                      wait_for_resources=wait_for_resources, progress=progress, argv=argv, compact_at=compact_at,
+                      track=track)
     cells = cfg.cells() if cells is None else cells
     return execute_plan(cfg, out, lambda finished: GridPlanner(cells, finished), opts, say=log)
 
@@ -146,6 +149,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         outcome = run_sweep(
             cfg, out, local=opts.local, fresh=opts.fresh, address=opts.address, num_cpus=opts.num_cpus,
             wait_for_resources=opts.wait_for_resources, progress=opts.progress, argv=opts.argv, cells=cells,
+            track=opts.track,
         )
         return _report(cfg, cells, outcome)
 

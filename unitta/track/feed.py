@@ -1,0 +1,128 @@
+"""The driver's feed of finished rows to the trackers, on a background thread (docs/tracking.md).
+
+Parquet stays the source of truth: the executor writes a cell's row first and then hands it to ``add``, which
+never blocks (a bounded queue; a full queue drops the row for the trackers, not from Parquet). The thread opens
+the trackers, logs each row's ``CellRun`` to each, and ends the parent runs. A tracker that cannot be reached
+or fails a write is one warning line and logs nothing more in this run; ``close`` waits a bounded time for the
+queue to drain and then says, in one line per tracker, how many cells it missed and the ``unitta track``
+command that logs them.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from unitta.track.cell_run import cell_run
+from unitta.track.record import write_tracking_record
+from unitta.track.tracker import Tracker, short_reason
+
+__all__ = ["TrackerFeed", "QUEUE_ROWS", "CLOSE_WAIT_S"]
+
+QUEUE_ROWS = 10_000  # rows waiting for the trackers at most (a few MB); more are left to ``unitta track``
+CLOSE_WAIT_S = 30.0  # how long the end of a run waits for the trackers to take the last rows
+_STOP = object()
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class TrackerFeed:
+    """Rows -> ``trackers`` on one daemon thread; ``sweep``: the parent run's name (the run config's name)."""
+
+    def __init__(self, trackers: list[Tracker], out: Path, sweep: str, warn: Callable[[str], None] = _stderr,
+                 capacity: int = QUEUE_ROWS, close_wait_s: float = CLOSE_WAIT_S) -> None:
+        self.trackers, self.out, self.sweep, self.warn = trackers, Path(out), sweep, warn
+        self.close_wait_s = close_wait_s
+        self.queue: queue.Queue = queue.Queue(capacity)
+        self.missed = {t.name: 0 for t in trackers}
+        self.logged = {t.name: 0 for t in trackers}
+        self.broken: set[str] = set()
+        self.dropped = 0
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._work, name="unitta-track", daemon=True) if trackers else None
+        if self.thread is not None:
+            self.thread.start()
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Queue a written row for the trackers; returns at once."""
+        if self.thread is None:
+            return
+        try:
+            self.queue.put_nowait(dict(row))
+        except queue.Full:
+            with self.lock:
+                self.dropped += 1
+                first = self.dropped == 1
+            if first:
+                self.warn(f"tracking: the trackers are {QUEUE_ROWS:,} rows behind; further rows stay in Parquet only")
+
+    def _fail(self, tracker: Tracker, exc: BaseException) -> None:
+        with self.lock:
+            self.broken.add(tracker.name)
+        self.warn(f"tracking: {tracker.name}: {short_reason(exc)}; no more cells go there in this run "
+                  "(they stay in Parquet)")
+
+    def _work(self) -> None:
+        done: dict[str, set[str]] = {}
+        for tracker in self.trackers:
+            try:
+                done[tracker.name] = tracker.open()
+            except Exception as exc:
+                self._fail(tracker, exc)
+        self._record()
+        while (row := self.queue.get()) is not _STOP:
+            run = cell_run(row, self.sweep)
+            for tracker in self.trackers:
+                if run is None or run.cell_id in done.get(tracker.name, ()):
+                    continue
+                if tracker.name in self.broken:
+                    self.missed[tracker.name] += 1
+                    continue
+                try:
+                    tracker.log(run)
+                    done[tracker.name].add(run.cell_id)
+                    self.logged[tracker.name] += 1
+                except Exception as exc:
+                    self.missed[tracker.name] += 1
+                    self._fail(tracker, exc)
+        for tracker in self.trackers:
+            if tracker.name not in self.broken:
+                try:
+                    tracker.finish()
+                except Exception as exc:
+                    self._fail(tracker, exc)
+        self._record()
+
+    def _record(self) -> None:
+        """Where the runs are, in ``<out>/tracking.json`` (the trackers that opened)."""
+        entries = {t.name: t.where() for t in self.trackers if t.name not in self.broken}
+        if entries:
+            try:
+                write_tracking_record(self.out, entries)
+            except OSError as exc:
+                self.warn(f"tracking: cannot write {self.out / 'tracking.json'}: {short_reason(exc)}")
+
+    def close(self) -> None:
+        """Let the thread take what is queued (``close_wait_s`` at most); one line per tracker that missed cells."""
+        if self.thread is None:
+            return
+        try:
+            self.queue.put(_STOP, timeout=self.close_wait_s)
+        except queue.Full:
+            pass
+        self.thread.join(self.close_wait_s)
+        left = self.queue.qsize() if self.thread.is_alive() else 0
+        if self.thread.is_alive():
+            self.warn(f"tracking: the trackers did not take the last rows within {self.close_wait_s:.0f} s; "
+                      "they stay in Parquet")
+        for tracker in self.trackers:
+            missed = self.missed[tracker.name] + self.dropped + left
+            if missed or tracker.name in self.broken:
+                self.warn(f"tracking: {tracker.name} holds {self.logged[tracker.name]} new cell(s) of this run, "
+                          f"{missed} more are in Parquet only; to log them: {tracker.track_command(self.out)}")
