@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             logged, there = track_folder(tracker, runs, args.jobs if tracker.name == "mlflow" else 1)
         except (TrackerError, OSError) as exc:
-            print(f"unitta track: {tracker.name}: {short_reason(exc)}; rerun the command to log the rest", file=sys.stderr)
+            print(f"unitta track: {tracker.name}: {short_reason(exc)}; rerun the command to log the rest",
+                  file=sys.stderr)
             code = 1
             continue
         write_tracking_record(out, {tracker.name: tracker.where()})

@@ -28,18 +28,18 @@ CLOSE_WAIT_S = 30.0  # how long the end of a run waits for the trackers to take 
 _STOP = object()
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 class TrackerFeed:
     """Rows -> ``trackers`` on one daemon thread; ``sweep``: the parent run's name (the run config's name)."""
 
-    def __init__(self, trackers: list[Tracker], out: Path, sweep: str, warn: Callable[[str], None] = _stderr,
+    def __init__(self, trackers: list[Tracker], out: Path, sweep: str, warn: Callable[[str], None] | None = None,
                  capacity: int = QUEUE_ROWS, close_wait_s: float = CLOSE_WAIT_S) -> None:
-        self.trackers, self.out, self.sweep, self.warn = trackers, Path(out), sweep, warn
+        self.trackers, self.out, self.sweep = trackers, Path(out), sweep
+        # the driver's stderr as it is now: a --local cell redirects sys.stderr into its log while it runs
+        stream = sys.stderr
+        self.warn = warn or (lambda line: print(line, file=stream, flush=True))
         self.close_wait_s = close_wait_s
         self.queue: queue.Queue = queue.Queue(capacity)
+        self.capacity = capacity
         self.missed = {t.name: 0 for t in trackers}
         self.logged = {t.name: 0 for t in trackers}
         self.broken: set[str] = set()
@@ -60,7 +60,7 @@ class TrackerFeed:
                 self.dropped += 1
                 first = self.dropped == 1
             if first:
-                self.warn(f"tracking: the trackers are {QUEUE_ROWS:,} rows behind; further rows stay in Parquet only")
+                self.warn(f"tracking: the trackers are {self.capacity:,} rows behind; more stay in Parquet only")
 
     def _fail(self, tracker: Tracker, exc: BaseException) -> None:
         with self.lock:

@@ -26,7 +26,7 @@ class TensorboardTracker:
     name = "tensorboard"
 
     def __init__(self, directory: Path) -> None:
-        self.dir = Path(directory)
+        self.dir = Path(directory).resolve()
         self.ledger = Ledger(self.dir)
 
     def open(self) -> set[str]:

@@ -34,7 +34,7 @@ class WandbTracker:
     name = "wandb"
 
     def __init__(self, project: str, mode: str, directory: Path, entity: str | None = None) -> None:
-        self.project, self.mode, self.dir, self.entity = project, mode, Path(directory), entity
+        self.project, self.mode, self.dir, self.entity = project, mode, Path(directory).resolve(), entity
         self.ledger = Ledger(self.dir / "wandb", f"unitta-logged-cells-{_ID.sub('_', project)}.txt")
 
     def open(self) -> set[str]:
@@ -56,9 +56,12 @@ class WandbTracker:
             handle = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=str(self.dir),
                                 id=wandb_run_id(run.cell_id), name=run.name, group=run.sweep, job_type="cell",
                                 config={**run.params, **run.tags}, reinit="create_new", settings=settings)
-            for name, steps in run.curves.items():
+            by_step: dict[int, dict[str, float]] = {}
+            for name, steps in run.curves.items():  # W&B steps only go up: every curve's value of a step at once
                 for step, value in steps:
-                    handle.log({name: value}, step=step)
+                    by_step.setdefault(step, {})[name] = value
+            for step in sorted(by_step):
+                handle.log(by_step[step], step=step)
             handle.summary.update(run.metrics)
             handle.finish()
         except Exception as exc:  # wandb.Error, a network error online, a full disk ...

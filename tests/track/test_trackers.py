@@ -1,0 +1,203 @@
+"""Sweeps fed to real trackers (docs/tracking.md): a real MLflow server on 127.0.0.1 with a SQLite backend (started
+once for this module), W&B in offline mode (files under tmp, no network) and TensorBoard event files, all read back.
+
+Cells are the sweep tests' small real cells (tests/sweep/conftest.py: embedded Fashion-MNIST-C, 200 images per
+domain, S=5): a second or two each.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.sweep.conftest import SMALL, ray_cluster, small_config  # noqa: F401  (ray_cluster: the session's Ray)
+from tests.track.readers import read_tensorboard, read_wandb_run
+from tests.track.servers import Gate, free_port, mlflow_server
+from unitta.results import load_results
+from unitta.sweep import main as sweep_main
+from unitta.sweep import run_sweep
+from unitta.track.command import main as track_main
+from unitta.track.feed import TrackerFeed
+from unitta.track.mlflow_tracker import MlflowTracker
+from unitta.track.record import read_tracking_record
+from unitta.track.wandb_tracker import wandb_run_id
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with mlflow_server(tmp_path_factory.mktemp("mlflow")) as uri:
+        yield uri
+
+
+@pytest.fixture(autouse=True)
+def _wandb_offline(tmp_path, monkeypatch):
+    """W&B never reaches the network here: its files under tmp, no console capture, no prompts."""
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def _cell_runs(uri: str, experiment: str) -> list:
+    """The cell runs of ``experiment`` (parents left out), as MLflow's client lists them."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    return [r for r in client.search_runs([found.experiment_id], max_results=1000)
+            if r.data.tags.get("unitta.role") == "cell"]
+
+
+def _by_cell(runs: list) -> dict:
+    ids = [r.data.tags["unitta.cell_id"] for r in runs]
+    assert len(ids) == len(set(ids)), f"duplicate runs: {sorted(ids)}"
+    return dict(zip(ids, runs))
+
+
+@pytest.fixture(scope="module")
+def tracked(server, tmp_path_factory):
+    """A local sweep of 4 cells logged to MLflow, W&B (offline) and TensorBoard at once."""
+    tmp = tmp_path_factory.mktemp("tracked")
+    tracking = {"mlflow": {"tracking_uri": server, "experiment": "local"},
+                "wandb": {"mode": "offline", "dir": str(tmp / "wb")}, "tensorboard": {"dir": str(tmp / "tb")}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_DIR", str(tmp / "wandb-home"))
+        mp.setenv("WANDB_SILENT", "true")
+        outcome = run_sweep(small_config("tracked", tracking=tracking), tmp / "out", local=True, progress=False)
+    assert (outcome.n_ok, outcome.n_failed) == (4, 0)
+    return tmp, load_results(tmp / "out")
+
+
+def test_every_cell_is_one_mlflow_run_with_the_parquet_values(server, tracked):
+    from mlflow import MlflowClient
+
+    _, df = tracked
+    runs = _by_cell(_cell_runs(server, "local"))
+    assert set(runs) == set(df["cell_id"])
+    client = MlflowClient(server)
+    parents = {r.data.tags["mlflow.parentRunId"] for r in runs.values()}
+    assert len(parents) == 1
+    parent = client.get_run(parents.pop())
+    assert parent.data.tags["unitta.role"] == "sweep" and parent.data.tags["unitta.sweep"] == "tracked"
+    for row in df.iter_rows(named=True):
+        run = runs[row["cell_id"]]
+        assert run.info.status == "FINISHED"
+        metrics, params, tags = run.data.metrics, run.data.params, run.data.tags
+        for column in ("error", "balanced_error", "ece", "nll", "n_samples", "images_per_s"):
+            assert metrics[column] == row[column], column
+        assert (params["method"], params["setting"], params["seed"]) == (row["method"], row["setting"], "425")
+        assert tags["unitta.git_commit"] == row["git_commit"] and tags["unitta.model_weights"] == row["model_weights"]
+        assert tags["unitta.sweep"] == "tracked"
+        curve = client.get_metric_history(run.info.run_id, "error_curve")
+        assert [(m.step, m.value) for m in sorted(curve, key=lambda m: m.step)] == [
+            (i, v) for i, v in enumerate(row["error_curve"]) if v is not None]
+        for entry in row["per_domain"]:
+            assert metrics[f"domain_error/{entry['name']}"] == entry["error"]
+    where = read_tracking_record(tracked[0] / "out")["mlflow"]
+    assert where["url"] == f"{server}/#/experiments/{where['experiment_id']}"
+
+
+def test_wandb_offline_and_tensorboard_hold_the_same_cells(tracked):
+    tmp, df = tracked
+    for row in df.iter_rows(named=True):
+        [path] = (tmp / "wb" / "wandb").glob(f"offline-run-*-{wandb_run_id(row['cell_id'])}/*.wandb")
+        run = read_wandb_run(path)
+        assert (run["id"], run["group"]) == (wandb_run_id(row["cell_id"]), "tracked")
+        assert run["summary"]["error"] == row["error"]
+        assert run["config"]["unitta.cell_id"] == row["cell_id"] and run["config"]["method"] == row["method"]
+        curve = [(h["_step"], h["error_curve"]) for h in run["history"] if "error_curve" in h]
+        assert curve == [(i, v) for i, v in enumerate(row["error_curve"]) if v is not None]
+
+        scalars = read_tensorboard(tmp / "tb" / "tracked" / row["cell_id"])
+        assert scalars["error"][0][1] == pytest.approx(row["error"], rel=1e-6)  # event files hold float32
+        assert [s for s, _ in scalars["error_curve"]] == list(range(len(row["error_curve"])))
+        name = row["per_domain"][0]["name"]
+        assert scalars[f"domain_error/{name}"][0][1] == pytest.approx(row["per_domain"][0]["error"], rel=1e-6)
+    ids = set(df["cell_id"])
+    assert set((tmp / "tb" / "unitta-logged-cells.txt").read_text().split()) == ids
+    assert set((tmp / "wb" / "wandb" / "unitta-logged-cells-unitta.txt").read_text().split()) == ids
+
+
+def test_a_ray_sweep_with_the_track_flag(server, ray_cluster, tmp_path):  # noqa: F811
+    cfg = small_config("on-ray", methods=("bn",), settings=("i111", "nui1"))
+    outcome = run_sweep(cfg, tmp_path / "out", progress=False, track=[f"mlflow={server}"])
+    assert outcome.n_ok == 2
+    df = load_results(tmp_path / "out")
+    runs = _by_cell(_cell_runs(server, "on-ray"))  # the experiment is the sweep's name
+    assert {k: r.data.metrics["error"] for k, r in runs.items()} == dict(zip(df["cell_id"], df["error"]))
+
+
+def test_a_server_gone_mid_sweep_loses_no_row_and_track_completes_the_runs(server, tmp_path, capsys):
+    # 4 requests open the tracker, 4 log the first cell; the gate closes during the second cell's run
+    gate = Gate(server, stop_after=10)
+    cfg = small_config("gone", tracking={"mlflow": {"tracking_uri": gate.uri, "experiment": "gone"}})
+    try:
+        outcome = run_sweep(cfg, tmp_path / "out", local=True, progress=False)
+    finally:
+        gate.close()
+    assert (outcome.n_ok, outcome.n_failed) == (4, 0)
+    df = load_results(tmp_path / "out")
+    assert df.height == 4 and set(df["status"]) == {"ok"}
+    err = capsys.readouterr().err
+    assert sum("tracking: mlflow:" in line for line in err.splitlines()) == 1, err
+    assert f"unitta track {tmp_path / 'out'} --mlflow {gate.uri} --experiment gone" in err
+    before = _cell_runs(server, "gone")
+    assert sum(r.info.status == "FINISHED" for r in before) == 1 and len(before) == 2  # one cut off mid-run
+
+    assert track_main([str(tmp_path / "out"), "--mlflow", server, "--experiment", "gone"]) == 0
+    assert "3 cell(s) logged, 1 already there" in capsys.readouterr().out
+    runs = _by_cell(_cell_runs(server, "gone"))
+    assert {r.info.status for r in runs.values()} == {"FINISHED"}
+    assert {k: r.data.metrics["error"] for k, r in runs.items()} == dict(zip(df["cell_id"], df["error"]))
+
+    assert track_main([str(tmp_path / "out"), "--mlflow", server, "--experiment", "gone"]) == 0
+    assert "0 cell(s) logged, 4 already there" in capsys.readouterr().out
+    assert len(_by_cell(_cell_runs(server, "gone"))) == 4
+
+
+def test_a_slow_server_never_blocks_the_driver(server, tracked, tmp_path):
+    _, df = tracked
+    rows = df.to_dicts() * 3
+    gate = Gate(server, delay_s=1.0)
+    lines: list[str] = []
+    try:
+        feed = TrackerFeed([MlflowTracker(gate.uri, "slow")], tmp_path, "slow", warn=lines.append,
+                           capacity=2, close_wait_s=1.0)
+        start = time.perf_counter()
+        for row in rows:
+            feed.add(row)
+        assert time.perf_counter() - start < 0.5
+        feed.close()
+        assert time.perf_counter() - start < 5
+    finally:
+        gate.close()
+    assert any("rows behind" in line for line in lines)
+    assert any(line.startswith("tracking: mlflow holds 0 new cell(s)") for line in lines), lines
+
+
+def test_bad_trackers_are_one_line_each_and_the_sweep_writes_parquet(tmp_path, capsys):
+    import yaml
+
+    config = tmp_path / "bad.yaml"
+    data = {"name": "bad", "datasets": ["fmnist-c"], "methods": ["bn"], "settings": ["i111", "nui1"], **SMALL}
+    data["tracking"] = {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_port()}"},  # nothing listens there
+                        "wandb": {"mode": "sometimes", "dir": str(tmp_path)}}
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    code = sweep_main([str(config), "--local", "--output", str(out), "--no-progress", "--no-preflight",
+                       "--track", "comet=http://127.0.0.1:1"])
+    assert code == 0
+    assert load_results(out).height == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len([line for line in err if "unknown tracker 'comet'" in line]) == 1
+    assert len([line for line in err if line.startswith("tracking: mlflow: http://127.0.0.1")]) == 1, err
+    assert len([line for line in err if "mode 'sometimes' is not one of online, offline, disabled" in line]) == 1
+
+    assert track_main([str(out), "--mlflow", f"http://127.0.0.1:{free_port()}"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("unitta track: mlflow: http://127.0.0.1:")
