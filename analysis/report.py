@@ -42,6 +42,7 @@ from analysis.common import (  # noqa: E402
 from unitta.evaluate.segments import row_stream_cell, short_segment_warnings  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
 from unitta.results.output_checks import OutputError, check_output_dir  # noqa: E402
+from unitta.track.record import read_tracking_record  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 
@@ -164,6 +165,7 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
         body.append('<h2 id="tune">Tune runs</h2>')
         body += [f"<h3>{html.escape(p.stem)}</h3>" + _img(p, p.stem) for p in tune_figs]
     body += _selection_section(dirs, out, nav)
+    body += _tracking_section(dirs, nav)
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>unitta report</title>"
             f"<style>{_CSS}</style></head><body>\n<nav>{' '.join(nav)}</nav>\n" + "\n".join(body)
             + "\n</body></html>\n")
@@ -182,6 +184,40 @@ def _selection_section(dirs, out: Path, nav: list[str]) -> list[str]:
     return ['<h2 id="selection">Hyper-parameters chosen without test labels</h2>',
             '<p class="note">default / oracle / holdout / unsupervised protocols (docs/selection.md)</p>',
             markdown_to_html(md.read_text()), _img(png, "error of each protocol's choice")]
+
+
+def _tracking_section(dirs, nav: list[str]) -> list[str]:
+    """Links to the runs of the folders whose cells went to an experiment tracker (``<out>/tracking.json``;
+    docs/tracking.md, "In the HTML report")."""
+    items = []
+    for folder in dirs:
+        for name, where in sorted(read_tracking_record(folder).items()):
+            items.append(f"<li>{html.escape(str(folder))}: {_tracker_line(name, where)}</li>")
+    if not items:
+        return []
+    nav.append('<a href="#tracking">tracked runs</a>')
+    return ['<h2 id="tracking">Tracked runs</h2>', "<ul>", *items, "</ul>"]
+
+
+def _tracker_line(name: str, where: dict) -> str:
+    def esc(value) -> str:
+        return html.escape(str(value))
+
+    if name == "mlflow":
+        url = where.get("url")
+        if not url:
+            return (f"MLflow experiment {esc(where.get('experiment'))} in {esc(where.get('tracking_uri'))} "
+                    f"(<code>mlflow ui --backend-store-uri {esc(where.get('tracking_uri'))}</code>)")
+        parents = ", ".join(f'<a href="{esc(url)}/runs/{esc(run_id)}">{esc(sweep)}</a>'
+                            for sweep, run_id in sorted((where.get("parent_runs") or {}).items()))
+        return (f'MLflow experiment <a href="{esc(url)}">{esc(where.get("experiment"))}</a>'
+                + (f" (parent runs: {parents})" if parents else ""))
+    if name == "wandb":
+        return (f"Weights &amp; Biases project {esc(where.get('project'))} ({esc(where.get('mode'))}): "
+                f"<code>wandb sync {esc(where.get('dir'))}/offline-run-*</code>")
+    if name == "tensorboard":
+        return f"TensorBoard: <code>tensorboard --logdir {esc(where.get('dir'))}</code>"
+    return f"{esc(name)}: {esc(where)}"
 
 
 def metric_comparison(rows: pl.DataFrame) -> str:

@@ -201,3 +201,15 @@ def test_bad_trackers_are_one_line_each_and_the_sweep_writes_parquet(tmp_path, c
     assert track_main([str(out), "--mlflow", f"http://127.0.0.1:{free_port()}"]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("unitta track: mlflow: http://127.0.0.1:")
+
+
+def test_the_report_links_the_tracked_runs(server, tracked, tmp_path):
+    from analysis.report import main as report_main
+
+    out = tracked[0] / "out"
+    assert report_main([str(out), "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    where = read_tracking_record(out)["mlflow"]
+    parent = where["parent_runs"]["tracked"]
+    assert f'<a href="{server}/#/experiments/{where["experiment_id"]}/runs/{parent}">tracked</a>' in page
+    assert f"tensorboard --logdir {tracked[0] / 'tb'}" in page and "wandb sync" in page

@@ -3,9 +3,9 @@
 Parquet stays the source of truth: the executor writes a cell's row first and then hands it to ``add``, which
 never blocks (a bounded queue; a full queue drops the row for the trackers, not from Parquet). The thread opens
 the trackers, logs each row's ``CellRun`` to each, and ends the parent runs. A tracker that cannot be reached
-or fails a write is one warning line and logs nothing more in this run; ``close`` waits a bounded time for the
-queue to drain and then says, in one line per tracker, how many cells it missed and the ``unitta track``
-command that logs them.
+or fails a write is one warning line and logs nothing more in this run; ``close`` waits for the queue to drain
+as long as the trackers keep taking rows (a tracker that takes none for ``CLOSE_WAIT_S`` is left behind) and then
+says, in one line per tracker, how many cells it missed and the ``unitta track`` command that logs them.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from unitta.track.tracker import Tracker, short_reason
 __all__ = ["TrackerFeed", "QUEUE_ROWS", "CLOSE_WAIT_S"]
 
 QUEUE_ROWS = 10_000  # rows waiting for the trackers at most (a few MB); more are left to ``unitta track``
-CLOSE_WAIT_S = 30.0  # how long the end of a run waits for the trackers to take the last rows
+CLOSE_WAIT_S = 30.0  # the end of a run waits for the last rows while the trackers take one at least this often
 _STOP = object()
 
 
@@ -45,6 +46,7 @@ class TrackerFeed:
         self.broken: set[str] = set()
         self.dropped = 0
         self.lock = threading.Lock()
+        self.moved = time.monotonic()  # when the thread last finished a step (opened the trackers, took a row)
         self.thread = threading.Thread(target=self._work, name="unitta-track", daemon=True) if trackers else None
         if self.thread is not None:
             self.thread.start()
@@ -76,6 +78,7 @@ class TrackerFeed:
             except Exception as exc:
                 self._fail(tracker, exc)
         self._record()
+        self.moved = time.monotonic()
         while (row := self.queue.get()) is not _STOP:
             run = cell_run(row, self.sweep)
             for tracker in self.trackers:
@@ -91,6 +94,7 @@ class TrackerFeed:
                 except Exception as exc:
                     self.missed[tracker.name] += 1
                     self._fail(tracker, exc)
+            self.moved = time.monotonic()
         for tracker in self.trackers:
             if tracker.name not in self.broken:
                 try:
@@ -109,18 +113,24 @@ class TrackerFeed:
                 self.warn(f"tracking: cannot write {self.out / 'tracking.json'}: {short_reason(exc)}")
 
     def close(self) -> None:
-        """Let the thread take what is queued (``close_wait_s`` at most); one line per tracker that missed cells."""
+        """Let the thread take what is queued while it keeps moving (see the module docstring); then one line per
+        tracker that missed cells."""
         if self.thread is None:
             return
-        try:
-            self.queue.put(_STOP, timeout=self.close_wait_s)
-        except queue.Full:
-            pass
-        self.thread.join(self.close_wait_s)
-        left = self.queue.qsize() if self.thread.is_alive() else 0
+        self.moved = max(self.moved, time.monotonic())
+        stopped = False
+        while self.thread.is_alive() and time.monotonic() - self.moved < self.close_wait_s:
+            if not stopped:
+                try:
+                    self.queue.put(_STOP, timeout=1.0)
+                    stopped = True
+                except queue.Full:
+                    continue
+            self.thread.join(1.0)
+        left = max(0, self.queue.qsize() - stopped) if self.thread.is_alive() else 0  # rows never taken
         if self.thread.is_alive():
-            self.warn(f"tracking: the trackers did not take the last rows within {self.close_wait_s:.0f} s; "
-                      "they stay in Parquet")
+            self.warn(f"tracking: the trackers took no row for {self.close_wait_s:.0f} s; the last rows stay in "
+                      "Parquet")
         for tracker in self.trackers:
             missed = self.missed[tracker.name] + self.dropped + left
             if missed or tracker.name in self.broken:
