@@ -40,8 +40,8 @@ def _healthy(uri: str) -> bool:
 
 
 @contextlib.contextmanager
-def mlflow_server(folder: Path) -> Iterator[str]:
-    """A running ``mlflow server`` on SQLite under ``folder``; yields its URI."""
+def mlflow_server(folder: Path, workers: int = 1) -> Iterator[str]:
+    """A running ``mlflow server`` on SQLite under ``folder`` (``workers`` server processes); yields its URI."""
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     mlflow = Path(sys.executable).with_name("mlflow")
@@ -49,7 +49,7 @@ def mlflow_server(folder: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
          "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
+         "--workers", str(workers)],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=folder,
     )
     try:

@@ -281,7 +281,7 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
         if bar is not None:
             bar.close()
         backend.close()
-        feed.close()
+        feed.close(hurry=sys.exc_info()[0] is not None)  # an interrupted run does not wait for the trackers
 
 
 def _stderr_line(line: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(f"unitta track: {out} holds no finished cell with metrics ({failed} failed)", file=sys.stderr)
         return 2 if not failed else 0
+    # many requests at once queue on the server: a longer timeout than a running sweep's (unitta.track.mlflow_tracker)
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
     code = 0
     for tracker in make_trackers(tracking, out, _run_name(out)):
         start = time.perf_counter()

@@ -10,6 +10,7 @@ says, in one line per tracker, how many cells it missed and the ``unitta track``
 
 from __future__ import annotations
 
+import math
 import queue
 import sys
 import threading
@@ -26,6 +27,7 @@ __all__ = ["TrackerFeed", "QUEUE_ROWS", "CLOSE_WAIT_S"]
 
 QUEUE_ROWS = 10_000  # rows waiting for the trackers at most (a few MB); more are left to ``unitta track``
 CLOSE_WAIT_S = 30.0  # the end of a run waits for the last rows while the trackers take one at least this often
+HURRY_S = 2.0  # the wait of a run that ends on an error or an interrupt
 _STOP = object()
 
 
@@ -112,14 +114,17 @@ class TrackerFeed:
             except OSError as exc:
                 self.warn(f"tracking: cannot write {self.out / 'tracking.json'}: {short_reason(exc)}")
 
-    def close(self) -> None:
+    def close(self, hurry: bool = False) -> None:
         """Let the thread take what is queued while it keeps moving (see the module docstring); then one line per
-        tracker that missed cells."""
+        tracker that missed cells. hurry: the run is ending on an error or an interrupt: wait ``HURRY_S`` at most."""
         if self.thread is None:
             return
         self.moved = max(self.moved, time.monotonic())
+        wait = min(self.close_wait_s, HURRY_S) if hurry else self.close_wait_s
+        deadline = time.monotonic() + wait if hurry else math.inf
         stopped = False
-        while self.thread.is_alive() and time.monotonic() - self.moved < self.close_wait_s:
+        while (self.thread.is_alive() and time.monotonic() - self.moved < wait
+               and time.monotonic() < deadline):
             if not stopped:
                 try:
                     self.queue.put(_STOP, timeout=1.0)
@@ -129,8 +134,7 @@ class TrackerFeed:
             self.thread.join(1.0)
         left = max(0, self.queue.qsize() - stopped) if self.thread.is_alive() else 0  # rows never taken
         if self.thread.is_alive():
-            self.warn(f"tracking: the trackers took no row for {self.close_wait_s:.0f} s; the last rows stay in "
-                      "Parquet")
+            self.warn(f"tracking: the trackers took no row for {wait:.0f} s; the last rows stay in Parquet")
         for tracker in self.trackers:
             missed = self.missed[tracker.name] + self.dropped + left
             if missed or tracker.name in self.broken:

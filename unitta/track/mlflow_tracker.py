@@ -6,8 +6,9 @@ so a 1,000-cell folder is logged in well under a minute (``bench/track.py``). A 
 ``unitta.cell_id`` tag: only a run that reached FINISHED counts; one left RUNNING by a tracker that went away
 mid-cell is deleted and logged again, so a folder logged twice holds each cell once.
 
-Requests time out after ``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds (10 here unless set) and are retried once
-(``MLFLOW_HTTP_REQUEST_MAX_RETRIES``), so a server that is down costs seconds, not MLflow's default minutes.
+Requests time out after ``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds (10 here unless set; ``unitta track``, which
+sends many at once, 60) and are retried once (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``), so a server that is down costs
+seconds, not MLflow's default minutes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _ENV_DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",  # MLflow 3 prints a line per ended run otherwise
+    "MLFLOW_DISABLE_TELEMETRY": "true",  # MLflow 3's usage reports: no request to anyone but the tracking server
 }
 # MLflow's limits per request (mlflow.utils.validation: MAX_METRICS/PARAMS/ENTITIES_PER_BATCH) and per value
 _BATCH_ENTITIES = 1000

@@ -1,0 +1,120 @@
+"""Experiment-tracker figures (docs/tracking.md): a 1,000-cell folder logged to a local MLflow server by
+``unitta track``, and a quick sweep with tracking on vs off.
+
+    python bench/track.py                              # both: about 10 minutes on 2 cores
+    python bench/track.py --skip-sweep --cells 1000    # the folder only
+    python bench/track.py --settings i111              # a shorter quick sweep (5 cells instead of 20)
+
+1. folder: one real cell is run (sweeps/quick.yaml's first: the embedded Fashion-MNIST-C, ``--local``) and its
+   row replicated into ``--cells`` rows that differ only in their cell id (``<cell_id>-r0000`` ...): the real
+   schema, with the real sizes of what is logged (26 parameters, 40 metrics with the 15 per-domain errors, a
+   10-step error curve). ``unitta track DIR --mlflow URI`` logs them as a subprocess (imports included) into a
+   new experiment, then runs again (every cell is there: the search alone). Target: at most 60 s on 2 cores.
+2. sweep: sweeps/quick.yaml ``--local`` into fresh folders, without tracking and with
+   ``--track mlflow=URI``, alternated ``--repeats`` times. Target: tracked at most 10 % longer.
+
+The MLflow server is a real ``mlflow server`` on 127.0.0.1 with a SQLite backend in a temp folder (the tests'
+``tests/track/servers.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.track.servers import mlflow_server  # noqa: E402
+from unitta.results import load_results  # noqa: E402
+from unitta.schema import read_yaml_file  # noqa: E402
+from unitta.sweep import run_sweep  # noqa: E402
+from unitta.sweep.config import parse_config  # noqa: E402
+
+QUICK = ROOT / "sweeps" / "quick.yaml"
+
+
+def _quick(settings: list[str] | None, name: str):
+    data = read_yaml_file(QUICK)
+    data.pop("output", None)
+    if settings:
+        data["settings"] = settings
+    return parse_config({**data, "name": name})
+
+
+def replicated_folder(tmp: Path, cells: int) -> Path:
+    """``tmp/folder/results.parquet``: one real cell's row, ``cells`` times with distinct cell ids."""
+    import polars as pl
+
+    real = tmp / "real"
+    cfg = _quick(None, "bench-track-real")
+    run_sweep(cfg, real, local=True, progress=False, cells=cfg.cells()[:1])
+    row = load_results(real)
+    folder = tmp / "folder"
+    folder.mkdir()
+    copies = pl.concat([row] * cells).with_columns(
+        (pl.col("cell_id") + "-r" + pl.int_range(cells).cast(pl.String).str.zfill(4)).alias("cell_id"))
+    copies.write_parquet(folder / "results.parquet")
+    return folder
+
+
+def track_seconds(folder: Path, uri: str, experiment: str, jobs: int) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "unitta", "track", str(folder), "--mlflow", uri, "--experiment",
+                           experiment, "--jobs", str(jobs)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode:
+        raise SystemExit(f"unitta track failed ({done.returncode}): {done.stderr.strip()}")
+    return time.perf_counter() - start, done.stdout.strip()
+
+
+def sweep_seconds(tmp: Path, settings: list[str] | None, track: list[str] | None, tag: str) -> float:
+    cfg = _quick(settings, f"bench-track-{tag}")
+    start = time.perf_counter()
+    outcome = run_sweep(cfg, tmp / tag, local=True, progress=False, track=track)
+    seconds = time.perf_counter() - start
+    assert outcome.n_failed == 0, "a quick cell failed"
+    return seconds
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", type=int, default=1000)
+    p.add_argument("--jobs", type=int, default=8, help="unitta track --jobs")
+    p.add_argument("--server-workers", type=int, default=1,
+                   help="mlflow server --workers (over 1, uvicorn restarts slow-starting workers on a busy machine)")
+    p.add_argument("--settings", nargs="+", help="the quick sweep's settings (default: all four of quick.yaml)")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--skip-folder", action="store_true")
+    p.add_argument("--skip-sweep", action="store_true")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-track-") as name, \
+            mlflow_server(Path(name), args.server_workers) as uri:
+        tmp = Path(name)
+        print(f"mlflow server {uri} (SQLite, {args.server_workers} worker(s)); {os.cpu_count()} CPUs, load average "
+              f"{os.getloadavg()[0]:.1f}")
+        if not args.skip_folder:
+            folder = replicated_folder(tmp, args.cells)
+            first, said = track_seconds(folder, uri, "bench-folder", args.jobs)
+            print(f"unitta track, {args.cells} cells, new experiment, --jobs {args.jobs}: {first:.1f} s ({said})")
+            again, said = track_seconds(folder, uri, "bench-folder", args.jobs)
+            print(f"unitta track again (all there): {again:.1f} s ({said}); load average {os.getloadavg()[0]:.1f}")
+        if not args.skip_sweep:
+            off, on = [], []
+            for i in range(args.repeats):
+                off.append(sweep_seconds(tmp, args.settings, None, f"off{i}"))
+                on.append(sweep_seconds(tmp, args.settings, [f"mlflow={uri}"], f"on{i}"))
+                print(f"quick sweep --local, repeat {i}: untracked {off[-1]:.1f} s, tracked {on[-1]:.1f} s")
+            print(f"quick sweep: tracked / untracked = {sum(on) / sum(off):.3f} ({sum(on):.1f} s / {sum(off):.1f} s); "
+                  f"load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
