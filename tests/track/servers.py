@@ -39,9 +39,23 @@ def _healthy(uri: str) -> bool:
         return False
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group ``pgid`` (Linux /proc)."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # after the name: state, ppid, pgrp, ..., utime (12th), stime (13th)
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 @contextlib.contextmanager
-def mlflow_server(folder: Path, workers: int = 1) -> Iterator[str]:
-    """A running ``mlflow server`` on SQLite under ``folder`` (``workers`` server processes); yields its URI."""
+def mlflow_server(folder: Path, workers: int = 1, on_start=None) -> Iterator[str]:
+    """A running ``mlflow server`` on SQLite under ``folder`` (``workers`` server processes); yields its URI.
+    on_start: called with the server's process group id once it answers."""
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
     mlflow = Path(sys.executable).with_name("mlflow")
@@ -58,6 +72,8 @@ def mlflow_server(folder: Path, workers: int = 1) -> Iterator[str]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"mlflow server did not start: {(folder / 'server.log').read_text()[-2000:]}")
             time.sleep(0.5)
+        if on_start is not None:
+            on_start(proc.pid)
         yield uri
     finally:
         with contextlib.suppress(ProcessLookupError):
