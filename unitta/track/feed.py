@@ -82,7 +82,11 @@ class TrackerFeed:
         self._record()
         self.moved = time.monotonic()
         while (row := self.queue.get()) is not _STOP:
-            run = cell_run(row, self.sweep)
+            try:
+                run = cell_run(row, self.sweep)
+            except Exception as exc:  # a row this code cannot read must not stop the rows after it
+                self.warn(f"tracking: cell {row.get('cell_id')}: {short_reason(exc)}; not tracked (it is in Parquet)")
+                run = None
             for tracker in self.trackers:
                 if run is None or run.cell_id in done.get(tracker.name, ()):
                     continue
