@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from unitta.evaluate import STATUS_FAILED
-from unitta.results import SCHEMA
+from unitta.results import SCHEMA, STATUS_FAILED
 
 __all__ = ["CellRun", "cell_run", "COORDINATES", "TAG_PREFIX", "CELL_ID_TAG", "SWEEP_TAG", "run_label"]
 
