@@ -79,7 +79,7 @@ def mlflow_server(folder: Path, workers: int = 1, on_start=None) -> Iterator[str
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(10)
+            proc.wait(3)  # the server has nothing to save (SQLite commits each request)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
