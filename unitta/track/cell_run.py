@@ -29,8 +29,9 @@ TAG_PREFIX = "unitta."
 CELL_ID_TAG = "unitta.cell_id"  # how a tracker finds the run of a cell (no duplicate runs; docs/tracking.md)
 SWEEP_TAG = "unitta.sweep"  # the sweep / tune / select run a cell run belongs to (its parent run)
 
-# the identity columns of a result row (docs/results.md, "Identity"): what was computed
-COORDINATES = tuple(SCHEMA.names[SCHEMA.names.index("dataset"):SCHEMA.names.index("status")])
+# the identity columns of a result row (docs/results.md, "Identity"): what was computed (the tag columns among
+# them go to tags)
+COORDINATES = tuple(SCHEMA.names[:SCHEMA.names.index("status")])
 # columns that go to tags (with the 'unitta.' prefix), not parameters
 _TAG_COLUMNS = ("cell_id", "sweep_name", "git_commit", "model_weights", "config_hash", "status", "unitta_version")
 # where and when a cell ran, and long texts: kept in Parquet only
