@@ -6,8 +6,11 @@ Example::
     python -m unitta.sweep sweeps/long_horizon.yaml
     python analysis/long_horizon.py results/long_horizon            # -> results/long_horizon/long_horizon/
 
-A *stream* is the rows that share dataset, model, sampler, setting, factors, length / S, rounds, the ccc
-settings, seed, batch size, subset, severity and curve points; its methods (and reset protocols) are compared.
+A *stream* is the rows that share every replicate coordinate (``unitta.results.replicates``: dataset and an image
+folder's digest, model and weights, sampler, setting, factors, length / S, rounds, the ccc settings, batch size,
+subset, severity, curve points...) and the seed, but how the method ran: the method and its hyper-parameters, the
+reset, the protocol and forgetting, which are its rows (labelled apart: ``tent [realtime]``, ``tent [forgetting]``).
+The source row is the stream's online TEST cell without resets.
 The collapse point (RDumb, Press et al. NeurIPS'23, fig. 1: methods that end below the non-adapting model) is
 the first batch after which the method's error stays above the source model's in every later part of the
 curve (``error_curve``: ``curve_points`` equal parts of the stream; its resolution is that of the curve). No
@@ -34,12 +37,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
 from analysis.common import AnalysisError, add_sweep_argument, load_dirs, method_order, run_analysis  # noqa: E402
-from unitta.results.replicates import method_label  # noqa: E402
+from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels  # noqa: E402
 
-__all__ = ["STREAM_KEYS", "collapse_point", "stream_tables", "summary_table", "analyse", "main"]
+__all__ = ["METHOD_AXES", "collapse_point", "stream_keys", "stream_tables", "summary_table", "analyse", "main"]
 
-STREAM_KEYS = ("dataset", "model", "sampler", "setting", "factor_overrides", "length", "S", "rounds", "ccc", "seed",
-               "batch_size", "n_per_domain", "severity", "curve_points")
+# The coordinates that tell one stream's rows apart (how the method ran on it); every other one fixes the stream.
+METHOD_AXES = (*METHOD_KEYS, "reset", "protocol", "realtime_cost", "forgetting")
+
+
+def stream_keys(df: pl.DataFrame) -> list[str]:
+    """The columns whose values make one stream: the replicate coordinates but ``METHOD_AXES``, and the seed."""
+    return [*fixed_keys(df, METHOD_AXES), "seed"]
 
 
 def collapse_point(curve: list[float], source: list[float]) -> int | None:
@@ -53,9 +61,17 @@ def collapse_point(curve: list[float], source: list[float]) -> int | None:
 
 
 def _label(row: dict) -> str:
-    label = method_label(row["method"], row.get("method_kwargs"))
+    """'tent', 'tent{lr=0.0005} [reset each_shift]', 'tent [realtime]', 'tent [forgetting]'."""
     reset = row.get("reset") or "none"
-    return label if reset == "none" else f"{label} [reset {reset}]"
+    notes = ([f"reset {reset}"] if reset != "none" else []) + (
+        [row["protocol"]] if (row.get("protocol") or "online") != "online" else []) + (
+        ["forgetting"] if row.get("forgetting") else [])
+    return row["method_label"] + "".join(f" [{note}]" for note in notes)
+
+
+def _is_source(row: dict) -> bool:
+    return (row["method"] == "test" and (row.get("reset") or "none") == "none"
+            and (row.get("protocol") or "online") == "online")
 
 
 def _stream_name(row: dict) -> str:
@@ -68,12 +84,12 @@ def _stream_name(row: dict) -> str:
 def stream_tables(df: pl.DataFrame) -> list[tuple[str, dict, list[dict]]]:
     """[(stream name, source row, method rows with 'label', 'collapse_part', 'collapse_batch')] per stream with a
     TEST cell; streams without one are skipped (their curves have nothing to be compared with)."""
-    ok = df.filter(pl.col("status") == "ok")
-    keys = [k for k in STREAM_KEYS if k in ok.columns]
+    ok = with_method_labels(normalise_rows(df.filter(pl.col("status") == "ok")))
     out = []
-    for _, group in ok.group_by(keys, maintain_order=True):
-        rows = group.to_dicts()
-        source = next((r for r in rows if r["method"] == "test" and (r.get("reset") or "none") == "none"), None)
+    for _, group in ok.group_by(stream_keys(ok), maintain_order=True):
+        rows = group.sort(pl.col("forgetting").fill_null(False) if "forgetting" in group.columns else pl.lit(0),
+                          maintain_order=True).to_dicts()
+        source = next((r for r in rows if _is_source(r)), None)  # without forgetting first: its error is the same
         if source is None:
             continue
         methods = []

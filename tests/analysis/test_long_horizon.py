@@ -44,3 +44,22 @@ def test_a_folder_without_a_test_cell_is_refused(two_rounds, tmp_path, capsys):
     (copy / "results.parquet").unlink(missing_ok=True)
     assert main([str(copy), "--out", str(tmp_path / "out")]) == 2
     assert "no stream has a finished TEST cell" in capsys.readouterr().err
+
+
+def test_online_realtime_and_forgetting_rows_are_labelled_apart():
+    """One stream, TENT online, real-time and with forgetting: three labels, one source row (the online TEST)."""
+    import polars as pl
+
+    from analysis.long_horizon import stream_tables
+
+    base = {"dataset": "fmnist-c", "model": "resnet20", "sampler": "exact", "setting": "i111", "length": 300,
+            "seed": 425, "batch_size": 32, "status": "ok", "n_samples": 300, "method_kwargs": "{}"}
+    variants = [("test", "online", False, 50.0), ("test", "realtime", False, 50.0), ("tent", "online", False, 40.0),
+                ("tent", "realtime", False, 45.0), ("tent", "online", True, 40.5)]
+    rows = [{**base, "cell_id": f"c{i}", "method": m, "protocol": p, "forgetting": f, "error": e,
+             "error_curve": [e, e]} for i, (m, p, f, e) in enumerate(variants)]
+    ((_, source, methods),) = stream_tables(pl.DataFrame(rows))
+    assert source["protocol"] == "online" and source["method"] == "test"
+    labels = [r["label"] for r in methods]
+    assert len(set(labels)) == len(labels) == 4
+    assert "tent" in labels and "tent [realtime]" in labels and "tent [forgetting]" in labels

@@ -250,6 +250,7 @@ class Cell:
             "cell_id": self.cell_id(),
             "config_hash": self.config_hash(),
             "model_weights": self.weights,
+            "data_digest": self.data_digest,
             "method_config": json.dumps(self.method_config, sort_keys=True),
             "method_version": self.method_version,
             **{f.column_key: column_value(getattr(self, f.name)) for f in FIELDS if f.column is not None},

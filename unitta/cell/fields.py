@@ -244,8 +244,8 @@ def field_named(name: str) -> CellField:
 
 # The columns ``coordinates`` writes that are no field: the id, the hash and the identity's resolved entries.
 RESOLVED_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("cell_id", "string"), ("config_hash", "string"), ("model_weights", "string"), ("method_config", "string"),
-    ("method_version", "int64"),
+    ("cell_id", "string"), ("config_hash", "string"), ("model_weights", "string"), ("data_digest", "string"),
+    ("method_config", "string"), ("method_version", "int64"),
 )
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from unitta.cell import LATER_FIELDS, PLACEMENT_FIELDS, Cell
-from unitta.cell.fields import FIELDS
+from unitta.cell.fields import FIELDS, RESOLVED_COLUMNS
 
 __all__ = ["METHOD_KEYS", "SEED", "S_CELL", "apply_where", "fixed_keys", "method_label", "normalise_rows",
            "replicate_keys", "varying", "where_hint", "with_method_labels"]
@@ -35,8 +35,10 @@ S_CELL = "S_cell"
 # (an online cell's cost does not enter its identity either), and S.
 _COLUMN_OF = {**{f.name: f.column_name for f in FIELDS if f.column_name}, "cost": "realtime_cost", "S": S_CELL}
 
-# Identity entries that ``Cell.identity`` resolves from the fields: what the method and the model really were.
-_RESOLVED = ("method_config", "method_version", "model_weights")
+# Identity entries that ``Cell.identity`` resolves from the fields (the table's resolved columns but the id and its
+# hash): what the method, the model and the data really were (an image folder's digest: two folders in one output
+# are two datasets, never seeds of one).
+_RESOLVED = tuple(name for name, _ in RESOLVED_COLUMNS if name not in ("cell_id", "config_hash"))
 
 # The coordinates that name the method variant (a row of a table), not the experiment around it.
 METHOD_KEYS = ("method", "method_kwargs", "method_config", "method_version")
