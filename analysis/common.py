@@ -290,4 +290,4 @@ def sweep_panels(df: pl.DataFrame) -> list[Panel]:
 
 
 def _caption_value(key: str, value) -> str:
-    return str(value)[:12] if key in ("model_weights", "data_digest") else str(value)
+    return str(value)[:12] if key in ("model_code", "model_weights", "data_digest") else str(value)

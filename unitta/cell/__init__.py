@@ -12,7 +12,7 @@ is computed (precision, compilation, profile). Its identity (``identity()``, ``c
 ones (where data lives, which device, how many threads), the method's *resolved* hyper-parameters
 (defaults + dataset preset + profile + overrides), the method's version and the SHA-256 of the model's
 checkpoint file (left out for the file every earlier row was computed with, ``zoo.REFERENCE_WEIGHTS``, so
-those rows keep their ids), so that a resumed sweep never reuses a row computed with other
+those rows keep their ids), the SHA-256 of a builder model's file (its code, not its path), so that a resumed sweep never reuses a row computed with other
 hyper-parameters, an older method or other weights (docs/results.md, Resume).
 
 Importing this module does not import torch. Resolving the method config and the checkpoint imports the
@@ -172,6 +172,23 @@ class Cell:
         return any_weights_digest(self.dataset, self.model, self.checkpoint, self.checkpoint_dir)
 
     @cached_property
+    def _builder(self) -> tuple[str, str | None] | None:
+        """A builder model's (portable name, SHA-256 of its file) (``unitta.models.builders``), else None."""
+        from unitta.models.builders import builder_identity, is_builder
+
+        return builder_identity(self.model) if is_builder(self.model) else None
+
+    @property
+    def model_code(self) -> str | None:
+        """The SHA-256 of a builder model's file (its code is part of the identity, its path is not), else None."""
+        return self._builder[1] if self._builder else None
+
+    @property
+    def model_label(self) -> str:
+        """The model as the identity and the result row name it: a builder by its file name, not its path."""
+        return self._builder[0] if self._builder else self.model_name
+
+    @cached_property
     def data_digest(self) -> str | None:
         """For a dataset read from an image folder: the SHA-256 of its index (every file's name and size,
         ``unitta.data.folder``), None when the folder cannot be read (the cell then fails) or for other datasets."""
@@ -195,7 +212,9 @@ class Cell:
                 data.pop(key)
         if self.protocol == "online":  # the cost model prices real-time adaptation only: an online cell ignores it
             data.pop("cost", None)
-        data["model"] = self.model_name
+        data["model"] = self.model_label
+        if self._builder:
+            data["model_code"] = self.model_code
         data["method_config"] = self.method_config
         data["method_version"] = self.method_version
         if not self._reference_weights:
@@ -251,10 +270,11 @@ class Cell:
             "config_hash": self.config_hash(),
             "model_weights": self.weights,
             "data_digest": self.data_digest,
+            "model_code": self.model_code,
             "method_config": json.dumps(self.method_config, sort_keys=True),
             "method_version": self.method_version,
             **{f.column_key: column_value(getattr(self, f.name)) for f in FIELDS if f.column is not None},
-            "model": self.model_name,
+            "model": self.model_label,
             **{key: self.factors.get(key) for key in FACTOR_KEYS},
         }
 

@@ -198,7 +198,7 @@ FIELDS: tuple[CellField, ...] = (
     F("dataset", str, "fmnist-c", check=check_dataset_name, column="string", config="cell", grid="datasets"),
     F("method", str, "test", column="string", config=None),  # a config's methods (checked against the registry)
     F("setting", str, "i111", check=check_setting, column="string", config="cell"),
-    F("model", str | None, column="string", config="cell"),  # the column holds the resolved name (model_name)
+    F("model", str | None, column="string", config="cell"),  # the column: the resolved name (Cell.model_label)
     F("method_kwargs", dict[str, Any], factory=dict, column="string", config="cell"),
     F("sampler", str, "official", check=one_of(SAMPLERS, "sampler"), column="string", grid="sampler"),
     F("factors", dict[str, float], factory=dict, check=_factors, column="string", column_name="factor_overrides"),
@@ -245,7 +245,7 @@ def field_named(name: str) -> CellField:
 # The columns ``coordinates`` writes that are no field: the id, the hash and the identity's resolved entries.
 RESOLVED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cell_id", "string"), ("config_hash", "string"), ("model_weights", "string"), ("data_digest", "string"),
-    ("method_config", "string"), ("method_version", "int64"),
+    ("model_code", "string"), ("method_config", "string"), ("method_version", "int64"),
 )
 
 

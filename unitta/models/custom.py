@@ -13,22 +13,17 @@ files are read with safetensors (tensors only), others with the zoo's safe loade
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from unitta.models.builders import call_builder
 from unitta.models.catalog import IMAGENET_MEAN, IMAGENET_STD, Normalized
 from unitta.models.digest import bytes_digest
 from unitta.models.zoo import read_checkpoint
 
-__all__ = ["KINDS", "build_custom", "is_custom", "own_weights_file", "parse_spec", "read_weights"]
-
-KINDS = ("torchvision", "timm")  # any other '<module>:<function>' is a builder
-
+__all__ = ["build_custom", "is_custom", "own_weights_file", "parse_spec", "read_weights"]
 
 def is_custom(name: str | None) -> bool:
     """Whether ``name`` is a ``kind:NAME`` / ``module:function`` spec rather than a zoo model name."""
@@ -65,26 +60,6 @@ def _timm(name: str, num_classes: int) -> tuple[nn.Module, int]:
     return Normalized(model, tuple(cfg["mean"]), tuple(cfg["std"])), int(cfg["input_size"][-1])
 
 
-def _builder(module: str, function: str):
-    name = Path(module).stem if module.endswith(".py") else module
-    if name not in sys.modules:
-        path = Path(module)
-        if module.endswith(".py") and path.is_file():
-            spec = importlib.util.spec_from_file_location(name, path)
-            loaded = importlib.util.module_from_spec(spec)
-            sys.modules[name] = loaded
-            spec.loader.exec_module(loaded)
-        else:
-            try:
-                importlib.import_module(name)
-            except ImportError as err:
-                raise ValueError(f"model={module}:{function}: cannot import {name!r} ({err})") from None
-    build = getattr(sys.modules[name], function, None)
-    if not callable(build):
-        raise ValueError(f"model={module}:{function}: {name} has no function {function!r}")
-    return build
-
-
 def build_custom(spec: str, num_classes: int) -> tuple[nn.Module, int]:
     """The model of ``spec`` with random weights for ``num_classes`` classes, and its input side."""
     kind, name = parse_spec(spec)
@@ -92,7 +67,7 @@ def build_custom(spec: str, num_classes: int) -> tuple[nn.Module, int]:
         return _torchvision(name, num_classes)
     if kind == "timm":
         return _timm(name, num_classes)
-    model = _builder(kind, name)(num_classes=num_classes)
+    model = call_builder(spec, num_classes)
     if not isinstance(model, nn.Module):
         raise ValueError(f"model={spec}: {name}(num_classes) returned {type(model).__name__}, not a torch nn.Module")
     return model, int(getattr(model, "input_size", 224))

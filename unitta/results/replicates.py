@@ -36,8 +36,8 @@ S_CELL = "S_cell"
 _COLUMN_OF = {**{f.name: f.column_name for f in FIELDS if f.column_name}, "cost": "realtime_cost", "S": S_CELL}
 
 # Identity entries that ``Cell.identity`` resolves from the fields (the table's resolved columns but the id and its
-# hash): what the method, the model and the data really were (an image folder's digest: two folders in one output
-# are two datasets, never seeds of one).
+# hash): what the method, the model (its weights, a builder's code) and the data really were (an image folder's
+# digest: two folders in one output are two datasets, never seeds of one).
 _RESOLVED = tuple(name for name, _ in RESOLVED_COLUMNS if name not in ("cell_id", "config_hash"))
 
 # The coordinates that name the method variant (a row of a table), not the experiment around it.

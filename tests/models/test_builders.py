@@ -1,0 +1,96 @@
+"""A user's builder file (``models: {folder: my_models.py:build}``; docs/own_data.md, "Your model"):
+
+- its content, not its path, is in the cell's identity: a copied project keeps every id (and the row's ``model``
+  and ``model_code``), an edit of the code gives new ids;
+- a builder that raises, has another signature, does not parse or calls ``sys.exit`` is one line and exit 2
+  before the first cell, ``--dry-run`` included (never a crash report, never a silent end).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+
+from unitta.__main__ import main as unitta_main
+from unitta.data.export import export_fmnist_c
+from unitta.schema import ConfigError
+from unitta.sweep.config import parse_config
+
+GOOD = ("import torch\n"
+        "def build(num_classes):\n"
+        "    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),\n"
+        "                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, num_classes))\n"
+        "    net.input_size = 32\n"
+        "    return net\n")
+
+BAD = {
+    "raises": ("def build(num_classes):\n    raise RuntimeError('no such layer size')\n", "raised RuntimeError"),
+    "signature": ("def build():\n    return None\n", "build(num_classes)"),
+    "syntax": ("def build(num_classes)\n    return None\n", "does not parse"),
+    "exits": ("import sys\nsys.exit(3)\n", "sys.exit"),
+    "not_a_module": ("def build(num_classes):\n    return 3\n", "not a torch nn.Module"),
+}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return export_fmnist_c(tmp_path_factory.mktemp("own") / "images", ["fog", "snow"], n_per_domain=10)[0]
+
+
+def _config(folder, project, module="my_models"):
+    return parse_config({"name": "x", "datasets": ["folder"], "data_dir": str(folder), "sampler": "sorted",
+                         "methods": ["test"], "checkpoint": str(project / "mine.pth"),
+                         "models": {"folder": f"{module}.py:build"}}, base_dir=project)
+
+
+def _forget(module: str) -> None:
+    sys.modules.pop(module, None)
+
+
+def test_the_builders_content_not_its_path_is_its_identity(folder, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "my_models.py").write_text(GOOD)
+    _forget("my_models")
+    (cell,) = _config(folder, project).cells()
+    moved = tmp_path / "elsewhere" / "project"
+    shutil.copytree(project, moved)
+    _forget("my_models")
+    (copied,) = _config(folder, moved).cells()
+    assert copied.model != cell.model  # another absolute path on disk ...
+    assert copied.cell_id() == cell.cell_id()  # ... the same cell: nothing reruns
+    assert copied.coordinates()["model"] == cell.coordinates()["model"] == "my_models.py:build"
+    assert cell.coordinates()["model_code"] is not None
+    (moved / "my_models.py").write_text(GOOD.replace("Conv2d(3, 4, 3)", "Conv2d(3, 4, 5)"))
+    _forget("my_models")
+    (edited,) = _config(folder, moved).cells()
+    assert edited.cell_id() != cell.cell_id()
+    assert edited.coordinates()["model_code"] != cell.coordinates()["model_code"]
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_broken_builder_is_one_line_before_any_cell(folder, tmp_path, case):
+    code, words = BAD[case]
+    module = f"broken_{case}"
+    (tmp_path / f"{module}.py").write_text(code)
+    _forget(module)
+    with pytest.raises(ConfigError, match=None) as err:
+        _config(folder, tmp_path, module)
+    assert words in str(err.value) and f"{module}.py" in str(err.value) and "\n" not in str(err.value)
+    if case in ("syntax", "exits"):
+        assert module not in sys.modules  # a half-imported file is not kept
+
+
+def test_dry_run_of_a_builder_that_raises_exits_2(folder, tmp_path, capsys, monkeypatch):
+    (tmp_path / "boom_models.py").write_text(BAD["raises"][0])
+    _forget("boom_models")
+    (tmp_path / "own.yaml").write_text(
+        f"name: own\ndatasets: [folder]\ndata_dir: {folder}\nsampler: sorted\nmethods: [test]\n"
+        f"models: {{folder: boom_models.py:build}}\noutput: {tmp_path / 'out'}\n")
+    monkeypatch.chdir(tmp_path)
+    assert unitta_main(["sweep", "own.yaml", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "raised RuntimeError: no such layer size" in err[0] and "bug" not in err[0]
+    assert not (tmp_path / "out").exists()

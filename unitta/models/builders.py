@@ -1,0 +1,114 @@
+"""A user's model builder, ``my_models.py:build`` or ``my_pkg.models:build`` (docs/own_data.md, "Your model").
+
+Its identity is what it computes with, not where it lies: the file's name and the SHA-256 of its content
+(``builder_identity``). A copied or moved project keeps every cell id; an edit of the builder's code gives new
+ones (a resumed sweep never reuses a row of the old model). Importing it and calling it turn whatever the user's
+code does wrong (it does not parse, raises, calls ``sys.exit``, takes other arguments, returns no module) into
+one ``ValueError`` line naming the file, so a config check says it before the first cell. No torch here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from unitta.models.digest import checkpoint_digest
+
+__all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "is_builder"]
+
+KINDS = ("torchvision", "timm")  # any other '<module>:<function>' is a builder
+
+
+def is_builder(spec: str | None) -> bool:
+    """Whether ``spec`` names a user's builder function (not a zoo name, not ``torchvision:`` / ``timm:``)."""
+    return isinstance(spec, str) and ":" in spec and spec.rpartition(":")[0] not in KINDS
+
+
+def _module_name(head: str) -> str:
+    return Path(head).stem if head.endswith(".py") else head
+
+
+def builder_source(spec: str) -> Path | None:
+    """The file that holds the builder's code: the ``.py`` path, or where Python finds the module (a shipped file
+    on a Ray worker's import path, an installed package); None when there is none."""
+    head = spec.rpartition(":")[0]
+    if head.endswith(".py") and Path(head).is_file():
+        return Path(head)
+    try:
+        found = importlib.util.find_spec(_module_name(head))
+    except (ImportError, ValueError):
+        return None
+    origin = getattr(found, "origin", None)
+    return Path(origin) if origin and Path(origin).is_file() else None
+
+
+def builder_identity(spec: str) -> tuple[str, str | None]:
+    """(the builder's portable name, ``my_models.py:build``; the SHA-256 of its file, None when there is none)."""
+    head, _, function = spec.rpartition(":")
+    name = f"{Path(head).name}:{function}" if head.endswith(".py") else spec
+    source = builder_source(spec)
+    return name, None if source is None else checkpoint_digest(source)
+
+
+def _where(err: BaseException, path: str) -> str:
+    """' (my_models.py, line 3)': the deepest frame of the user's file in ``err``'s traceback."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if Path(f.filename).name == Path(path).name]
+    return f" ({Path(path).name}, line {frames[-1].lineno})" if frames else ""
+
+
+def _import(spec: str) -> Any:
+    head, _, function = spec.rpartition(":")
+    name = _module_name(head)
+    if name in sys.modules:
+        return sys.modules[name]
+    path = Path(head)
+    try:
+        if head.endswith(".py") and path.is_file():
+            loader_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[name] = module
+            loader_spec.loader.exec_module(module)
+            return module
+        return importlib.import_module(name)
+    except SyntaxError as err:
+        sys.modules.pop(name, None)
+        raise ValueError(f"model={spec}: {Path(err.filename or head).name} does not parse: line {err.lineno}: "
+                         f"{err.msg}") from None
+    except ImportError as err:
+        sys.modules.pop(name, None)
+        raise ValueError(f"model={spec}: cannot import {name!r} ({err})") from None
+    except SystemExit as err:
+        sys.modules.pop(name, None)
+        raise ValueError(f"model={spec}: importing {Path(head).name} calls sys.exit({err.code}); a builder file "
+                         "must only define functions") from None
+    except Exception as err:  # noqa: BLE001 - whatever the user's file does wrong is reported as the file's error
+        sys.modules.pop(name, None)
+        raise ValueError(f"model={spec}: importing {Path(head).name} raised {type(err).__name__}: {err}"
+                         f"{_where(err, head)}".replace("\n", " ")) from None
+
+
+def call_builder(spec: str, num_classes: int) -> Any:
+    """``function(num_classes=num_classes)`` of the builder ``spec``; its failures as one ``ValueError`` line."""
+    head, _, function = spec.rpartition(":")
+    build: Callable | None = getattr(_import(spec), function, None)
+    if not callable(build):
+        raise ValueError(f"model={spec}: {Path(head).name} has no function {function!r}")
+    try:
+        return build(num_classes=num_classes)
+    except SystemExit as err:
+        raise ValueError(f"model={spec}: {function}(num_classes) calls sys.exit({err.code}); return the model "
+                         "instead") from None
+    except TypeError as err:
+        if err.__traceback__ is not None and err.__traceback__.tb_next is None:  # the call itself: its signature
+            raise ValueError(f"model={spec}: a builder is {function}(num_classes) -> nn.Module; calling it "
+                             f"gave: {err}") from None
+        raise ValueError(f"model={spec}: {function}(num_classes={num_classes}) raised TypeError: {err}"
+                         f"{_where(err, head)}".replace("\n", " ")) from None
+    except Exception as err:  # noqa: BLE001 - the user's code: its error, one line, named as theirs
+        raise ValueError(f"model={spec}: {function}(num_classes={num_classes}) raised {type(err).__name__}: {err}"
+                         f"{_where(err, head)}".replace("\n", " ")) from None
