@@ -12,8 +12,9 @@ is computed (precision, compilation, profile). Its identity (``identity()``, ``c
 ones (where data lives, which device, how many threads), the method's *resolved* hyper-parameters
 (defaults + dataset preset + profile + overrides), the method's version and the SHA-256 of the model's
 checkpoint file (left out for the file every earlier row was computed with, ``zoo.REFERENCE_WEIGHTS``, so
-those rows keep their ids), the SHA-256 of a builder model's file (its code, not its path), so that a resumed sweep never reuses a row computed with other
-hyper-parameters, an older method or other weights (docs/results.md, Resume).
+those rows keep their ids) and the SHA-256 of a builder model's file (its code, not its path), so that a resumed
+sweep never reuses a row computed with other hyper-parameters, an older method, other code or other weights
+(docs/results.md, Resume).
 
 Importing this module does not import torch. Resolving the method config and the checkpoint imports the
 method registry / model zoo (and torch) on first use. Both are cached on the cell and travel with it
