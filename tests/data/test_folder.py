@@ -100,3 +100,16 @@ def test_problems_name_the_path(folder, tmp_path):
     assert len(found) == 1 and "snow/3_dress: missing" in found[0]
     too_many = preflight([Cell(dataset="folder", data_dir=str(folder), n_per_domain=50)])
     assert too_many and "n_per_domain: 50" in too_many[0]
+
+
+def test_corruptions_on_a_folder_are_refused(folder):
+    """A folder's domains are its sub-folders: ``corruptions:`` would be recorded but not used, so it is refused in
+    one line naming ``domains:`` (a sweep's config check, exit 2)."""
+    from unitta.sweep.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError, match="domains:") as err:
+        parse_config({"name": "x", "datasets": ["folder"], "data_dir": str(folder), "sampler": "sorted",
+                      "methods": ["test"], "corruptions": ["snow", "brightness"]})
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="domains:"):
+        Cell(dataset="folder", data_dir=str(folder), corruptions=("snow",))

@@ -37,6 +37,12 @@ BAD = {
     "asha without holdout": (
         _with(protocols=["default", "oracle"], criteria=None, search={"scheduler": "asha"}), "add 'holdout'"),
     "unknown protocol": (_with(protocols=["default", "orcale"]), "protocols"),
+    "unknown validation corruption": (_with(validation={"corruptions": ["foggy", "spatter"]}), "'foggy'"),
+    "one validation corruption": (_with(validation={"corruptions": ["spatter"]}), "at least 2"),
+    "holdout on an image folder": (
+        _with(cell={"dataset": "folder", "data_dir": "imgs"}), "drop 'holdout'"),
+    "a method twice": (_with(methods=["tent", "tent"], space="declared"), "twice"),
+    "a grid value twice": (_with(space={"tent": {"lr": [0.001, 0.001]}, "sar": {"lr": [0.001]}}), "twice"),
 }
 
 
@@ -59,3 +65,12 @@ def test_example_config_parses_as_written() -> None:
     cfg = load_select_config(ROOT / "sweeps" / "select_example.yaml")
     assert cfg.protocols == ["default", "oracle", "holdout", "unsupervised"] and cfg.criteria == ["entropy"]
     assert cfg.validation.names() == tuple(HELD_OUT_CORRUPTIONS) and cfg.setting_list == ["i111", "nu11"]
+
+
+def test_dry_run_checks_the_validation_corruptions(tmp_path: Path, capsys) -> None:
+    """Checked before anything runs, --dry-run included: a misspelt validation corruption, one exit 2 line."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(_with(validation={"corruptions": ["foggy", "spatter"]})))
+    assert main([str(path), "--output", str(tmp_path / "out"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'foggy'" in err, err

@@ -116,6 +116,9 @@ class Cell:
             object.__setattr__(self, f.name, f.checked(getattr(self, f.name)))
         if self.dataset in RECORDS and (RECORDS[self.dataset].loader == "mixture") != bool(self.datasets_as_domains):
             raise ValueError("datasets_as_domains: give it with dataset 'mixture', and only then (docs/own_data.md)")
+        if self.corruptions is not None and self.dataset in RECORDS and not RECORDS[self.dataset].has_corruptions:
+            raise ValueError(f"corruptions={list(self.corruptions)}: {self.dataset}'s domains are its folders, not "
+                             f"corruptions; pick them with domains: [{', '.join(self.corruptions)}] (docs/own_data.md)")
         self._check_sampler()
         check_stream_size(self.dataset, self.S, self.length)
         object.__setattr__(self, "ccc", check_ccc(self.ccc, self.sampler, self.length))

@@ -73,6 +73,12 @@ class DatasetRecord:
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
+    @property
+    def has_corruptions(self) -> bool:
+        """Whether the dataset's domains are corruptions (``corruptions:`` picks them, Hendrycks' held-out four exist);
+        an image folder's or a natural-shift set's domains are folders (``domains:``)."""
+        return self.loader in ("fmnist", "cifar", "imagenet")
+
     def data_problem(
         self, data_dir: str | Path | None, severity: int, default_dir: Path, corruptions: tuple[str, ...] = CORRUPTIONS
     ) -> str | None:

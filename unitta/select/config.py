@@ -17,8 +17,10 @@ Example (the interface; ``sweeps/select_quick.yaml`` is a bigger one)::
 A per-method space maps hyper-parameter names to a list of values (grid points; Optuna's choices) or a
 range ``{low, high, log, num}`` (``num`` grid points; Optuna samples the range). Every mistake is one line,
 exit code 2, nothing created: unknown methods or hyper-parameters (did-you-mean), values the method's
-Config refuses, an empty space, ``unsupervised`` without criteria, an unknown criterion, validation
-corruptions that are also test corruptions, ``scheduler: asha`` without the holdout protocol.
+Config refuses, an empty space, a method or a grid value listed twice, ``unsupervised`` without criteria, an
+unknown criterion, validation corruptions that are unknown, fewer than two or also test corruptions, the holdout
+protocol on a dataset whose domains are not corruptions (an image folder), ``scheduler: asha`` without the
+holdout protocol.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pydantic import Field, field_validator, model_validator
 from unitta.cell.criteria import CRITERIA
 from unitta.cell.fields import check_setting, field_named
 from unitta.cell.spec import CellSpec
-from unitta.schema import ConfigError, RunConfig, Strict, hint, read_yaml_file, validate
+from unitta.schema import ConfigError, RunConfig, Strict, check_distinct, hint, read_yaml_file, validate
 from unitta.tune.config import RangeSpec
 
 __all__ = [
@@ -73,16 +75,21 @@ class ValidationSpec(Strict):
     """The holdout protocol's validation stream: the test cell's setting and stream seed on other corruptions.
 
     corruptions: 'held_out' (Hendrycks' four held-out corruptions, ``unitta.data.HELD_OUT_CORRUPTIONS``) or a
-    list of names; refused when one is also a test corruption.
+    list of at least two names (a stream needs two domains); refused when one is also a test corruption.
     """
 
     corruptions: Literal["held_out"] | list[str] = "held_out"
 
     @field_validator("corruptions")
     @classmethod
-    def _nonempty(cls, value: Any) -> Any:
-        if isinstance(value, list) and not value:
-            raise ValueError("an empty list; give corruption names or 'held_out'")
+    def _names(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list; give corruption names or 'held_out'")
+            field_named("corruptions").check(value)
+            if len(value) < 2:
+                raise ValueError(f"{value}: a validation stream needs at least 2 domains; list 2 or more "
+                                 "corruptions (or 'held_out')")
         return value
 
     def names(self) -> tuple[str, ...]:
@@ -112,6 +119,23 @@ class SelectConfig(RunConfig):
     @classmethod
     def _settings(cls, value: list[str]) -> list[str]:
         return [check_setting(code) for code in value]
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, value: list[str]) -> list[str]:
+        return check_distinct(value) if value else value  # none at all: said by _check
+
+    @field_validator("space")
+    @classmethod
+    def _space(cls, value: Any) -> Any:
+        for method, params in value.items() if isinstance(value, dict) else ():
+            for name, spec in params.items():
+                if isinstance(spec, list) and spec:
+                    try:
+                        check_distinct(spec)
+                    except ValueError as exc:
+                        raise ValueError(f"{method}.{name}: {exc}") from None
+        return value
 
     @field_validator("criteria")
     @classmethod
@@ -172,8 +196,12 @@ def parse_select_config(raw: Any, where: str = "select config", base_dir: str | 
 
 
 def _check_disjoint(cfg: SelectConfig, where: str) -> None:
-    from unitta.data.records import CORRUPTIONS
+    from unitta.data.records import CORRUPTIONS, RECORDS
 
+    if not RECORDS[cfg.cell.dataset].has_corruptions:
+        raise ConfigError(
+            f"{where}: protocols: holdout validates on held-out corruptions, and {cfg.cell.dataset}'s domains are "
+            "folders, not corruptions; drop 'holdout' from protocols (docs/selection.md)")
     validation = cfg.validation.names()
     test = cfg.cell.corruptions or CORRUPTIONS
     overlap = [c for c in validation if c in test]

@@ -302,7 +302,11 @@ def _absolute_builders(cfg: SweepConfig, base_dir: str | Path | None) -> SweepCo
 
 def _check_duplicates(cfg: SweepConfig, source: str) -> None:
     seen: set[str] = set()
-    for cell in cfg.cells():
+    try:
+        cells = cfg.cells()
+    except ValueError as exc:  # a Cell's own check of a combination the grid makes (a dataset and its keys)
+        raise ConfigError(f"{source}: {exc}".replace("\n", " ")) from None
+    for cell in cells:
         cid = cell.cell_id()
         if cid in seen:
             raise ConfigError(
