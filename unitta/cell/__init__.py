@@ -38,7 +38,8 @@ from unitta.streams.ccc import check_ccc_setting
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
-__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PLACEMENT_FIELDS", "check_stream_size"]
+__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PLACEMENT_FIELDS", "check_played_size", "check_stream_size",
+           "round_positions"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
@@ -54,6 +55,34 @@ def check_stream_size(dataset: str, S: int | None, length: int | None) -> None:
                          f"images, more than {MAX_STREAM_LENGTH:,}; use S <= {MAX_STREAM_LENGTH // states}")
     if length is not None and length > MAX_STREAM_LENGTH:
         raise ValueError(f"length={length}: more than {MAX_STREAM_LENGTH:,} stream positions; use a shorter stream")
+
+
+def round_positions(dataset: str, sampler: str, setting: str, S: int | None, length: int | None,
+                    n_per_domain: int | None) -> int | None:
+    """The most positions one round of the cell's stream can have (None: not known before the data is read)."""
+    from unitta.streams.settings import default_state_cap
+
+    record = RECORDS.get(dataset)
+    if length is not None:
+        return length
+    if record is None or not record.num_classes or not record.images_per_domain:
+        return None  # an image folder: its counts are on disk (the preflight reads them)
+    per_domain = n_per_domain or record.images_per_domain
+    if sampler == "official":
+        cap = S if S is not None else min(default_state_cap(setting, dataset), max(1, per_domain // record.num_classes))
+        return cap * record.num_domains * record.num_classes
+    return None if sampler == CCC_SAMPLER else per_domain * record.num_domains
+
+
+def check_played_size(dataset: str, sampler: str, setting: str, S: int | None, length: int | None,
+                      n_per_domain: int | None, rounds: int) -> None:
+    """One-line ValueError when ``rounds`` rounds of the stream exceed ``MAX_STREAM_LENGTH`` positions."""
+    if rounds == 1:
+        return
+    n = round_positions(dataset, sampler, setting, S, length, n_per_domain)
+    if n and rounds * n > MAX_STREAM_LENGTH:
+        raise ValueError(f"rounds={rounds} x {n:,} positions a round (at most) = {rounds * n:,}, more than "
+                         f"{MAX_STREAM_LENGTH:,} stream positions; use rounds <= {max(1, MAX_STREAM_LENGTH // n)}")
 
 
 # Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
@@ -121,6 +150,8 @@ class Cell:
                              f"corruptions; pick them with domains: [{', '.join(self.corruptions)}] (docs/own_data.md)")
         self._check_sampler()
         check_stream_size(self.dataset, self.S, self.length)
+        check_played_size(self.dataset, self.sampler, self.setting, self.S, self.length, self.n_per_domain,
+                          self.rounds)
         object.__setattr__(self, "ccc", check_ccc(self.ccc, self.sampler, self.length))
         if self.sampler == "ccc" and self.reset == "each_shift":
             raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
