@@ -113,3 +113,38 @@ def test_corruptions_on_a_folder_are_refused(folder):
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="domains:"):
         Cell(dataset="folder", data_dir=str(folder), corruptions=("snow",))
+
+
+def _high_bit_depth_folder(root: Path, fmnist_small) -> Path:
+    """fog/snow x two classes, two images each: 16-bit grey PNGs (values x 257) and 16-bit colour PNGs."""
+    import cv2
+
+    images, labels = fmnist_small
+    for d, domain in enumerate(("fog", "snow")):
+        for k in (0, 1):
+            folder = root / domain / f"class_{k}"
+            folder.mkdir(parents=True)
+            for j, i in enumerate(np.flatnonzero(labels == k)[:2]):
+                grey = images[i, :, :, 0].astype(np.uint16) * 257
+                Image.fromarray(grey).save(folder / f"{j}.png")  # mode I;16
+                cv2.imwrite(str(folder / f"{j}_rgb.png"), np.stack([grey] * 3, -1))  # 16-bit RGB
+    return root
+
+
+def test_sixteen_bit_images_are_scaled_and_checked(tmp_path, fmnist_small, capsys):
+    """16-bit PNGs decode as their 8-bit images (they decoded as white: 99.9 % of pixels 255), and ``data check``
+    reports the decoded range."""
+    from unitta.data.__main__ import main as data_main
+    from unitta.data.imagenet_files import decode_image
+
+    images, labels = fmnist_small
+    root = _high_bit_depth_folder(tmp_path / "deep", fmnist_small)
+    first = np.flatnonzero(labels == 0)[0]
+    expected = np.repeat(images[first, :, :, :1], 3, axis=2)
+    for name in ("0.png", "0_rgb.png"):
+        decoded = decode_image(str(root / "fog" / "class_0" / name), 32)
+        assert np.array_equal(decoded, expected), name
+    assert data_main(["check", "folder", "--dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    used = np.concatenate([np.flatnonzero(labels == k)[:2] for k in (0, 1)])
+    assert f"decoded to 0..{int(images[used].max())} of 0..255" in out and "I;16" in out, out

@@ -202,11 +202,12 @@ def _check(args: argparse.Namespace) -> int:
             print("error: check folder needs --dir ROOT (ROOT/<domain>/<class>/<image>)", file=sys.stderr)
             return 2
         split = lambda text: text.split(",") if text else None  # noqa: E731
-        problems = check_folder_dataset(args.dataset, data_dir, split(args.domains), split(args.classes))
+        notes: list[str] = []
+        problems = check_folder_dataset(args.dataset, data_dir, split(args.domains), split(args.classes), notes)
         for problem in problems:
             print(problem, file=sys.stderr)
         verdict = f"{len(problems)} problem(s)" if problems else "ok"
-        print(f"{args.dataset} in {data_dir}: {verdict}")
+        print(f"{args.dataset} in {data_dir}: {verdict}" + "".join(f"; {note}" for note in notes))
         return 1 if problems else 0
     try:
         corruptions = _corruption_list(args.corruptions) if args.corruptions else None

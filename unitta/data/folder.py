@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "FolderSource", "decode_all", "is_class_layout",
-           "index_folder", "load_folder", "verify_images"]
+__all__ = ["IMAGE_EXTENSIONS", "FolderIndex", "FolderProblem", "FolderSource", "decode_all", "decoded_range",
+           "is_class_layout", "index_folder", "load_folder", "verify_images"]
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".webp"})
 _FIX = "fix the folder or list the domains/classes to use (docs/own_data.md)"
@@ -161,6 +161,26 @@ def verify_images(index: FolderIndex) -> list[str]:
             except Exception as err:  # noqa: BLE001 - any failure to read is the problem reported
                 problems.append(f"{path}: unreadable image ({type(err).__name__}: {err}); replace or delete it")
     return problems
+
+
+def decoded_range(index: FolderIndex) -> tuple[int, int, int, list[str]]:
+    """(images sampled, lowest and highest pixel value, Pillow modes found) of the first image of every (domain,
+    class) folder, decoded as a cell decodes it (``imagenet_files.open_rgb``: 16-bit images scaled to 0..255)."""
+    from unitta.data.imagenet_files import open_rgb
+
+    lo, hi, modes, n = 255, 0, set(), 0
+    for d, names in zip(index.domain_dirs, index.files):
+        seen: set[str] = set()
+        for name in names:
+            cls = name.split("/", 1)[0]
+            if cls in seen:
+                continue
+            seen.add(cls)
+            mode, img = open_rgb(os.path.join(index.root, d, name))
+            pixels = np.asarray(img)
+            lo, hi, n = min(lo, int(pixels.min())), max(hi, int(pixels.max())), n + 1
+            modes.add(mode)
+    return n, lo, hi, sorted(modes)
 
 
 def load_folder(

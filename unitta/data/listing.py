@@ -39,11 +39,13 @@ def describe_records(data_dir: Path) -> list[str]:
 
 
 def check_folder_dataset(name: str, data_dir: Path, domains: Sequence[str] | None = None,
-                         classes: Sequence[str] | None = None) -> list[str]:
+                         classes: Sequence[str] | None = None, notes: list[str] | None = None) -> list[str]:
     """Every problem of an image folder or a natural-shift set: missing folders, a class folder missing from a
-    domain, empty classes, and every image Pillow cannot read (each file is opened, not decoded)."""
+    domain, empty classes, and every image Pillow cannot read (each file is opened, not decoded). ``notes`` (when
+    given) gets the decoded range of a sample, the first image of every (domain, class): the pixel values a cell
+    sees (0..255, 16-bit images scaled) and the files' Pillow modes; a sample decoding to one value is a problem."""
     from unitta.data import default_data_dir
-    from unitta.data.folder import FolderProblem, verify_images
+    from unitta.data.folder import FolderProblem, decoded_range, verify_images
     from unitta.data.natural import index_dataset, natural_problem
 
     record = RECORDS[name]
@@ -54,7 +56,16 @@ def check_folder_dataset(name: str, data_dir: Path, domains: Sequence[str] | Non
         index = index_dataset(name, data_dir, default_data_dir(), domains, classes)
     except (FileNotFoundError, FolderProblem) as err:
         return list(getattr(err, "problems", [str(err)]))
-    return index.problems + _release_problems(record, index) + verify_images(index)
+    problems = index.problems + _release_problems(record, index) + verify_images(index)
+    if problems or notes is None:
+        return problems
+    n, lo, hi, modes = decoded_range(index)
+    notes.append(f"{n} images sampled (the first of every domain and class) decoded to {lo}..{hi} of 0..255 "
+                 f"(Pillow modes: {', '.join(modes)})")
+    if n and lo == hi:
+        problems.append(f"{index.root}: every sampled image decodes to the single value {lo} (modes "
+                        f"{', '.join(modes)}); check the images' bit depth and colour mode")
+    return problems
 
 
 def _release_problems(record: DatasetRecord, index) -> list[str]:
