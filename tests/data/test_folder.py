@@ -120,7 +120,7 @@ def _high_bit_depth_folder(root: Path, fmnist_small) -> Path:
     import cv2
 
     images, labels = fmnist_small
-    for d, domain in enumerate(("fog", "snow")):
+    for domain in ("fog", "snow"):
         for k in (0, 1):
             folder = root / domain / f"class_{k}"
             folder.mkdir(parents=True)
