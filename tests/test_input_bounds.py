@@ -112,6 +112,15 @@ def test_cli_weak_spots_are_one_line(tmp_path, capsys):
     assert "_positive_int" not in err and "expected a whole number >= 1, got 'abc'" in err
 
 
+def test_dry_run_says_the_output_is_not_writable(tmp_path, capsys):
+    """/proc refuses new files to every user, root included (who ignores mode bits): the run would stop there."""
+    from unitta.sweep import main
+
+    assert main([_sweep_yaml(tmp_path), "--output", "/proc/unitta_out", "--dry-run", "--no-preflight"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "output /proc/unitta_out is not writable and 1 of 1 cells still have to run" in err[0]
+
+
 def test_fresh_dry_run_lists_what_fresh_runs(tmp_path, capsys):
     from unitta.sweep import main
 

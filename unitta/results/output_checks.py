@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["OutputError", "check_output_dir", "is_writable"]
+__all__ = ["OutputError", "check_output_dir", "is_writable", "not_writable"]
 
 
 class OutputError(ValueError):
@@ -46,3 +46,10 @@ def is_writable(out: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+def not_writable(out: Path, left: int, total: int) -> OutputError:
+    """The one line for a result directory this process cannot write while ``left`` of ``total`` cells must run
+    (a run, and ``--dry-run`` before it)."""
+    return OutputError(f"output {out} is not writable and {left} of {total} cells still have to run; make it "
+                       "writable or give another directory with --output")

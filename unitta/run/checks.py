@@ -5,12 +5,14 @@ a CUDA device needs a GPU of the run's resources (docs/results.md, "Before the f
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from unitta.cell import Cell
 from unitta.evaluate.input_checks import input_problems
 from unitta.results import done_cells
+from unitta.results.output_checks import is_writable, not_writable
 from unitta.schema import ConfigError
 
 __all__ = ["preflight", "problems", "list_cells"]
@@ -53,7 +55,8 @@ def preflight(cells: Iterable[Cell], num_gpus: float, local: bool, feasibility: 
 
 
 def list_cells(title: str, cells: list[Cell], out: Path, resources, note: str = "") -> None:
-    """Print the cells a run would run (and which are already done in ``out``) without running any."""
+    """Print the cells a run would run (and which are already done in ``out``) without running any; an ``out``
+    that cannot be written while cells are left to run is the run's ``OutputError``, after the list."""
     finished = done_cells(out) if out.is_dir() else set()
     todo = [c for c in cells if c.cell_id() not in finished]
     print(
@@ -72,3 +75,6 @@ def list_cells(title: str, cells: list[Cell], out: Path, resources, note: str = 
             f"  {state}  {cell.dataset:<11} {cell.method:<14} {cell.setting}{sampler}  seed={cell.seed} "
             f"batch={cell.batch_size} factors={factors}{layer}  {cell.cell_id()}"
         )
+    if todo and not is_writable(out):
+        sys.stdout.flush()
+        raise not_writable(out, len(todo), len(cells))

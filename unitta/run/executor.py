@@ -25,7 +25,7 @@ from unitta.results import STATUS_FAILED, STATUS_OK, consolidate, done_cells
 from unitta.results.cell_files import cells_dir, compacted_dir, move_old_quarantine, temp_dir
 from unitta.results.compaction import COMPACT_AT, Compactor, compact
 from unitta.results.membership import add_to_membership, write_membership
-from unitta.results.output_checks import OutputError, check_output_dir, is_writable
+from unitta.results.output_checks import OutputError, check_output_dir, is_writable, not_writable
 from unitta.run.backends import LocalBackend, RayBackend
 from unitta.run.outdir import (
     OutputBusy,
@@ -242,11 +242,7 @@ def _read_only_outcome(out: Path, make_planner, say: Callable[[str], None], star
     an ``OutputError`` saying how many cells still have to run."""
     planner = make_planner(done_cells(out) if out.is_dir() else set())
     if not planner.done():
-        left = planner.n_cells - planner.n_skipped
-        raise OutputError(
-            f"output {out} is not writable and {left} of {planner.n_cells} cells still have to run; make it "
-            "writable or give another directory with --output"
-        )
+        raise not_writable(out, planner.n_cells - planner.n_skipped, planner.n_cells)
     say(f"{out} is not writable; every cell is already done there, so nothing is written")
     consolidated = out / "results.parquet"
     return RunOutcome(
