@@ -65,3 +65,15 @@ def test_booleans_stay_booleans_and_numbers_numbers():
         }
     )
     assert cfg.compile is True and cfg.S == 5 and cfg.factors == {"domain_beta": 2.0}
+
+
+def test_hint_prefers_a_transposition():
+    """'tnet' is 'tent' with two letters swapped (one edit), 'test' two substitutions away: the hint says 'tent'."""
+    from unitta.methods import list_methods
+    from unitta.schema import hint
+
+    assert hint("tnet", list_methods()) == " (did you mean 'tent'?)"
+    assert hint("tentt", list_methods()) == " (did you mean 'tent'?)"
+    assert hint("entropie", ["entropy", "confidence"]) == " (did you mean 'entropy'?)"
+    assert hint("orcale", ["default", "oracle", "holdout"]) == " (did you mean 'oracle'?)"
+    assert hint("xyz", ["tent", "test"]) == ""

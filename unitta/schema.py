@@ -44,10 +44,29 @@ class ConfigError(ValueError):
     """A config mistake; the message is one line: '<file>: <key>: <problem>'."""
 
 
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and swaps of neighbours, 1 each."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
 def hint(word: Any, choices: Iterable[Any]) -> str:
-    """' (did you mean 'x'?)' for the closest of ``choices``, or ''."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    """' (did you mean 'x'?)' for the closest of ``choices``, or ''. Candidates are difflib's close matches; the
+    fewest edits wins (a swap of two letters is one: 'tnet' -> 'tent', not 'test'), then difflib's order."""
+    word = str(word)
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=5, cutoff=0.6)
+    if not close:
+        return ""
+    best = min(close, key=lambda c: _edits(word, c))  # min keeps difflib's order among equals
+    return f" (did you mean {best!r}?)"
 
 
 def check_distinct(values: list) -> list:
