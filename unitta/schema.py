@@ -479,17 +479,17 @@ def _norm_kind_problem(method: str, dataset: str, model: str | None, source: str
     from unitta.methods import method_class, norm_kind_problem
     from unitta.models.any_model import any_norm_kind
     from unitta.models.custom import is_custom
-    from unitta.models.zoo import list_models, model_norm_kind, zoo_table
+    from unitta.models.zoo import known_models, list_models, model_norm_kind, zoo_table
 
     if is_custom(model):
         try:
             return norm_kind_problem(method_class(method), any_norm_kind(dataset, model), model)
         except (ValueError, ImportError) as exc:
             raise ConfigError(f"{source}: models: {dataset}: {exc}".replace("\n", " ")) from None
-    known = list_models().get(zoo_table(dataset, model), [])
+    known = known_models(dataset)
     if model is not None and model not in known:
         raise ConfigError(f"{source}: models: {dataset}: unknown model {model!r}{hint(model, known)}; known: "
-                          f"{', '.join(known)}")
+                          f"{', '.join(known)}, or torchvision:NAME, timm:NAME, my_models.py:build (docs/own_data.md)")
     if zoo_table(dataset, model) not in list_models():
         return None  # no zoo entry to ask (e.g. a dataset a plugin adds); the cell names the problem
     name = model if model is not None else known[0]

@@ -148,3 +148,13 @@ def test_sixteen_bit_images_are_scaled_and_checked(tmp_path, fmnist_small, capsy
     out = capsys.readouterr().out
     used = np.concatenate([np.flatnonzero(labels == k)[:2] for k in (0, 1)])
     assert f"decoded to 0..{int(images[used].max())} of 0..255" in out and "I;16" in out, out
+
+
+def test_a_misspelt_zoo_model_for_a_folder_lists_the_models_it_can_take(folder):
+    from unitta.sweep.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as err:
+        parse_config({"name": "x", "datasets": ["folder"], "data_dir": str(folder), "sampler": "sorted",
+                      "methods": ["test"], "models": {"folder": "resnet2O"}})
+    text = str(err.value)
+    assert "did you mean 'resnet20'" in text and "known: resnet20" in text and "timm:NAME" in text, text

@@ -110,16 +110,17 @@ def _custom_model_problem(cell: Cell) -> str | None:
 
 def _model_problem(cell: Cell) -> str | None:
     from unitta.models.custom import is_custom
-    from unitta.models.zoo import checkpoint_path, list_models, pickled_code_problem, zoo_table
+    from unitta.models.zoo import checkpoint_path, known_models, pickled_code_problem
 
     if is_custom(cell.model):
         return _custom_model_problem(cell)
     if cell.checkpoint:
         return f"{cell.dataset}: checkpoint: is for torchvision:/timm:/builder models; zoo model {cell.model_name!r} " \
                "reads checkpoint_dir"
-    known = list_models().get(zoo_table(cell.dataset, cell.model), [])
+    known = known_models(cell.dataset)
     if cell.model is not None and cell.model not in known:
-        return f"{cell.dataset}: unknown model {cell.model!r}; known: {', '.join(known)}"
+        return f"{cell.dataset}: unknown model {cell.model!r}; known: {', '.join(known)}, or torchvision:NAME, " \
+               "timm:NAME, my_models.py:build (docs/own_data.md)"
     path = checkpoint_path(cell.dataset, cell.model, cell.checkpoint_dir)
     if not path.is_file():
         where = cell.checkpoint_dir or "ckpt"

@@ -69,6 +69,16 @@ def model_norm_kind(dataset: str, name: str | None = None) -> str:
     return model_entry(dataset, name)[1].norm_kind
 
 
+def known_models(dataset: str) -> list[str]:
+    """The zoo models a dataset's cells can name: its own table's, or (an image folder, a natural-shift set: no
+    table of its own) every table's, its default first."""
+    if dataset in ZOO or dataset not in RECORDS:
+        return list(ZOO.get(dataset, []))
+    every = [n for models in ZOO.values() for n in models]
+    first = RECORDS[dataset].default_model
+    return [first, *[n for n in every if n != first]] if first in every else every
+
+
 def zoo_table(dataset: str, name: str | None) -> str:
     """The zoo table a model is looked up in: the dataset's own, else (an image folder, a natural-shift set) the
     table holding ``name`` (default: the dataset record's default model), e.g. 'resnet20' -> 'fmnist-c'."""
