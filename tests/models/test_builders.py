@@ -94,3 +94,21 @@ def test_dry_run_of_a_builder_that_raises_exits_2(folder, tmp_path, capsys, monk
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "raised RuntimeError: no such layer size" in err[0] and "bug" not in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_misspelt_timm_name_is_one_line_and_no_warning(folder):
+    """timm's import warns (torch.jit's deprecations) before any error: a misspelt name is one line with a hint, and
+    nothing else on stderr (a fresh process: the warnings come with the first import)."""
+    import subprocess
+    from pathlib import Path
+
+    from unitta.models.custom import build_custom
+
+    with pytest.raises(ValueError, match=r"timm has no model 'resnet1888' \(did you mean 'resnet18'\?\)"):
+        build_custom("timm:resnet1888", 10)
+    code = "from unitta.models.custom import build_custom\ntry:\n    build_custom('timm:resnet1888', 10)\n" \
+           "except ValueError:\n    pass\n"
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True,
+                          env={"PYTHONPATH": str(root), "PATH": ""})
+    assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -13,6 +13,8 @@ files are read with safetensors (tensors only), others with the zoo's safe loade
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from pathlib import Path
 
 import torch
@@ -49,9 +51,21 @@ def _torchvision(name: str, num_classes: int) -> tuple[nn.Module, int]:
     return Normalized(model, IMAGENET_MEAN, IMAGENET_STD), int(crop)
 
 
-def _timm(name: str, num_classes: int) -> tuple[nn.Module, int]:
-    import timm
+def _import_timm():
+    """timm, without the deprecation warnings its import raises in torch.jit (they are not the user's business)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
+        import timm
+    return timm
 
+
+def _timm(name: str, num_classes: int) -> tuple[nn.Module, int]:
+    timm = _import_timm()
+    if not timm.is_model(name):
+        close = difflib.get_close_matches(name, timm.list_models(), n=1)
+        raise ValueError(f"model=timm:{name}: timm has no model {name!r}"
+                         f"{f' (did you mean {close[0]!r}?)' if close else ''}; timm.list_models() lists them")
     try:
         model = timm.create_model(name, pretrained=False, num_classes=num_classes)
     except RuntimeError as err:  # timm: "Unknown model (...)"
