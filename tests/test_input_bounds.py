@@ -24,6 +24,7 @@ TUNE = {"name": "t", "cell": {"dataset": "fmnist-c"}, "methods": ["test"], "spac
     ({"name": "a" * 300}, "name: must be at most 100 characters"),
     ({"S": 10**11}, "use S <= 66666"),
     ({"sampler": "exact", "S": None, "length": 10**10}, "length=10000000000: more than 10,000,000"),
+    ({"sampler": "ccc", "length": 20_000, "n_per_domain": None}, "S: only the official sampler has a per-state cap"),
     ({"rounds": 1_000_000_000}, "rounds=1000000000 x 300 positions"),  # S 2 x 150 (domain, class) states
     ({"sampler": "exact", "S": None, "length": 300, "rounds": 40_000}, "use rounds <= 33333"),
     ({"S": None, "n_per_domain": None, "sampler": "exact", "rounds": 100}, "rounds=100 x 150,000 positions"),

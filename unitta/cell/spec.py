@@ -60,7 +60,8 @@ class _Checked(Strict):
         if not set(samplers) & {*ULMM_SAMPLERS, CCC_SAMPLER}:
             return self  # sorted / dirichlet take no S or length: their own checks say so
         if self.S is not None and "official" not in samplers:
-            raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact sampler")
+            raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact and ccc "
+                             "samplers")
         if self.length is not None and not {"exact", CCC_SAMPLER} & set(samplers):
             raise ValueError("length: only the exact sampler takes a stream length; use S with the official sampler")
         return self
