@@ -3,7 +3,8 @@
 asked of the stream sampler itself), ``n_per_domain`` feasibility, model names, checkpoint and data presence (the
 source split too, for methods with ``needs_source``, and the clean test images of the forgetting check).
 The run's preflight (``unitta.run.checks``) prints them all and exits with code 2 before anything is written
-(docs/results.md, "Before the first cell"). Cheap: no dataset or model is loaded.
+(docs/results.md, "Before the first cell"). Cheap: no dataset is loaded, and no zoo model; a torchvision:/timm:/
+builder model is built once and its weights loaded, to say before the first cell whether they fit it.
 """
 
 from __future__ import annotations
@@ -98,22 +99,30 @@ def dataset_shape(cell: Cell) -> tuple[int, int, int]:
     return shape or (0, 0, 0)
 
 
-def _custom_model_problem(cell: Cell) -> str | None:
-    from unitta.models.any_model import weights_file
+def _custom_model_problem(cell: Cell, classes: int) -> str | None:
+    """No weights file, or weights that do not fit the model (another architecture, another head size, not a
+    checkpoint): the model is built and the weights loaded once, as the cell will."""
+    from unitta.models.any_model import load_any_model, weights_file
 
     path = weights_file(cell.model, cell.checkpoint, cell.checkpoint_dir)
     if path is None or not path.is_file():
         return (f"{cell.dataset}: no weights for model {cell.model!r}"
                 + (f" at {path}" if path is not None else "") + "; set checkpoint: PATH (docs/own_data.md)")
+    outputs = list(range(classes)) if RECORDS[cell.dataset].output_mask else None  # an ImageNet head: 1,000 rows
+    try:
+        load_any_model(cell.dataset, cell.model, classes, cell.checkpoint, cell.checkpoint_dir, cell.trust_checkpoints,
+                       outputs)
+    except (ValueError, OSError) as err:  # CheckpointError is a ValueError
+        return f"{cell.dataset}: {err}".replace("\n", " ")
     return None
 
 
-def _model_problem(cell: Cell) -> str | None:
+def _model_problem(cell: Cell, classes: int) -> str | None:
     from unitta.models.custom import is_custom
     from unitta.models.zoo import checkpoint_path, known_models, pickled_code_problem
 
     if is_custom(cell.model):
-        return _custom_model_problem(cell)
+        return _custom_model_problem(cell, classes)
     if cell.checkpoint:
         return f"{cell.dataset}: checkpoint: is for torchvision:/timm:/builder models; zoo model {cell.model_name!r} " \
                "reads checkpoint_dir"
@@ -172,7 +181,7 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
         if key not in checked:
             checked.add(key)
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
-            add(_model_problem(cell))
+            add(_model_problem(cell, classes))
         if cell.forgetting and ("clean", cell.dataset, cell.data_dir) not in checked:
             checked.add(("clean", cell.dataset, cell.data_dir))
             add(clean_test_problem(cell.dataset, cell.data_dir))

@@ -216,12 +216,16 @@ def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[s
         data = Path(path).read_bytes()
     except OSError as err:
         raise CheckpointError(f"{path}: cannot be read ({err.strerror or err})") from err
+    not_torch = (f"{path}: not a torch checkpoint (its bytes are no saved state_dict); give the file the weights "
+                 "were saved to with torch.save (or a .safetensors file)")
     try:
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+        if found is None:  # not a pickle of objects at all: random bytes, text, another format
+            raise CheckpointError(not_torch) from None
         if not trust_checkpoints:
-            found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
-            reason = f"it pickles {found.group(1)}" if found else "it pickles more than tensors"
+            reason = f"it pickles {found.group(1)}"
             raise CheckpointError(
                 f"{path}: not a plain state_dict, so it is not loaded ({reason}; unpickling it could run code from "
                 "the file); if you trust the file, opt in with trust_checkpoints=True (sweep YAML "
@@ -231,6 +235,8 @@ def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[s
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     except (RuntimeError, EOFError, OSError) as err:  # truncated / not a torch file
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({err}); delete it and fetch it again") from err
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError):  # the legacy unpickler on text and such
+        raise CheckpointError(not_torch) from None
     for key in ("state_dict", "model_state_dict", "net"):  # 'net': the ResNet-26 GN's checkpoint (MEMO / TTT)
         if isinstance(checkpoint, dict) and key in checkpoint and isinstance(checkpoint[key], dict):
             checkpoint = checkpoint[key]
