@@ -99,6 +99,21 @@ def dataset_shape(cell: Cell) -> tuple[int, int, int]:
     return shape or (0, 0, 0)
 
 
+def _imagenet_outputs(cell: Cell) -> list[int] | None:
+    """The ImageNet outputs the cell's model keeps (``unitta.data.natural.imagenet_outputs``), from the folder's
+    class names; None for a dataset of its own classes."""
+    from unitta.data import default_data_dir
+    from unitta.data.mixture import index_any
+    from unitta.data.natural import imagenet_outputs
+
+    record = RECORDS[cell.dataset]
+    if record.loader not in ("folder", "natural", "mixture"):
+        return None
+    index = index_any(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes,
+                      cell.datasets_as_domains)
+    return imagenet_outputs(record, index.classes)
+
+
 def _custom_model_problem(cell: Cell, classes: int) -> str | None:
     """No weights file, or weights that do not fit the model (another architecture, another head size, not a
     checkpoint): the model is built and the weights loaded once, as the cell will."""
@@ -108,8 +123,8 @@ def _custom_model_problem(cell: Cell, classes: int) -> str | None:
     if path is None or not path.is_file():
         return (f"{cell.dataset}: no weights for model {cell.model!r}"
                 + (f" at {path}" if path is not None else "") + "; set checkpoint: PATH (docs/own_data.md)")
-    outputs = list(range(classes)) if RECORDS[cell.dataset].output_mask else None  # an ImageNet head: 1,000 rows
     try:
+        outputs = _imagenet_outputs(cell)  # an ImageNet model on a subset of ImageNet's classes keeps their rows
         load_any_model(cell.dataset, cell.model, classes, cell.checkpoint, cell.checkpoint_dir, cell.trust_checkpoints,
                        outputs)
     except (ValueError, OSError) as err:  # CheckpointError is a ValueError
