@@ -158,3 +158,14 @@ def test_a_misspelt_zoo_model_for_a_folder_lists_the_models_it_can_take(folder):
                       "methods": ["test"], "models": {"folder": "resnet2O"}})
     text = str(err.value)
     assert "did you mean 'resnet20'" in text and "known: resnet20" in text and "timm:NAME" in text, text
+
+
+def test_rounds_over_a_folder_are_bounded_before_the_first_cell(folder):
+    """A folder's counts are on disk: the preflight applies the 10,000,000-position cap to rounds x its round."""
+    from unitta.run.preflight import problems
+
+    cell = Cell(dataset="folder", data_dir=str(folder), sampler="sorted", setting="1111", rounds=1_000_000)
+    (found,) = [p for p in problems([cell]) if "rounds" in p]
+    assert "rounds=1000000 x 90 positions a round" in found and "use rounds <= 111111" in found
+    assert not [p for p in problems([Cell(dataset="folder", data_dir=str(folder), sampler="sorted", setting="1111",
+                                          rounds=3)]) if "rounds" in p]

@@ -58,28 +58,35 @@ def check_stream_size(dataset: str, S: int | None, length: int | None) -> None:
 
 
 def round_positions(dataset: str, sampler: str, setting: str, S: int | None, length: int | None,
-                    n_per_domain: int | None) -> int | None:
-    """The most positions one round of the cell's stream can have (None: not known before the data is read)."""
+                    n_per_domain: int | None, shape: tuple[int, int, int] | None = None) -> int | None:
+    """The most positions one round of the cell's stream can have (None: not known before the data is read).
+
+    shape: (domains, classes, images of the smallest domain) read from disk (an image folder; the preflight), which
+    makes the count a lower bound of the largest round there."""
     from unitta.streams.settings import default_state_cap
 
     record = RECORDS.get(dataset)
     if length is not None:
         return length
-    if record is None or not record.num_classes or not record.images_per_domain:
+    if record is None:
+        return None
+    domains, classes, images = shape or (record.num_domains, record.num_classes, record.images_per_domain)
+    if not classes or not images:
         return None  # an image folder: its counts are on disk (the preflight reads them)
-    per_domain = n_per_domain or record.images_per_domain
+    per_domain = n_per_domain or images
     if sampler == "official":
-        cap = S if S is not None else min(default_state_cap(setting, dataset), max(1, per_domain // record.num_classes))
-        return cap * record.num_domains * record.num_classes
-    return None if sampler == CCC_SAMPLER else per_domain * record.num_domains
+        family = dataset if shape is None else record.preset_family
+        cap = S if S is not None else min(default_state_cap(setting, family), max(1, per_domain // classes))
+        return cap * domains * classes
+    return None if sampler == CCC_SAMPLER else per_domain * domains
 
 
 def check_played_size(dataset: str, sampler: str, setting: str, S: int | None, length: int | None,
-                      n_per_domain: int | None, rounds: int) -> None:
+                      n_per_domain: int | None, rounds: int, shape: tuple[int, int, int] | None = None) -> None:
     """One-line ValueError when ``rounds`` rounds of the stream exceed ``MAX_STREAM_LENGTH`` positions."""
     if rounds == 1:
         return
-    n = round_positions(dataset, sampler, setting, S, length, n_per_domain)
+    n = round_positions(dataset, sampler, setting, S, length, n_per_domain, shape)
     if n and rounds * n > MAX_STREAM_LENGTH:
         raise ValueError(f"rounds={rounds} x {n:,} positions a round (at most) = {rounds * n:,}, more than "
                          f"{MAX_STREAM_LENGTH:,} stream positions; use rounds <= {max(1, MAX_STREAM_LENGTH // n)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from unitta.cell import Cell
+from unitta.cell import Cell, check_played_size
 from unitta.data.records import RECORDS, dataset_record
 from unitta.data.source import clean_test_problem, source_problem
 from unitta.evaluate.inputs import iid_overrides
@@ -189,6 +189,12 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
             why = infeasibility(cell, domains, classes)
             if why:
                 add(f"{cell.dataset} {cell.setting} factors {cell.factors or 'default'}: {why}")
+        if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture") and cell.rounds > 1:
+            try:  # the counts on disk: rounds x the folder's round against the cap (docs/long_horizon.md)
+                check_played_size(cell.dataset, cell.sampler, cell.setting, cell.S, cell.length, cell.n_per_domain,
+                                  cell.rounds, shape)
+            except ValueError as err:
+                add(f"{cell.dataset}: {err}")
         if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
