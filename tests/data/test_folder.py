@@ -162,7 +162,7 @@ def test_a_misspelt_zoo_model_for_a_folder_lists_the_models_it_can_take(folder):
 
 def test_rounds_over_a_folder_are_bounded_before_the_first_cell(folder):
     """A folder's counts are on disk: the preflight applies the 10,000,000-position cap to rounds x its round."""
-    from unitta.run.preflight import problems
+    from unitta.run.checks import problems
 
     cell = Cell(dataset="folder", data_dir=str(folder), sampler="sorted", setting="1111", rounds=1_000_000)
     (found,) = [p for p in problems([cell]) if "rounds" in p]

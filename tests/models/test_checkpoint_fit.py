@@ -11,7 +11,7 @@ import torchvision
 from unitta.cell import Cell
 from unitta.data.export import export_fmnist_c
 from unitta.models.zoo import CheckpointError, read_checkpoint
-from unitta.run.preflight import problems
+from unitta.run.checks import problems
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
