@@ -77,7 +77,8 @@ def _is_source(row: dict) -> bool:
 def _stream_name(row: dict) -> str:
     ccc = f" ccc {json.loads(row['ccc'])}" if row.get("ccc") else ""
     size = f"length {row['length']}" if row.get("length") else f"S {row.get('S')}"
-    return (f"{row['dataset']} {row['sampler']} {row['setting']}{ccc}, {size} x {row.get('rounds') or 1} rounds, "
+    data = f" (data {row['data_digest'][:12]})" if row.get("data_digest") else ""  # which image folder
+    return (f"{row['dataset']}{data} {row['sampler']} {row['setting']}{ccc}, {size} x {row.get('rounds') or 1} rounds, "
             f"batch {row['batch_size']}, seed {row['seed']}")
 
 
@@ -87,8 +88,7 @@ def stream_tables(df: pl.DataFrame) -> list[tuple[str, dict, list[dict]]]:
     ok = with_method_labels(normalise_rows(df.filter(pl.col("status") == "ok")))
     out = []
     for _, group in ok.group_by(stream_keys(ok), maintain_order=True):
-        rows = group.sort(pl.col("forgetting").fill_null(False) if "forgetting" in group.columns else pl.lit(0),
-                          maintain_order=True).to_dicts()
+        rows = group.sort(pl.col("forgetting").fill_null(False), maintain_order=True).to_dicts()
         source = next((r for r in rows if _is_source(r)), None)  # without forgetting first: its error is the same
         if source is None:
             continue

@@ -39,7 +39,8 @@ def test_each_folder_is_its_own_panel_and_stream(two_folders_one_output):
         assert "data_digest=" in panel.caption
     streams = stream_tables(df)
     assert len(streams) == 2
-    for _, source, rows in streams:
+    for name, source, rows in streams:
         assert [r["data_digest"] for r in rows] == [source["data_digest"]]
+        assert f"(data {source['data_digest'][:12]})" in name
     errors = df.filter(pl.col("method") == "test").sort("data_digest")["error"].to_list()
     assert errors[0] != errors[1]  # severity 5 and 1: different data, different errors
