@@ -342,15 +342,15 @@ def test_cpu_shortcuts_of_the_augmentation_give_the_same_values():
 
 def test_augmix_cpu_shortcut_gives_the_same_values():
     """MEMO's AugMix on the CPU runs each image's own op only: the same values as all nine ops selected per image."""
-    from unitta.methods.parts.augmix import AugMix, _Draw
+    from unitta.methods.parts.augmix import AugMix, _Draws
 
     pixels = (torch.rand(40, 3, 16, 16, generator=torch.Generator().manual_seed(6)) * 255).round()
     aug = AugMix(severity=3)
     active = torch.arange(40) % 3 != 0  # the chains still running at this step (the others keep their images)
 
     def random_op(grouped: bool) -> torch.Tensor:
-        return aug._random_op(pixels, _Draw(torch.Generator().manual_seed(8), pixels.device, pixels.dtype), active,
-                              grouped)
+        draws = _Draws.drawn(torch.Generator().manual_seed(8), 40, 3, pixels.device, pixels.dtype)
+        return aug._random_op(pixels, draws, active, grouped)
 
     grouped, every = random_op(True), random_op(False)
     assert torch.equal(grouped, every) and not torch.equal(grouped, pixels)

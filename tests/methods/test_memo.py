@@ -1,4 +1,5 @@
-"""MEMO: marginal entropy, alpha BN, AugMix ops against PIL, episodic adaptation, batch independence, a cell."""
+"""MEMO: marginal entropy, alpha BN, AugMix ops against PIL, episodic adaptation, batch independence, the batched
+episodes (the GPU path) against one episode after another, a cell."""
 
 from __future__ import annotations
 
@@ -12,8 +13,17 @@ from PIL import Image, ImageOps
 
 from tests.methods.fmnist_cnn import grey_shift
 from unitta.methods import get_method
+from unitta.methods.memo import CHUNK_WEIGHT_VALUES
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
-from unitta.methods.parts.augmix import AugMix, _affine_pixels, _autocontrast, _equalize, _posterize, _solarize
+from unitta.methods.parts.augmix import (
+    AugMix,
+    _affine_pixels,
+    _autocontrast,
+    _Draws,
+    _equalize,
+    _posterize,
+    _solarize,
+)
 from unitta.methods.parts.losses import marginal_entropy
 
 
@@ -92,17 +102,40 @@ def test_augmix_views_shape_range_and_generator():
     assert big.shape == (1, 3, 3, 40, 40)
 
 
+@pytest.mark.parametrize("preaugment", ["crop", "resized_crop"])
+def test_augmix_views_of_an_image_do_not_depend_on_the_others_in_the_call(preaugment):
+    """One draw per call, a row per view: on a CPU generator an image's views are those of a call of its own."""
+    x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    augmix = AugMix(preaugment=preaugment)
+    together = augmix(x, 4, torch.Generator().manual_seed(2))
+    g = torch.Generator().manual_seed(2)
+    alone = torch.cat([augmix(x[i : i + 1], 4, g) for i in range(3)])
+    assert torch.equal(together, alone)
+
+
+def test_augmix_ops_are_drawn_uniformly():
+    """The ops, chain depths and crop offsets from the one draw: each value as often as uniform draws give it."""
+    n = 20000
+    draws = _Draws.drawn(torch.Generator().manual_seed(4), n, 3, torch.device("cpu"), torch.float32)
+    for low, high in ((0, 9), (1, 4), (0, 9)):
+        counts = torch.bincount(draws.integers(low, high, (n,)) - low, minlength=high - low).double()
+        expected = n / (high - low)
+        assert counts.numel() == high - low
+        assert (counts - expected).abs().max() < 5 * math.sqrt(expected)  # binomial sd < sqrt(expected)
+    draws.check_used()
+
+
 def test_memo_is_episodic(fmnist_cnn):
     """The same image with the same views gives the same output whatever was adapted on before."""
     x = grey_shift(fmnist_cnn.x[:3], seed=9)
     memo = get_method("memo", fmnist_cnn.model, fmnist_cnn.info, n_augmentations=8)
     memo(x[:2])  # adapt on two other images first
-    state = memo.generator.get_state()
+    state = memo.views_generator.get_state()
     after_others = memo(x[2:3])
     fresh = get_method("memo", fmnist_cnn.model, fmnist_cnn.info, n_augmentations=8)
-    fresh.generator.set_state(state)
+    fresh.views_generator.set_state(state)
     torch.testing.assert_close(fresh(x[2:3]), after_others, rtol=0, atol=0)
-    assert memo.cost.backwards == 3
+    assert memo.cost.backwards == 3 and memo.cost.forwards == 6
 
 
 def test_memo_outputs_do_not_depend_on_the_batching(fmnist_cnn):
@@ -112,22 +145,71 @@ def test_memo_outputs_do_not_depend_on_the_batching(fmnist_cnn):
     torch.testing.assert_close(torch.cat([single(x[i : i + 1]) for i in range(4)]), whole, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "chunk"),
+    [({}, 5), ({"steps": 2}, 5), ({"optimizer": "adam", "lr": 1e-3}, 5), ({}, 2)],
+)
+def test_batched_episodes_equal_one_after_another(embedded_model, fmnist_c_images, overrides, chunk):
+    """The GPU path (``episodes``: every episode's gradient by vmap from the source weights, one optimiser over
+    the stacked weights, a vmapped prediction) gives what one episode after another on the model gives (the CPU
+    path) from the same views: scores, the weights left after the batch, and the counted passes. The embedded
+    ResNet-20 on real Fashion-MNIST-C images; SGD (the reference's), two steps, Adam; chunks of 5 and 2."""
+    model, info = embedded_model
+    x = fmnist_c_images[:5]
+    batched = get_method("memo", model, info, n_augmentations=6, **overrides)
+    sequential = get_method("memo", model, info, n_augmentations=6, **overrides)
+    views = batched.augmix(x, 6, torch.Generator().manual_seed(11))
+    batched.augmix = _serving(views)  # each chunk gets the next images' views
+    scores = torch.cat([batched.episodes(images) for images in x.split(chunk)])
+    expected = torch.cat([sequential.episode(v, image) for v, image in zip(views, x.split(1))])
+    assert not torch.allclose(expected, model(x), atol=1e-3)  # the steps changed the predictions
+    torch.testing.assert_close(scores, expected, rtol=1e-4, atol=1e-4)
+    # the last image's adapted weights; Adam's first step is lr g / (|g| + eps), the sign of a gradient component
+    # near zero, which float rounding can flip: there a few in a thousand may differ (by up to 2 lr)
+    pairs = [(p, sequential.params[key]) for key, p in batched.params.items()]
+    differ = sum(int((~torch.isclose(p, q, rtol=1e-4, atol=1e-5)).sum()) for p, q in pairs)
+    assert differ <= (sum(p.numel() for p, _ in pairs) // 300 if overrides.get("optimizer") == "adam" else 0)
+    steps = overrides.get("steps", 1)
+    assert batched.cost.forwards == sequential.cost.forwards == 5 * (steps + 1)
+    assert batched.cost.backwards == sequential.cost.backwards == 5 * steps
+
+
+def _serving(views: torch.Tensor):
+    """An AugMix stand-in handing out the given views (B, V, C, H, W), the next images' on each call."""
+    left = list(views)
+
+    def augmix(images: torch.Tensor, n_views: int, generator: torch.Generator) -> torch.Tensor:
+        served = torch.stack(left[: images.shape[0]])
+        del left[: images.shape[0]]
+        return served
+
+    return augmix
+
+
+def test_episodes_per_chunk_bounds_views_and_weight_copies(fmnist_cnn):
+    memo = get_method("memo", fmnist_cnn.model, fmnist_cnn.info)  # 32 views
+    assert memo.episodes_per_chunk(torch.zeros(200, 3, 32, 32)) == 64  # CHUNK_VIEW_VALUES: 64 CIFAR images' views
+    assert memo.episodes_per_chunk(torch.zeros(8, 3, 32, 32)) == 8
+    assert memo.episodes_per_chunk(torch.zeros(8, 3, 224, 224)) == 1  # ImageNet-sized: one episode at a time
+    weights = sum(p.numel() for p in memo.source_params.values())
+    assert memo.episodes_per_chunk(torch.zeros(200, 3, 8, 8)) == min(200, CHUNK_WEIGHT_VALUES // weights)
+
+
 def test_the_step_lowers_the_marginal_entropy_of_the_views(fmnist_cnn):
     x = grey_shift(fmnist_cnn.x[:1], seed=11)
     memo = get_method("memo", fmnist_cnn.model, fmnist_cnn.info, n_augmentations=16)
-    state = memo.generator.get_state()
-    views = memo.augmix(x, 16, memo.generator)[0]
+    source = get_method("memo", fmnist_cnn.model, fmnist_cnn.info).model  # alpha BN, source weights
+    state = memo.views_generator.get_state()
+    views = memo.augmix(x, 16, memo.views_generator)[0]
     with torch.no_grad():
         before = float(marginal_entropy(memo.model(views)))
-    memo.generator.set_state(state)
+    memo.views_generator.set_state(state)
     adapted = memo(x)
     with torch.no_grad():
         after = float(marginal_entropy(memo.model(views)))
-        memo.restore_source()
-        source = memo.model(x)
+        assert not torch.allclose(adapted, source(x))  # the prediction comes from the adapted weights
     assert after < before
-    assert not torch.allclose(adapted, source)  # the prediction comes from the adapted weights
-    assert all(p.requires_grad for p in memo.params)  # every weight and bias: convs, BN affine, fc
+    assert all(p.requires_grad for p in memo.params.values())  # every weight and bias: convs, BN affine, fc
     assert len(memo.params) == len(list(fmnist_cnn.model.parameters())) == 11
 
 

@@ -14,10 +14,19 @@ Every weight and bias of the model adapts (the reference's default ``collect_par
 prediction. This follows the mariodoebler TTA benchmark (mariodoebler/test-time-adaptation @ 8b2ed63,
 ``classification/methods/memo.py``, ``MODEL.EPISODIC: True``, ``TEST.BATCH_SIZE: 1``).
 
-What a batch means here: MEMO's protocol is batch size 1. A batch of B images is B such episodes, run in stream
-order; the outputs do not depend on how the stream is cut into batches (each image's views are drawn from the
-method's generator in turn, and the model is restored before each image). After a batch the model holds the
-weights adapted to its last image (as the reference's after its last sample).
+What a batch means here: MEMO's protocol is batch size 1. A batch of B images is B such episodes. One AugMix call
+makes every view of the batch. On a GPU the episodes are computed together (``MEMO.episodes``): ``torch.func.vmap``
+of the gradient of each episode's loss gives each image its own gradient from the source weights (the BatchNorm
+statistics of an episode are those of its own views: the layers run per episode under ``vmap``), one step of the
+optimiser moves the episode-stacked weights (elementwise: the update of B separate optimisers), and a ``vmap`` of
+the forward predicts each image with its own adapted weights; large models run the episodes in chunks
+(``episodes_per_chunk``) to bound memory. That is a few thousand operator launches per batch instead of B times
+one episode's. On the CPU, which is compute-bound and not launch-bound, the episodes run one after another on the
+model itself (``MEMO.episode``: the same values up to float rounding, tests/methods/test_memo.py; 2-4x faster
+there than the vmapped passes, which regroup every layer's tensors per episode). After a batch the model holds the
+weights adapted to its last image (as the reference's after its last sample). On the CPU the outputs do not
+depend on how the stream is cut into batches (each image's views take consecutive numbers from the method's
+generator); on a GPU the random numbers depend on the cut and the chunks (same distribution).
 
 Hyper-parameters (reference ``cfgs/*/memo.yaml``, ``conf.py``): CIFAR-10/100: SGD lr 0.005, 32 views;
 ImageNet: SGD lr 2.5e-4, 64 views; momentum 0.9, Nesterov (``OPTIM.MOMENTUM``/``NESTEROV``), one step;
@@ -26,10 +35,9 @@ or RandomResizedCrop + flip (ImageNet).
 
 Deviations:
 - From the reference: the views are generated with torch ops from the method's torch.Generator
-  (``augmix.py`` lists the differences; the same distribution of views, other random numbers). The
-  per-image restore copies the trained parameters back and clears the optimiser state instead of reloading
-  whole state dicts (identical state). Images of one batch run one after another, a Python loop over the
-  samples that the protocol requires (each image starts from the source model).
+  (``augmix.py`` lists the differences; the same distribution of views, other random numbers). Each
+  episode starts from a copy of the source weights and a fresh optimiser (the reference reloads whole state
+  dicts: identical state); the episodes of a batch run side by side (above), not one after another.
 - From the paper: the reference's SGD has Nesterov momentum 0.9, so its single step from a fresh optimiser
   moves the weights by 1.9 x lr x gradient (the paper's plain SGD step: lr x gradient). The paper adapts BN
   statistics of single points with a source prior of strength N (Schneider et al.); the reference mixes with
@@ -43,8 +51,10 @@ from typing import Literal
 
 import torch
 from torch import Tensor
+from torch.func import functional_call, grad, vmap
 
 from unitta.methods.norm.alpha_bn import convert_to_alpha_bn
+from unitta.methods.parts.augment import device_generator
 from unitta.methods.parts.augmix import AugMix
 from unitta.methods.parts.losses import marginal_entropy
 from unitta.methods.parts.optim import optimizer_from_config
@@ -55,12 +65,18 @@ from unitta.methods.parts.validate import check_at_least, check_positive, check_
 
 __all__ = ["MEMO"]
 
+# What one chunk of episodes may hold (``MEMO.episodes_per_chunk``): its views' values (the step keeps their
+# activations), here a batch of 64 CIFAR-sized images with 32 views each; and its episodes' copies of the adapted
+# weights (weights, gradients, momenta: three such copies), 2**28 values = 1 GiB per copy in float32.
+CHUNK_VIEW_VALUES = 64 * 32 * 3 * 32 * 32
+CHUNK_WEIGHT_VALUES = 2**28
+
 
 @register_method("memo")
 class MEMO(TTAMethod):
     """MEMO (Zhang et al., NeurIPS'22): per-image marginal entropy over AugMix views, reset after every image."""
 
-    version = 1
+    version = 2  # the episodes of a batch computed together, the views from one draw per batch
     norm_kinds = ("batch", "layer", "group")
 
     @dataclass(frozen=True)
@@ -91,32 +107,72 @@ class MEMO(TTAMethod):
     def setup(self) -> None:
         convert_to_alpha_bn(self.model, self.cfg.bn_alpha)
         self.model.eval()
-        self.params = []
-        for module in self.model.modules():
+        self.params: dict[str, torch.nn.Parameter] = {}  # every weight and bias, by name (md collect_params)
+        seen: set[int] = set()
+        for module_name, module in self.model.named_modules():
             for name, p in module.named_parameters(recurse=False):
-                adapt = name in ("weight", "bias")  # md TTAMethod.collect_params
+                adapt = name in ("weight", "bias")
                 p.requires_grad_(adapt)
-                if adapt:
-                    self.params.append(p)
-        self.source_params = [p.detach().clone() for p in self.params]
-        self.optimizer = optimizer_from_config(self.params, self.cfg)
+                if adapt and id(p) not in seen:  # a tied weight once: functional_call ties it everywhere
+                    seen.add(id(p))
+                    self.params[f"{module_name}.{name}" if module_name else name] = p
+        self.source_params = {key: p.detach().clone() for key, p in self.params.items()}
+        # the optimiser of one episode; a chunk of episodes steps one of its kind and settings over their stacked
+        # weights (``episodes``): elementwise, so the update of every episode is its own optimiser's
+        self.optimizer = optimizer_from_config(list(self.params.values()), self.cfg)
         self.augmix = AugMix(preaugment=self.cfg.preaugment)
+        self.views_generator = device_generator(self.generator, self.device)
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.cat([self.episode(x[i : i + 1]) for i in range(x.shape[0])])
+        if x.device.type == "cpu":  # compute-bound: one episode after another keeps the kernels dense (below)
+            views = self.augmix(x, self.cfg.n_augmentations, self.views_generator)  # (B, V, C, H, W)
+            return torch.cat([self.episode(image_views, image) for image_views, image in zip(views, x.split(1))])
+        return torch.cat([self.episodes(images) for images in x.split(self.episodes_per_chunk(x))])
 
-    def episode(self, image: Tensor) -> Tensor:
-        """Restore the source, adapt on the image's views, predict the image: (1, K) scores."""
-        self.restore_source()
-        views = self.augmix(image, self.cfg.n_augmentations, self.generator)[0]
+    def episodes_per_chunk(self, x: Tensor) -> int:
+        """How many episodes run together: all of the batch unless their views or their weight copies would pass
+        ``CHUNK_VIEW_VALUES`` / ``CHUNK_WEIGHT_VALUES``; at least one."""
+        per_episode_views = self.cfg.n_augmentations * x[0].numel()
+        per_episode_weights = sum(p.numel() for p in self.source_params.values())
+        bound = min(CHUNK_VIEW_VALUES // per_episode_views, CHUNK_WEIGHT_VALUES // per_episode_weights)
+        return max(1, min(x.shape[0], bound))
+
+    def episodes(self, images: Tensor) -> Tensor:
+        """One episode per image, side by side: from the source weights, ``steps`` steps on the marginal entropy
+        of the image's views, then the image predicted with its adapted weights; (E, K) scores."""
+        e, forwards = images.shape[0], self.cost.forwards
+        views = self.augmix(images, self.cfg.n_augmentations, self.views_generator)  # (E, V, C, H, W)
+        weights = {key: p.expand(e, *p.shape).clone() for key, p in self.source_params.items()}  # (E, ...) each
+        optimizer = type(self.optimizer)(list(weights.values()), **self.optimizer.defaults)
+        gradients = vmap(grad(self.views_loss), in_dims=(None, 0))  # the first step: every episode at the source
+        for step in range(self.cfg.steps):
+            for key, g in gradients(self.source_params if step == 0 else weights, views).items():
+                weights[key].grad = g
+            optimizer.step()
+            gradients = vmap(grad(self.views_loss))
+        with torch.no_grad():
+            scores = vmap(self.predict_image)(weights, images)
+            torch._foreach_copy_(list(self.params.values()), [w[-1] for w in weights.values()])
+        self.cost.forwards = forwards + e * (self.cfg.steps + 1)  # E episodes' passes, whatever the hook saw of vmap
+        self.cost.backwards += e * self.cfg.steps
+        return scores
+
+    def episode(self, views: Tensor, image: Tensor) -> Tensor:
+        """``episodes`` for one image (1, C, H, W) and its views (V, C, H, W), on the model itself: the source
+        weights back, a fresh optimiser, the steps, the prediction; (1, K) scores."""
+        with torch.no_grad():
+            torch._foreach_copy_(list(self.params.values()), list(self.source_params.values()))
+        self.optimizer.state.clear()
         for _ in range(self.cfg.steps):
             with torch.enable_grad():
                 self.step(marginal_entropy(self.model(views)))
         with torch.no_grad():
             return self.model(image)
 
-    @torch.no_grad()
-    def restore_source(self) -> None:
-        """The episodic reset: source weights back, optimiser state (momentum buffers, step counts) cleared."""
-        torch._foreach_copy_(self.params, self.source_params)
-        self.optimizer.state.clear()
+    def views_loss(self, weights: dict[str, Tensor], views: Tensor) -> Tensor:
+        """The marginal entropy (paper eq. 1) of one episode's views (V, C, H, W) under ``weights``."""
+        return marginal_entropy(functional_call(self.model, weights, (views,)))
+
+    def predict_image(self, weights: dict[str, Tensor], image: Tensor) -> Tensor:
+        """One image's (C, H, W) scores (K,) under its episode's ``weights`` (BN statistics: the image's own)."""
+        return functional_call(self.model, weights, (image.unsqueeze(0),))[0]

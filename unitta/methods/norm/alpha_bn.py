@@ -12,7 +12,9 @@ variance of a momentum-1 BatchNorm updated in train mode.
 
 When the batch has a single value per channel (N * H * W == 1) the unbiased variance does not exist; the layer
 then uses the source statistics alone (the reference fails there). The statistics are float32 buffers computed
-without gradient, as the reference's running buffers.
+without gradient, as the reference's running buffers. Under ``torch.func`` transforms (``vmap``, ``grad``: MEMO
+runs its episodes so) the batch statistics are ``torch.var_mean``'s, which those transforms batch (the recording
+batch norm writes into buffers in place, which ``vmap`` refuses): the same values up to float rounding.
 """
 
 from __future__ import annotations
@@ -56,12 +58,18 @@ class AlphaBatchNorm(nn.Module):
         # pass over the batch; 3x faster on CPU than torch.var_mean over (N, H, W)). On the CPU the statistics
         # alone (``batch_norm_update_stats``: the same kernel, bit for bit, without the normalised output that
         # would be discarded; a MEMO step 4 % faster)
+        if torch._C._functorch.is_functorch_wrapped_tensor(x):  # under torch.func (MEMO's batched episodes)
+            batch_var, batch_mean = torch.var_mean(x, dim=(0, 2, 3), correction=1)  # a reduction vmap batches
+            return self._mix(batch_mean.to(self.source_mean.dtype), batch_var.to(self.source_var.dtype))
         batch_mean = torch.zeros_like(self.source_mean)
         batch_var = torch.ones_like(self.source_var)
         if x.device.type == "cpu" and x.dtype == batch_mean.dtype:
             torch.batch_norm_update_stats(x, batch_mean, batch_var, 1.0)
         else:
             F.batch_norm(x, batch_mean, batch_var, None, None, training=True, momentum=1.0, eps=self.eps)
+        return self._mix(batch_mean, batch_var)
+
+    def _mix(self, batch_mean: Tensor, batch_var: Tensor) -> tuple[Tensor, Tensor]:
         a = self.alpha
         return (1.0 - a) * self.source_mean + a * batch_mean, (1.0 - a) * self.source_var + a * batch_var
 

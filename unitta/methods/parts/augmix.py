@@ -14,7 +14,8 @@ through ``AugMixAugmenter(..., use_augmix=True)``) builds every view from the im
     mix           w ~ Dirichlet(1, 1, 1), m ~ Beta(1, 1): view = m x_pre + (1 - m) sum_i w_i chain_i
 
 Here the same ops run on a batch of images in uint8 value space (0..255 held in float, rounded after every op
-like PIL's 8-bit results), every view's random choices drawn as tensors, and each op evaluated for the whole
+like PIL's 8-bit results), every view's random choices drawn as one tensor of uniforms per call (``_Draws``: one
+row per view), and each op evaluated for the whole
 batch and selected per image (``torch.where``), so that no value is read back to the host (on the CPU, where the
 drawn ops are host memory anyway, each image runs its own op only, and a chain past its depth none: the same
 values, about 3x less CPU time for MEMO's 32 views). The geometric ops sample bilinearly at PIL's pixel-centre
@@ -22,7 +23,8 @@ coordinates (output pixel centre -> input position by the op's affine matrix), z
 ``Image.transform(..., BILINEAR)``.
 
 Deviations from the reference (same distribution of views, other random numbers):
-- the random stream is the method's torch.Generator, not numpy's global RNG;
+- the random stream is the method's torch.Generator, not numpy's global RNG; the integer draws are floors of
+  uniforms;
 - RandomResizedCrop resizes with a bilinear ``grid_sample`` without antialiasing (PIL's resize filters over
   the whole footprint); it only applies to non-32-pixel images (ImageNet).
 """
@@ -42,6 +44,7 @@ __all__ = ["AugMix", "N_OPS"]
 N_OPS = 9  # augmix_ops.augmentations: autocontrast, equalize, posterize, rotate, solarize, shear_x/y, translate_x/y
 _AUTOCONTRAST, _EQUALIZE, _POSTERIZE, _ROTATE, _SOLARIZE, _SHEAR_X, _SHEAR_Y, _TRANSLATE_X, _TRANSLATE_Y = range(N_OPS)
 _GEOMETRIC = (_ROTATE, _SHEAR_X, _SHEAR_Y, _TRANSLATE_X, _TRANSLATE_Y)
+_RESIZED_CROP_ATTEMPTS = 10  # torchvision RandomResizedCrop.get_params: range(10)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class AugMix:
             raise ValueError(f"x must have shape (B, C, H, W), got {tuple(x.shape)}")
         b, c, h, w = x.shape
         n = b * views
-        rand = _Draw(generator, x.device, x.dtype)
+        rand = _Draws.drawn(generator, n, self.draws_per_view(), x.device, x.dtype)
         pixels = (x.clamp(0.0, 1.0) * 255.0).round()
         pixels = pixels.unsqueeze(1).expand(b, views, c, h, w).reshape(n, c, h, w)
         pre = self._preaugment(pixels, rand)
@@ -82,10 +85,17 @@ class AugMix:
         weights = weights / weights.sum(dim=1, keepdim=True)
         mix = (chains.view(n, self.width, c, h, w) * weights.view(n, self.width, 1, 1, 1)).sum(dim=1) / 255.0
         m = rand.uniform((n,)).view(n, 1, 1, 1)  # Beta(1, 1)
+        rand.check_used()
         return (m * (pre / 255.0) + (1.0 - m) * mix).view(b, views, c, h, w)
 
+    def draws_per_view(self) -> int:
+        """The uniforms one view takes: its pre-augmentation's, each chain's depth and (op, level, sign) per step,
+        the mixing weights and m."""
+        pre = 3 if self.preaugment == "crop" else 2 * _RESIZED_CROP_ATTEMPTS + 3  # + the flip
+        return pre + self.width * (2 + 3 * self.max_depth) + 1
+
     # ------------------------------------------------------------------ pre-augmentation
-    def _preaugment(self, pixels: Tensor, rand: _Draw) -> Tensor:
+    def _preaugment(self, pixels: Tensor, rand: _Draws) -> Tensor:
         n, _, h, w = pixels.shape
         if self.preaugment == "crop":
             p = self.crop_padding
@@ -107,7 +117,7 @@ class AugMix:
         return torch.where(flip, out.flip(-1), out)
 
     # ------------------------------------------------------------------ one chain step
-    def _random_op(self, v: Tensor, rand: _Draw, active: Tensor, grouped: bool | None = None) -> Tensor:
+    def _random_op(self, v: Tensor, rand: _Draws, active: Tensor, grouped: bool | None = None) -> Tensor:
         """One op per image, drawn uniformly from the nine (``augmix_ops.augmentations``), applied to the images
         where ``active`` (N,) is True; the others stay as they are (their draws are made all the same). ``grouped``:
         each active image runs its own op only (``_grouped_op``: reads the ops to the host), else all nine on every
@@ -175,19 +185,42 @@ class AugMix:
         return _affine_pixels(v, a.view(n, 2, 3)).round()
 
 
-class _Draw:
-    """Uniform and integer draws from one generator, moved to the images' device (no host read)."""
+class _Draws:
+    """Every random number of one ``AugMix`` call, drawn at once as uniforms, one row per view (the rows of an
+    image's views next to each other), handed out column by column in the order the ops ask for them.
 
-    def __init__(self, generator: torch.Generator, device: torch.device, dtype: torch.dtype):
-        self.generator, self.device, self.dtype = generator, device, dtype
+    One draw: no host-to-device copy per op on a device generator (one in all from a host generator), and on
+    the CPU an image's views get the same numbers whatever other images share the call (a CPU generator's
+    ``rand`` of ``(n, r)`` values is its ``rand`` of each row in turn).
+    """
+
+    def __init__(self, u: Tensor, dtype: torch.dtype):
+        self.u, self.dtype, self.used = u, dtype, 0
+
+    @classmethod
+    def drawn(cls, generator: torch.Generator, n: int, per_view: int, device: torch.device, dtype: torch.dtype):
+        u = torch.rand((n, per_view), generator=generator, device=generator.device)
+        return cls(u.to(device, non_blocking=True), dtype)
+
+    def _columns(self, shape: tuple[int, ...]) -> Tensor:
+        n = self.u.shape[0]
+        count = math.prod(shape) // n
+        if count * n != math.prod(shape) or self.used + count > self.u.shape[1]:
+            raise RuntimeError(f"AugMix draws: {shape} does not fit the {self.u.shape[1] - self.used} columns left")
+        columns = self.u[:, self.used : self.used + count]
+        self.used += count
+        return columns.reshape(shape)  # (n, count) row-major: view i's j-th draw at i * count + j
 
     def uniform(self, shape: tuple[int, ...]) -> Tensor:
-        u = torch.rand(shape, generator=self.generator, device=self.generator.device)
-        return u.to(self.device, self.dtype, non_blocking=True)
+        return self._columns(shape).to(self.dtype)
 
     def integers(self, low: int, high: int, shape: tuple[int, ...]) -> Tensor:
-        r = torch.randint(low, high, shape, generator=self.generator, device=self.generator.device)
-        return r.to(self.device, non_blocking=True)
+        """Uniform integers in [low, high) as int64."""
+        return (low + self._columns(shape) * (high - low)).floor().clamp_max(high - 1).long()
+
+    def check_used(self) -> None:
+        if self.used != self.u.shape[1]:
+            raise RuntimeError(f"AugMix draws: {self.u.shape[1] - self.used} of {self.u.shape[1]} columns unused")
 
 
 def _affine_pixels(v: Tensor, a: Tensor) -> Tensor:
@@ -244,7 +277,7 @@ def _solarize(v: Tensor, threshold: Tensor) -> Tensor:
     return torch.where(v >= threshold.view(-1, 1, 1, 1), 255.0 - v, v)
 
 
-def _random_resized_crop(pixels: Tensor, rand: _Draw, attempts: int = 10) -> Tensor:
+def _random_resized_crop(pixels: Tensor, rand: _Draws, attempts: int = _RESIZED_CROP_ATTEMPTS) -> Tensor:
     """torchvision RandomResizedCrop(side) (scale (0.08, 1), ratio (3/4, 4/3), 10 attempts, then the whole
     image) as one bilinear resampling per image; the crop box is drawn per image."""
     n, _, h, w = pixels.shape
