@@ -56,6 +56,22 @@ def test_alpha_batchnorm_mixes_source_and_unbiased_batch_statistics():
     torch.testing.assert_close(xg.grad, scale.view(1, 3, 1, 1).expand_as(x).detach())
 
 
+def test_alpha_batchnorm_under_vmap_uses_each_groups_own_statistics():
+    """Under ``torch.func.vmap`` (MEMO's batched episodes) every group of the batch is normalised with its own
+    statistics, as if the layer ran on the group alone; in bf16 autocast too (elementwise, float32 statistics)."""
+    g = torch.Generator().manual_seed(1)
+    bn = torch.nn.BatchNorm2d(3).eval()
+    with torch.no_grad():
+        bn.running_var.copy_(torch.rand(3, generator=g) + 0.5)
+        bn.weight.copy_(torch.randn(3, generator=g))
+    layer = AlphaBatchNorm(bn, 0.3)
+    groups = torch.randn(4, 5, 3, 6, 6, generator=g) * torch.arange(1.0, 5.0).view(4, 1, 1, 1, 1)
+    expected = torch.stack([layer(group) for group in groups])
+    torch.testing.assert_close(torch.func.vmap(layer)(groups), expected)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(torch.func.vmap(layer)(groups.bfloat16()).float(), expected, rtol=0.02, atol=0.05)
+
+
 def _pil_channels(img: np.ndarray, op) -> np.ndarray:
     """Apply a PIL op to each channel of a (C, H, W) uint8 image as an 'L' image (PIL treats RGB bands alike)."""
     return np.stack([np.asarray(op(Image.fromarray(c))) for c in img])

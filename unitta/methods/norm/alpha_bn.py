@@ -47,6 +47,12 @@ class AlphaBatchNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         mean, var = self.mixed_statistics(x)
+        if torch._C._functorch.is_functorch_wrapped_tensor(x):
+            # vmap's batch-norm rule wants one dtype for the input and the statistics (bf16 autocast gives two):
+            # the same affine map, elementwise, in the statistics' precision
+            scale = torch.rsqrt(var + self.eps) if self.weight is None else self.weight * torch.rsqrt(var + self.eps)
+            shift = -mean * scale if self.bias is None else self.bias - mean * scale
+            return x * scale.view(-1, 1, 1) + shift.view(-1, 1, 1)
         return F.batch_norm(x, mean, var, self.weight, self.bias, training=False, momentum=0.0, eps=self.eps)
 
     @torch.no_grad()

@@ -15,12 +15,11 @@ through ``AugMixAugmenter(..., use_augmix=True)``) builds every view from the im
 
 Here the same ops run on a batch of images in uint8 value space (0..255 held in float, rounded after every op
 like PIL's 8-bit results), every view's random choices drawn as one tensor of uniforms per call (``_Draws``: one
-row per view), and each op evaluated for the whole
-batch and selected per image (``torch.where``), so that no value is read back to the host (on the CPU, where the
-drawn ops are host memory anyway, each image runs its own op only, and a chain past its depth none: the same
-values, about 3x less CPU time for MEMO's 32 views). The geometric ops sample bilinearly at PIL's pixel-centre
-coordinates (output pixel centre -> input position by the op's affine matrix), zero outside, as PIL's
-``Image.transform(..., BILINEAR)``.
+row per view), and each op evaluated for the whole batch and selected per image (``torch.where``), so that no
+value is read back to the host (on the CPU, where the drawn ops are host memory anyway, each image runs its own op
+only, and a chain past its depth none: the same values, about 3x less CPU time for MEMO's 32 views). The
+geometric ops sample bilinearly at PIL's pixel-centre coordinates (output pixel centre -> input position by the
+op's affine matrix), zero outside, as PIL's ``Image.transform(..., BILINEAR)``.
 
 Deviations from the reference (same distribution of views, other random numbers):
 - the random stream is the method's torch.Generator, not numpy's global RNG; the integer draws are floors of
