@@ -22,7 +22,7 @@ from unitta.sweep.config import parse_config
 SUPPORTED = [m for m in list_methods() if "layer" in method_class(m).norm_kinds]
 UNSUPPORTED = [m for m in list_methods() if "layer" not in method_class(m).norm_kinds]
 # cells that take minutes on a shared CPU: the source-set methods load and train on Fashion-MNIST's training
-# split, MEMO runs its augmentations per sample
+# split, MEMO adapts on 32 views of every image
 SLOW_CELLS = {m for m in SUPPORTED if method_class(m).needs_source} | {"memo"}
 # Class prototypes from a few source batches instead of the whole source set (60,000 images, ~50 s each on the
 # ViT): what is checked is that the cell runs on a LayerNorm model, not the prototypes' quality.
