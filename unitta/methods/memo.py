@@ -117,8 +117,8 @@ class MEMO(TTAMethod):
                     seen.add(id(p))
                     self.params[f"{module_name}.{name}" if module_name else name] = p
         self.source_params = {key: p.detach().clone() for key, p in self.params.items()}
-        # the optimiser of one episode; a chunk of episodes steps one of its kind and settings over their stacked
-        # weights (``episodes``): elementwise, so the update of every episode is its own optimiser's
+        # the optimiser of an episode on the model itself (``episode``); ``episodes`` steps one of its kind and
+        # settings over the episode-stacked weights: elementwise, so every episode's update is its own optimiser's
         self.optimizer = optimizer_from_config(list(self.params.values()), self.cfg)
         self.augmix = AugMix(preaugment=self.cfg.preaugment)
         self.views_generator = device_generator(self.generator, self.device)
