@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
@@ -35,6 +36,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
 from analysis.common import AnalysisError, add_sweep_argument, load_dirs, method_order, run_analysis  # noqa: E402
 from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels  # noqa: E402
@@ -74,8 +76,19 @@ def _is_source(row: dict) -> bool:
             and (row.get("protocol") or "online") == "online")
 
 
+def _ccc_text(ccc: str | None) -> str:
+    """' at 60 % source error, transitions of 1,500 images' from the row's ccc JSON ('' without)."""
+    if not ccc:
+        return ""
+    spec = json.loads(ccc)
+    parts = [f"at {spec['target_error']:g} % source error"] if "target_error" in spec else []
+    parts += [f"transitions of {int(spec['transition']):,} images"] if "transition" in spec else []
+    parts += [f"{k} {v}" for k, v in sorted(spec.items()) if k not in ("target_error", "transition")]
+    return " " + ", ".join(parts)
+
+
 def _stream_name(row: dict) -> str:
-    ccc = f" ccc {json.loads(row['ccc'])}" if row.get("ccc") else ""
+    ccc = _ccc_text(row.get("ccc"))
     size = f"length {row['length']}" if row.get("length") else f"S {row.get('S')}"
     data = f" (data {row['data_digest'][:12]})" if row.get("data_digest") else ""  # which image folder
     return (f"{row['dataset']}{data} {row['sampler']} {row['setting']}{ccc}, {size} x {row.get('rounds') or 1} rounds, "
@@ -98,54 +111,99 @@ def stream_tables(df: pl.DataFrame) -> list[tuple[str, dict, list[dict]]]:
                 continue
             part = collapse_point(row["error_curve"], source["error_curve"])
             batches = -(-row["n_samples"] // row["batch_size"])
+            above = [k for k, (a, b) in enumerate(zip(row["error_curve"], source["error_curve"]))
+                     if a is not None and b is not None and a > b]
             row["label"] = _label(row)
             row["collapse_part"] = part
             row["collapse_batch"] = None if part is None else round(part * batches / len(row["error_curve"]))
+            row["first_above_batch"] = round(above[0] * batches / len(row["error_curve"])) if above else None
+            row["parts_above"] = (len(above), len(row["error_curve"]))
             methods.append(row)
         out.append((_stream_name(source), source, sorted(methods, key=lambda r: r["error"])))
     return out
 
 
+COLLAPSE_NOTE = ("Against the source model (TEST on the same stream, not adapting): *above the source* counts the "
+                 "parts of the error curve where the method is worse; *first above* is the first batch where it is; "
+                 "*collapse* is the batch from which it stays above to the end ('-': it ends at or below the "
+                 "source). A collapse late in the stream after being above from the start is not a late collapse.")
+
+
 def _table(source: dict, rows: list[dict]) -> list[str]:
-    lines = ["| method | error (%) | vs source | collapse batch | error per round (%) | resets |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| method | error (%) | vs source | above the source (parts) | first above (batch) | collapse (batch) "
+             "| error per round (%) | resets |", "|---|---|---|---|---|---|---|---|"]
     for row in [source, *rows]:
         rounds = ", ".join(f"{e:.1f}" for e in row.get("round_errors") or [row["error"]])
-        collapse = "source" if row is source else ("-" if row["collapse_batch"] is None else str(row["collapse_batch"]))
-        delta = "" if row is source else f"{row['error'] - source['error']:+.1f}"
         resets = "" if row.get("resets") is None else str(row["resets"])
-        lines.append(f"| {row.get('label', 'test (source)')} | {row['error']:.1f} | {delta} | {collapse} | {rounds} "
-                     f"| {resets} |")
+        if row is source:
+            lines.append(f"| test (source) | {row['error']:.1f} | | | | | {rounds} | {resets} |")
+            continue
+        above, parts = row["parts_above"]
+        first = "-" if row["first_above_batch"] is None else str(row["first_above_batch"])
+        collapse = "-" if row["collapse_batch"] is None else str(row["collapse_batch"])
+        lines.append(f"| {row['label']} | {row['error']:.1f} | {row['error'] - source['error']:+.1f} | "
+                     f"{above} of {parts} | {first} | {collapse} | {rounds} | {resets} |")
     return lines
+
+
+def _reset_batches(row: dict, n_batches: int) -> list[int]:
+    """The batches where a method reset itself on its own schedule (RDumb: every ``reset_every`` adapted batches)."""
+    config = json.loads(row["method_config"]) if row.get("method_config") else {}
+    every = config.get("reset_every") if row.get("method") == "rdumb" else None
+    return list(range(int(every), n_batches, int(every))) if every else []
+
+
+def _transition_batches(source: dict, n_batches: int) -> list[float]:
+    """The batches where CCC's walk starts its next transition (every ``transition`` images, each round)."""
+    spec = json.loads(source["ccc"]) if source.get("ccc") else {}
+    if "transition" not in spec:
+        return []
+    step = spec["transition"] / source["batch_size"]
+    return [k * step for k in range(1, int(n_batches / step) + 1) if k * step < n_batches]
 
 
 def _curves(name: str, source: dict, rows: list[dict], path: Path) -> list[Path]:
     """Top: error per part of the stream, the source model dashed; bottom: the method's minus the source's (above
-    0: worse than not adapting). Round boundaries grey, collapse points dotted."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.0, 6.0), sharex=True, height_ratios=(3, 2))
+    0: worse than not adapting). Marked, each with a legend entry: round boundaries (grey), CCC's transitions
+    (blue, dash-dot), a method's own resets (its colour, short ticks at the bottom), collapse points (its colour,
+    dotted)."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6.4), sharex=True, height_ratios=(3, 2))
     n_batches = -(-source["n_samples"] // source["batch_size"])
 
     def xs(curve):
         return [(k + 0.5) * n_batches / len(curve) for k in range(len(curve))]
 
+    marks: dict[str, Line2D] = {}
     top.plot(xs(source["error_curve"]), source["error_curve"], "k--", lw=2, label="source (TEST)")
     for row in rows:
         (line,) = top.plot(xs(row["error_curve"]), row["error_curve"], lw=1.3, label=row["label"])
+        colour = line.get_color()
         gap = [None if a is None or b is None else a - b for a, b in zip(row["error_curve"], source["error_curve"])]
-        bottom.plot(xs(gap), gap, lw=1.3, color=line.get_color())
+        bottom.plot(xs(gap), gap, lw=1.3, color=colour)
         if row["collapse_batch"] is not None:
             for ax in (top, bottom):
-                ax.axvline(row["collapse_batch"], color=line.get_color(), ls=":", lw=1)
+                ax.axvline(row["collapse_batch"], color=colour, ls=":", lw=1)
+            marks["collapse"] = Line2D([], [], color="0.3", ls=":", lw=1,
+                                       label="collapse: above the source from here on")
+        for batch in _reset_batches(row, n_batches):
+            bottom.axvline(batch, ymax=0.08, color=colour, lw=2)
+            marks["reset"] = Line2D([], [], color="0.3", lw=2, label="the method's own reset (ticks)")
     for ax in (top, bottom):
         for r in range(1, source.get("rounds") or 1):
             ax.axvline(r * n_batches / source["rounds"], color="0.7", lw=0.8)
+            marks["round"] = Line2D([], [], color="0.7", lw=0.8, label="round boundary")
+        for batch in _transition_batches(source, n_batches):
+            ax.axvline(batch, color="tab:blue", ls="-.", lw=0.6, alpha=0.5)
+            marks["ccc"] = Line2D([], [], color="tab:blue", ls="-.", lw=0.6, alpha=0.5, label="CCC transition")
     bottom.axhline(0, color="k", lw=1)
     top.set_ylabel("error (%)")
     bottom.set_ylabel("method - source (pts)")
     bottom.set_xlabel("batch")
-    top.set_title(name, fontsize=8)
-    top.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.06))
-    fig.tight_layout()
+    top.set_title(textwrap.fill(name, 100), fontsize=8)
+    handles, _ = top.get_legend_handles_labels()
+    legend = fig.legend(handles=handles + list(marks.values()), fontsize=7, ncol=3, loc="lower center",
+                        bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.035 * (len(legend.get_texts()) + 2) / 3 + 0.02, 1, 1))
     return _save(fig, path)
 
 
@@ -158,8 +216,8 @@ def _rounds(name: str, source: dict, rows: list[dict], path: Path) -> list[Path]
     ax.set_xlabel("round")
     ax.set_ylabel("error (%)")
     ax.set_xticks(range(1, (source.get("rounds") or 1) + 1))
-    ax.set_title(name, fontsize=8)
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(textwrap.fill(name, 80), fontsize=8)
+    ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return _save(fig, path)
 
@@ -182,7 +240,7 @@ def analyse(dirs: list[str], out: Path, sweep: str | None = None) -> list[Path]:
         raise AnalysisError(f"{', '.join(dirs)}: no stream has a finished TEST cell (the source model to compare "
                             "with); add 'test' to the sweep's methods")
     out.mkdir(parents=True, exist_ok=True)
-    lines, written = ["# Long horizons", ""], []
+    lines, written = ["# Long horizons", "", COLLAPSE_NOTE, ""], []
     for i, (name, source, rows) in enumerate(streams, 1):
         lines += [f"## {i}. {name}", "", *_table(source, rows), ""]
         written += _curves(name, source, rows, out / f"curves_{i}")
@@ -190,7 +248,27 @@ def analyse(dirs: list[str], out: Path, sweep: str | None = None) -> list[Path]:
             written += _rounds(name, source, rows, out / f"rounds_{i}")
     report = out / "long_horizon.md"
     report.write_text("\n".join(lines))
+    for stale in sorted({*out.glob("curves_*.*"), *out.glob("rounds_*.*")} - set(written)):
+        if stale.suffix in (".png", ".pdf"):  # an earlier run's figure of a stream this run numbers otherwise
+            stale.unlink()
     return [report, *written]
+
+
+def summary_table(streams: list[tuple[str, dict, list[dict]]]) -> str:
+    """Markdown: one row per stream, one column per method (the source first), each cell the error per round
+    ('a / b / c'; the whole stream's for one round) and the resets where there were any; 'not run' where the
+    stream has no such row. The table docs/long_horizon.md shows (bench/docs_tables.py makes it)."""
+    def cell(row: dict) -> str:
+        rounds = " / ".join(f"{e:.1f}" for e in row.get("round_errors") or [row["error"]])
+        return rounds + (f" ({row['resets']} resets)" if row.get("resets") else "")
+
+    labels = method_order([row["label"] for _, _, rows in streams for row in rows])
+    lines = ["| stream | source (TEST) | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
+    for name, source, rows in streams:
+        by_label = {row["label"]: row for row in rows}
+        cells = [cell(by_label[label]) if label in by_label else "not run" for label in labels]
+        lines.append(f"| {name} | {cell(source)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,19 +294,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def summary_table(streams: list[tuple[str, dict, list[dict]]]) -> str:
-    """Markdown: one row per stream, one column per method (the source first), each cell the error per round
-    ('a / b / c'; the whole stream's for one round) and the resets where there were any; 'not run' where the
-    stream has no such row. The table docs/long_horizon.md shows (bench/docs_tables.py makes it)."""
-    def cell(row: dict) -> str:
-        rounds = " / ".join(f"{e:.1f}" for e in row.get("round_errors") or [row["error"]])
-        return rounds + (f" ({row['resets']} resets)" if row.get("resets") else "")
-
-    labels = method_order([row["label"] for _, _, rows in streams for row in rows])
-    lines = ["| stream | source (TEST) | " + " | ".join(labels) + " |", "|---|---|" + "---|" * len(labels)]
-    for name, source, rows in streams:
-        by_label = {row["label"]: row for row in rows}
-        cells = [cell(by_label[label]) if label in by_label else "not run" for label in labels]
-        lines.append(f"| {name} | {cell(source)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
