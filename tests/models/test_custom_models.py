@@ -126,3 +126,31 @@ def test_builder_ships_and_imports_by_name_where_its_path_is_absent(tmp_path, mo
     monkeypatch.syspath_prepend(str(tmp_path))
     model, size = build_custom("/nowhere/shipped_models.py:build", 4)
     assert size == 224 and model[1].out_features == 4
+
+
+def test_input_size_runs_a_torchvision_model_at_the_images_own_side(folder, resnet18_file):
+    """input_size: 32 decodes the 32-pixel folder at 32 (not upsampled to 224): the same error as the model on
+    the PNGs as they are; the id changes with it; a zoo model refuses it; a ViT is built for the side asked."""
+    import numpy as np
+    from PIL import Image
+
+    from unitta.models.custom import build_custom
+
+    common = dict(dataset="folder", data_dir=str(folder), model="torchvision:resnet18", checkpoint=str(resnet18_file),
+                  method="test", sampler="sorted", setting="1111", batch_size=30)
+    row = evaluate(Cell(**common, input_size=32))
+    model = torchvision.models.resnet18(weights=None, num_classes=10)
+    model.load_state_dict(torch.load(resnet18_file))
+    paths = sorted(folder.glob("*/*/*.png"))
+    classes = sorted({p.parent.name for p in paths})
+    x = torch.from_numpy(np.stack([np.asarray(Image.open(p).convert("RGB")) for p in paths])).permute(0, 3, 1, 2)
+    mean, std = torch.tensor([0.485, 0.456, 0.406])[:, None, None], torch.tensor([0.229, 0.224, 0.225])[:, None, None]
+    with torch.no_grad():
+        predicted = model.eval()((x.float() / 255 - mean) / std).argmax(1)
+    wrong = int((predicted != torch.tensor([classes.index(p.parent.name) for p in paths])).sum())
+    assert row["input_size"] == 32 and row["n_samples"] - row["n_correct"] == wrong
+    assert Cell(**common, input_size=32).cell_id() != Cell(**common).cell_id()
+    with pytest.raises(ValueError, match="input_size=32: for a torchvision"):
+        Cell(dataset="fmnist-c", input_size=32)
+    vit, side = build_custom("torchvision:vit_b_16", 10, input_size=32)
+    assert side == 32 and vit.model.image_size == 32

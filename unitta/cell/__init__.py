@@ -142,6 +142,8 @@ class Cell:
     image folder, for the methods that need source data.
     datasets_as_domains: with ``dataset='mixture'``, the natural-shift sets whose domains form the pool.
     cache_images: decode an image folder once into memory instead of per batch (same images, same results).
+    input_size: the input side of a ``torchvision:`` / ``timm:`` / builder model (None: the model's own, 224 for
+    most); an image folder is decoded at it, and a model that fixes its side (a ViT) is built for it.
     corruptions: the dataset's domains (None: its test corruptions; ``unitta select`` runs validation streams
     on held-out ones, docs/selection.md). criteria: label-free selection criteria the cell records as
     ``criterion_<name>`` columns (``unitta.cell.criteria``; docs/selection.md).
@@ -155,6 +157,9 @@ class Cell:
         if self.corruptions is not None and self.dataset in RECORDS and not RECORDS[self.dataset].has_corruptions:
             raise ValueError(f"corruptions={list(self.corruptions)}: {self.dataset}'s domains are its folders, not "
                              f"corruptions; pick them with domains: [{', '.join(self.corruptions)}] (docs/own_data.md)")
+        if self.input_size is not None and not (isinstance(self.model, str) and ":" in self.model):
+            raise ValueError(f"input_size={self.input_size}: for a torchvision:NAME, timm:NAME or builder model; "
+                             f"the zoo's {self.model or 'default'} model has its own input side (docs/own_data.md)")
         self._check_sampler()
         check_stream_size(self.dataset, self.S, self.length)
         check_played_size(self.dataset, self.sampler, self.setting, self.S, self.length, self.n_per_domain,

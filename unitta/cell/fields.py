@@ -232,6 +232,8 @@ FIELDS: tuple[CellField, ...] = (
     F("cache_images", bool, False, identity=False),
     F("corruptions", _LIST, check=_corruptions, later=True, column="string"),
     F("criteria", tuple[str, ...], (), check=_criteria, later=True, column="string", config=None),
+    # a torchvision:/timm:/builder model's input side (None: its own); an image folder is decoded at it
+    F("input_size", int | None, check=whole_at_least(8), later=True, column="int64"),
 )
 del F
 

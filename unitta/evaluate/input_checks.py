@@ -126,7 +126,7 @@ def _custom_model_problem(cell: Cell, classes: int) -> str | None:
     try:
         outputs = _imagenet_outputs(cell)  # an ImageNet model on a subset of ImageNet's classes keeps their rows
         load_any_model(cell.dataset, cell.model, classes, cell.checkpoint, cell.checkpoint_dir, cell.trust_checkpoints,
-                       outputs)
+                       outputs, cell.input_size)
     except (ValueError, OSError) as err:  # CheckpointError is a ValueError
         return f"{cell.dataset}: {err}".replace("\n", " ")
     return None

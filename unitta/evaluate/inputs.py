@@ -65,11 +65,13 @@ def iid_overrides(cell: Cell, num_domains: int, num_classes: int) -> dict[str, f
 
 
 @cache
-def input_size(dataset: str, model: str | None) -> int:
-    """The model's input side in pixels (what an image folder is resized to)."""
+def input_size(dataset: str, model: str | None, override: int | None = None) -> int:
+    """The model's input side in pixels (what an image folder is resized to): the cell's ``input_size`` if set."""
     from unitta.models.custom import build_custom, is_custom
     from unitta.models.zoo import model_entry
 
+    if override is not None:
+        return override
     if is_custom(model):
         return build_custom(model, 10)[1]
     return model_entry(dataset, model)[1].input_size
@@ -103,8 +105,8 @@ def _load_dataset(cell: Cell):
 
     extra = {} if cell.corruptions is None else {"corruptions": cell.corruptions}  # unitta select's validation
     if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
-        extra = dict(image_size=input_size(cell.dataset, cell.model), domains=cell.domains, classes=cell.classes,
-                     num_workers=cell.num_threads, members=cell.datasets_as_domains)
+        extra = dict(image_size=input_size(cell.dataset, cell.model, cell.input_size), domains=cell.domains,
+                     classes=cell.classes, num_workers=cell.num_threads, members=cell.datasets_as_domains)
     dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
                            n_per_domain=cell.n_per_domain, **extra)
     if cell.cache_images and extra:
@@ -128,7 +130,7 @@ def load_cell_model(cell: Cell, dataset):
 
     outputs = imagenet_outputs(RECORDS[cell.dataset], dataset.meta.get("classes", []))
     return load_any_model(cell.dataset, cell.model, dataset.num_classes, cell.checkpoint, cell.checkpoint_dir,
-                          cell.trust_checkpoints, outputs)
+                          cell.trust_checkpoints, outputs, cell.input_size)
 
 
 def load_cell_source(cell: Cell, dataset):
@@ -139,8 +141,8 @@ def load_cell_source(cell: Cell, dataset):
     if cell.source_dir:
         from unitta.data.folder import FolderSource
 
-        return FolderSource(cell.source_dir, dataset.meta["classes"], input_size(cell.dataset, cell.model),
-                            cell.num_threads)
+        side = input_size(cell.dataset, cell.model, cell.input_size)
+        return FolderSource(cell.source_dir, dataset.meta["classes"], side, cell.num_threads)
     source_from = RECORDS[cell.dataset].source_from or cell.dataset
     if RECORDS[source_from].loader == "folder":
         raise FileNotFoundError(f"method {cell.method} needs labelled source images: set source_dir: a folder "

@@ -96,15 +96,15 @@ def _head_size(state: dict[str, torch.Tensor], classifier: str) -> int | None:
 
 
 def _load_custom(name: str, num_classes: int, checkpoint: str | None, checkpoint_dir: str | Path | None,
-                 trust: bool) -> tuple[nn.Module, ModelInfo]:
+                 trust: bool, input_size: int | None = None) -> tuple[nn.Module, ModelInfo]:
     path = weights_file(name, checkpoint, checkpoint_dir)
     if path is None or not path.is_file():
         if checkpoint:
             raise FileNotFoundError(f"model={name}: checkpoint {path} not found")
         where = f" (or {path.name} in checkpoint_dir {path.parent})" if path is not None else ""
         raise FileNotFoundError(f"model={name}: no weights: set checkpoint: PATH{where}; unitta never downloads them")
-    model, input_size = build_custom(name, num_classes)
-    info = describe(model, name, num_classes, input_size)
+    model, side = build_custom(name, num_classes, input_size)
+    info = describe(model, name, num_classes, side)
     state, digest = read_weights(path, trust)
     found = _head_size(state, info.classifier)
     if found is not None and found != num_classes:
@@ -138,11 +138,13 @@ def load_any_model(
     checkpoint_dir: str | Path | None = None,
     trust_checkpoints: bool = False,
     outputs: list[int] | None = None,
+    input_size: int | None = None,
 ) -> tuple[nn.Module, ModelInfo]:
-    """The model ``name`` for a dataset of ``num_classes`` classes (``outputs``: its ImageNet output mask)."""
+    """The model ``name`` for a dataset of ``num_classes`` classes (``outputs``: its ImageNet output mask;
+    ``input_size``: a custom model's input side, ``unitta.models.custom.build_custom``)."""
     if is_custom(name):
         model, info = _load_custom(name, 1000 if outputs is not None else num_classes, checkpoint, checkpoint_dir,
-                                   trust_checkpoints)
+                                   trust_checkpoints, input_size)
         return mask_head(model, info, outputs) if outputs is not None else (model, info)
     if checkpoint:
         raise ValueError(f"checkpoint: {checkpoint} is for torchvision:/timm:/builder models; zoo model "

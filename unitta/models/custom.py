@@ -40,7 +40,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return head, tail
 
 
-def _torchvision(name: str, num_classes: int) -> tuple[nn.Module, int]:
+def _torchvision(name: str, num_classes: int, input_size: int | None) -> tuple[nn.Module, int]:
     import torchvision
 
     if name not in torchvision.models.list_models(module=torchvision.models):
@@ -48,7 +48,10 @@ def _torchvision(name: str, num_classes: int) -> tuple[nn.Module, int]:
                          "(torchvision.models.list_models())")
     crop = torchvision.models.get_model_weights(name).DEFAULT.transforms.keywords.get("crop_size", 224)
     model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
-    return Normalized(model, IMAGENET_MEAN, IMAGENET_STD), int(crop)
+    if input_size is not None and hasattr(model, "image_size") and model.image_size != input_size:
+        # a VisionTransformer fixes its side (position embeddings): built for the one asked; a CNN takes any side
+        model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, image_size=input_size)
+    return Normalized(model, IMAGENET_MEAN, IMAGENET_STD), int(input_size or crop)
 
 
 def _import_timm():
@@ -60,7 +63,7 @@ def _import_timm():
     return timm
 
 
-def _timm(name: str, num_classes: int) -> tuple[nn.Module, int]:
+def _timm(name: str, num_classes: int, input_size: int | None) -> tuple[nn.Module, int]:
     timm = _import_timm()
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=1)
@@ -71,20 +74,24 @@ def _timm(name: str, num_classes: int) -> tuple[nn.Module, int]:
     except RuntimeError as err:  # timm: "Unknown model (...)"
         raise ValueError(f"model=timm:{name}: {err}") from None
     cfg = model.pretrained_cfg
-    return Normalized(model, tuple(cfg["mean"]), tuple(cfg["std"])), int(cfg["input_size"][-1])
+    if input_size is not None and cfg.get("fixed_input_size") and cfg["input_size"][-1] != input_size:
+        # a ViT's position embeddings fix its side: built for the one asked (timm's img_size); a CNN takes any side
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes, img_size=input_size)
+    return Normalized(model, tuple(cfg["mean"]), tuple(cfg["std"])), int(input_size or cfg["input_size"][-1])
 
 
-def build_custom(spec: str, num_classes: int) -> tuple[nn.Module, int]:
-    """The model of ``spec`` with random weights for ``num_classes`` classes, and its input side."""
+def build_custom(spec: str, num_classes: int, input_size: int | None = None) -> tuple[nn.Module, int]:
+    """The model of ``spec`` with random weights for ``num_classes`` classes, and its input side (``input_size``
+    when given: a cell's ``input_size``, e.g. 32 for 32-pixel images instead of upsampling them to 224)."""
     kind, name = parse_spec(spec)
     if kind == "torchvision":
-        return _torchvision(name, num_classes)
+        return _torchvision(name, num_classes, input_size)
     if kind == "timm":
-        return _timm(name, num_classes)
+        return _timm(name, num_classes, input_size)
     model = call_builder(spec, num_classes)
     if not isinstance(model, nn.Module):
         raise ValueError(f"model={spec}: {name}(num_classes) returned {type(model).__name__}, not a torch nn.Module")
-    return model, int(getattr(model, "input_size", 224))
+    return model, int(input_size or getattr(model, "input_size", 224))
 
 
 def own_weights_file(spec: str, checkpoint_dir: Path) -> Path | None:
