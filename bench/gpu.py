@@ -1,46 +1,50 @@
-"""Speed, operator counts and memory of every TTA method on the paper's architectures, on a GPU if present.
+"""Speed, operator counts and memory of every TTA method as a cell runs it, on a GPU if present.
 
-    python bench/gpu.py [--methods test bn unitta ...] [--archs resnet20 Standard ...] [--quick] [--all]
-                        [--precision fp32|tf32|bf16] [--channels-last] [--compile] [--pack N]
-                        [--grid [sweeps/full_grid.yaml]] [--json OUT] [--markdown] [--time-budget SECONDS]
+    python bench/gpu.py --grid --budget-s 480          # on one GPU: the paper grid's GPU-hours (docs/benchmarks.md)
+    python bench/gpu.py [--methods test bn unitta ...] [--models resnet20 Standard ...] [--warmup 20] [--batches 10]
+                        [--precision fp32|tf32|bf16] [--cudnn-benchmark 0|1] [--compile] [--pack N]
+                        [--grid [CONFIG]] [--budget-s SECONDS] [--json OUT] [--markdown] [--device cpu|cuda]
     python bench/gpu.py --equality          # cuda vs cpu: evaluate() of test, bn, unitta on Fashion-MNIST-C
 
-For each architecture (random weights: the timings do not depend on them; the paper's WRN-28-10 "Standard"
-for CIFAR-10-C, ResNeXt-29 "Hendrycks2020AugMix_ResNeXt" for CIFAR-100-C, ResNet-50 "Standard_R50" at
-224 x 224 for ImageNet-C, UniTTA paper section 5.1, and the embedded ResNet-20) and each method of
-``list_methods()``, the same random batches of 64 are fed: ``--warmup`` batches untimed, ``--batches``
-timed (the device synchronised before and after). Columns (docs/benchmarks.md):
+What a row times is what a cell runs (docs/benchmarks.md, "GPU speed"):
+- the cell's backend settings: every method runs inside ``unitta.methods.parts.backend.backend_mode``, the context
+  of the adaptation loop (precision, TF32, cuDNN's benchmark mode: ``UNITTA_CUDNN_BENCHMARK`` as for cells, or
+  ``--cudnn-benchmark``), channels-last where a cell uses it;
+- the cell's inputs: stream batches of 64 in stream order (the official sampler, ``--setting`` (default n111), seed
+  425) from the dataset where its files are present (the embedded Fashion-MNIST-C always; CIFAR-10-C / CIFAR-100-C /
+  ImageNet-C under ``--data-dir``), random images only where not; the checkpoint from ``--checkpoint-dir`` (random
+  weights where it is missing, or the model is skipped with ``--weights checkpoint``); the labelled source split for
+  the methods that need one (EATA, RMT, SANTA, GTTA: ``unitta.data.source.load_source``; random labelled images
+  where it is missing). Each model's first lines say which inputs are real;
+- steady state: ``--warmup`` batches (default 20: memory banks such as RoTTA's, NOTE's or TRIBE's are full, teachers
+  and one-off set-ups done) before ``--batches`` timed ones (the device synchronised before and after);
+- ``--pack N``: N cells sharing one device, as Ray's fractional ``num_gpus`` runs them: N separate processes, each
+  with the method on its own inputs, timed together after a common warm-up; aggregate images/s and its gain over
+  one instance.
 
-- images/s and x TEST: time per image over TEST's (the source model, measured first on the same batches);
-- aten ops/batch, its ratio to TEST's, and host syncs/batch (``bench/opcount.py``'s ``count_ops``, eager);
-- peak MiB: memory the method needs on top of the source model and the input batches (cuda:
-  ``max_memory_allocated``; CPU: peak resident set size sampled during building and warm-up);
-- with ``--pack N``: N instances of the method (N cells sharing one GPU) fed concurrently from N
-  threads, each on its own CUDA stream, aggregate images/s and its gain over one instance.
+Columns: images/s and x TEST (time per image over TEST's, measured first on the same batches); aten ops/batch, its
+ratio to TEST's, and host syncs/batch (``bench/opcount.py``'s ``count_ops``, eager, on one stream batch); peak MiB
+that the method needs above the source model and the batches (cuda: ``max_memory_allocated``; CPU: peak resident set
+size sampled during building and warm-up).
 
-``--data`` first measures batch assembly from the decoded ImageNet-C cache (``bench/data.py``): one
-process, one per core at once, and the uint8 gather moved to the GPU and converted there.
-
-``--grid`` estimates the GPU-hours of a sweep config (default ``sweeps/full_grid.yaml``): the official
-sampler's stream length of every (dataset, setting) (computed on synthetic labels with the datasets'
-real pool sizes, cached in ``bench/grid_lengths.json``) times each method's measured seconds per image
-on the dataset's architecture, one cell per GPU at a time (divide by the ``--pack`` gain for packing).
-
-Without a GPU everything runs on the CPU; ``--quick`` (ResNet-20 only, 1 + 2 batches) finishes in a
-few minutes there. Rows are printed as soon as measured; ``--time-budget`` stops cleanly between rows.
-cotta on ResNet-50 (34 forwards per batch) is skipped unless ``--all``.
+``--grid`` (default config ``sweeps/full_grid.yaml``) measures the config's methods on its models first (data and
+checkpoints from its ``data_dir`` / ``checkpoint_dir``), then whatever ``--methods`` / ``--models`` add, and prints
+the config's GPU-hours: each (dataset, setting, seed)'s official stream length (``bench/grid_lengths.json``) times
+the method's seconds per image, one cell per GPU at a time, with the cells left unmeasured listed. ``--budget-s``
+stops cleanly: no row starts after it, and a row that reaches it stops warming up (not measured) or timing (fewer
+timed batches, counted in the JSON). Rows are printed as soon as measured.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import math
+import multiprocessing as mp
 import os
+import queue
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +52,7 @@ from typing import Any
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler behind count_ops: no per-run error lines on CPU
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings: opcount, methods
@@ -55,18 +60,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings: opc
 from methods import PeakRSS  # noqa: E402
 from opcount import count_ops  # noqa: E402
 
-from unitta.methods import get_method, list_methods  # noqa: E402
+from unitta.methods import get_method, list_methods, method_class  # noqa: E402
+from unitta.methods.parts.backend import backend_mode, channels_last, cudnn_benchmark  # noqa: E402
+from unitta.schema import ConfigError  # noqa: E402
 
-# (architecture, dataset whose model it is): the paper's three (section 5.1) and the embedded default
-ARCHS = {
+# model -> the dataset it is the paper's model of (section 5.1), and the embedded default
+MODELS = {
     "resnet20": "fmnist-c",
     "Standard": "cifar10-c",
     "Hendrycks2020AugMix_ResNeXt": "cifar100-c",
     "Standard_R50": "imagenet-c",
 }
-SKIPPED_BY_DEFAULT = {("cotta", "Standard_R50")}  # 34 forwards per batch at 224 x 224: minutes per row
 GRID_LENGTHS = Path(__file__).resolve().parent / "grid_lengths.json"
 BATCH = 64  # the paper's batch size (section 5.1)
+SEED = 425  # the grid's seed
+STEADY_WARMUP = 20  # batches before timing: memory banks full, one-off set-ups done
+# images per domain loaded from a dataset: enough stream for warm-up and timed batches without loading it all
+N_PER_DOMAIN = {"fmnist-c": 200}
+N_PER_DOMAIN_DEFAULT = 1000
+RANDOM_SOURCE_IMAGES = 512  # a missing source split's stand-in: random images with random labels
+PACK_TIMEOUT_S = 1800  # a packed worker that has not answered by then is reported as failed
 
 
 @dataclass
@@ -80,6 +93,7 @@ class Row:
     aten_x_test: float = math.nan
     syncs: float = math.nan
     peak_mib: float = math.nan
+    timed_batches: int = 0
     pack: int = 1
     pack_images_per_s: float = math.nan
     pack_gain: float = math.nan
@@ -87,28 +101,116 @@ class Row:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------------------- device and precision
+class OverBudget(Exception):  # noqa: N818 (a stop, not an error)
+    """The time budget ran out while a row was warming up."""
+
+
+# ---------------------------------------------------------------------------- inputs, as a cell builds them
+
+
+@dataclass
+class Inputs:
+    """What one model's rows run on: the model, its stream batches on the device, its source split (if any method
+    needs one), and one line per input saying whether it is real or random."""
+
+    arch: str
+    dataset: str
+    model: torch.nn.Module
+    info: Any
+    batches: list[torch.Tensor]
+    source: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _random_batches(size: int, n: int, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.rand(BATCH, 3, size, size, generator=gen) for _ in range(n)]
+
+
+def _stream_batches(dataset: str, n: int, args, device: torch.device) -> tuple[list[torch.Tensor], str]:
+    """``n`` batches of the official stream of ``args.setting`` over the dataset's files, in stream order, as the
+    cell's loop moves them to the device (``device_batch``); FileNotFoundError when the files are not there."""
+    from unitta.cell import Cell
+    from unitta.evaluate.adapt import device_batch
+    from unitta.data import load_dataset
+    from unitta.evaluate import build_stream
+
+    n_per_domain = N_PER_DOMAIN.get(dataset, N_PER_DOMAIN_DEFAULT)
+    data = load_dataset(dataset, data_dir=args.data_dir, severity=5, n_per_domain=n_per_domain)
+    cell = Cell(dataset=dataset, method="test", setting=args.setting, seed=SEED, n_per_domain=n_per_domain,
+                data_dir=args.data_dir)  # fmt: skip
+    indices = build_stream(cell, data).indices
+    need = n * BATCH
+    cycled = len(indices) < need
+    indices = np.resize(indices, need)  # repeats the stream when it is shorter than the bench needs
+    batches = [device_batch(data, indices[i * BATCH : (i + 1) * BATCH], device) for i in range(n)]
+    note = (f"stream: real {dataset} images, official stream {args.setting} seed {SEED} "
+            f"({n_per_domain} images per domain{', cycled' if cycled else ''})")  # fmt: skip
+    return batches, note
+
+
+def _model(arch: str, dataset: str, args) -> tuple[torch.nn.Module, Any, str] | str:
+    """(model, info, what its weights are), or why the model is skipped (``--weights checkpoint``)."""
+    from unitta.models import build_model, load_model
+
+    try:
+        model, info = load_model(dataset, arch, checkpoint_dir=args.checkpoint_dir)
+        return model, info, f"weights: {info.extra.get('checkpoint') or 'embedded'}"
+    except FileNotFoundError as exc:
+        reason = str(exc).splitlines()[0]
+        if args.weights == "checkpoint":
+            return f"skipped: needs its checkpoint ({reason})"
+        model, info = build_model(dataset, arch)
+        return model, info, f"weights: random ({reason}; confidence filters may keep other numbers of samples)"
+
+
+def _source(dataset: str, size: int, args) -> tuple[Any, str]:
+    """The labelled source split (``load_source``, what a cell gets), or random labelled images if it is missing."""
+    from unitta.data.source import load_source, source_problem
+
+    problem = source_problem(dataset, args.data_dir)
+    if problem is None:
+        source = load_source(dataset, data_dir=args.data_dir)
+        return source, f"source: {dataset}'s source split ({len(source):,} images)"
+    from unitta.data.records import RECORDS
+
+    gen = torch.Generator().manual_seed(1)
+    images = torch.rand(RANDOM_SOURCE_IMAGES, 3, size, size, generator=gen)
+    labels = torch.randint(RECORDS[dataset].num_classes, (RANDOM_SOURCE_IMAGES,), generator=gen)
+    return torch.utils.data.TensorDataset(images, labels), f"source: {RANDOM_SOURCE_IMAGES} random images ({problem})"
+
+
+def prepare(arch: str, dataset: str, methods: list[str], args, device: torch.device) -> Inputs | str:
+    """The inputs of ``arch``'s rows (``Inputs``), or why they cannot be built (a one-line skip reason)."""
+    built = _model(arch, dataset, args)
+    if isinstance(built, str):
+        return built
+    model, info, weights = built
+    model = model.to(device).eval()
+    layout = channels_last(args.precision, device) or args.channels_last
+    if layout:
+        model = model.to(memory_format=torch.channels_last)
+    n = args.warmup + args.batches
+    try:
+        batches, stream = _stream_batches(dataset, n, args, device)
+    except FileNotFoundError as exc:
+        batches = [x.to(device) for x in _random_batches(info.input_size, n)]
+        stream = f"stream: random images ({str(exc).splitlines()[0]})"
+    if layout:
+        batches = [x.contiguous(memory_format=torch.channels_last) for x in batches]
+    inputs = Inputs(arch, dataset, model, info, batches, notes=[stream, weights])
+    if any(method_class(m).needs_source for m in methods):
+        inputs.source, note = _source(dataset, info.input_size, args)
+        inputs.notes.append(note)
+    return inputs
+
+
+# ---------------------------------------------------------------------------- device and memory
 
 
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def set_precision(precision: str, device: torch.device) -> None:
-    """As a cell's ``precision`` (unitta.evaluate): fp32 keeps PyTorch's defaults (cuDNN may use TF32 for
-    convolutions, matmuls stay fp32: the project's fp32 since its first GPU runs); tf32 allows TF32 everywhere."""
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        torch.backends.cudnn.allow_tf32 = True  # PyTorch's default
-        torch.backends.cudnn.benchmark = True  # fixed shapes: pick the fastest kernels once
-
-
-def autocast(precision: str, device: torch.device):
-    """bf16: autocast to bfloat16 (thread-local: entered again inside every packing thread)."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def _malloc_trim() -> None:
@@ -149,140 +251,199 @@ class PeakMemory:
 # ---------------------------------------------------------------------------- measuring
 
 
-def make_batches(size: int, n: int, device: torch.device, channels_last: bool, seed: int = 0) -> list[torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    batches = [torch.rand(BATCH, 3, size, size, generator=gen).to(device) for _ in range(n)]
-    if channels_last:
-        batches = [x.contiguous(memory_format=torch.channels_last) for x in batches]
-    return batches
-
-
-def build(name: str, model, info, args) -> Any:
-    method = get_method(name, model, info, dataset=info.dataset)
+def build(name: str, inputs: Inputs, args) -> Any:
+    """The method as a cell builds it: its dataset's presets, the cell's seed, the source split if it needs one."""
+    method = get_method(name, inputs.model, inputs.info, dataset=inputs.dataset, seed=SEED, source=inputs.source)
     if args.compile:
-        method.model.compile()  # in place: module names (BN layers, classifier) stay what the method expects
+        method.compile()
     return method
 
 
-def run_batches(method, batches: list[torch.Tensor], precision: str, device: torch.device) -> None:
-    with autocast(precision, device):
-        for x in batches:
-            out = method(x)
+def warm_up(method, batches: list[torch.Tensor], deadline: float) -> None:
+    for x in batches:
+        if time.perf_counter() > deadline:
+            raise OverBudget
+        method(x)
+
+
+def timed_run(method, batches: list[torch.Tensor], device: torch.device, deadline: float) -> tuple[float, int]:
+    """(seconds, batches run) over ``batches`` (at least one; fewer once ``deadline`` has passed)."""
+    synchronize(device)
+    start = time.perf_counter()
+    done = 0
+    for x in batches:
+        out = method(x)
+        done += 1
+        if time.perf_counter() > deadline:
+            break
+    synchronize(device)
+    seconds = time.perf_counter() - start
     if not torch.isfinite(out).all():  # one sync, after the timed batches
         raise FloatingPointError("non-finite output")
+    return seconds, done
 
 
-def time_method(name: str, model, info, batches, args, device) -> tuple[float, float]:
-    """(seconds per image over the timed batches, peak MiB of building + warm-up)."""
-    warm, timed = batches[: args.warmup], batches[args.warmup :]
-    with PeakMemory(device) as memory:
-        method = build(name, model, info, args)
-        run_batches(method, warm, args.precision, device)
-        synchronize(device)
-        if device.type == "cuda":
-            start = time.perf_counter()
-            run_batches(method, timed, args.precision, device)
-            synchronize(device)
-            seconds = time.perf_counter() - start
-    if device.type != "cuda":  # CPU: time outside the memory sampler's thread
-        start = time.perf_counter()
-        run_batches(method, timed, args.precision, device)
-        seconds = time.perf_counter() - start
+def time_method(name: str, inputs: Inputs, args, device: torch.device, deadline: float) -> tuple[float, float, int]:
+    """(seconds per image over the timed batches, peak MiB of building + warm-up, timed batches)."""
+    warm, timed = inputs.batches[: args.warmup], inputs.batches[args.warmup :]
+    with backend_mode(args.precision, device, args.cudnn_benchmark):
+        with PeakMemory(device) as memory:
+            method = build(name, inputs, args)
+            warm_up(method, warm, deadline)
+            if device.type == "cuda":
+                seconds, done = timed_run(method, timed, device, deadline)
+        if device.type != "cuda":  # CPU: timed outside the memory sampler's thread
+            seconds, done = timed_run(method, timed, device, deadline)
     del method
-    return seconds / (len(timed) * BATCH), memory.mib
+    return seconds / (done * BATCH), memory.mib, done
 
 
-def time_pack(name: str, model, info, batches, args, device) -> float:
-    """Aggregate images/s of ``args.pack`` instances fed concurrently (threads; one CUDA stream each)."""
-    n = args.pack
-    methods = [build(name, model, info, args) for _ in range(n)]
-    streams = [torch.cuda.Stream(device) if device.type == "cuda" else None for _ in range(n)]
-    warm, timed = batches[: args.warmup], batches[args.warmup :]
-    ready, done = threading.Barrier(n + 1), threading.Barrier(n + 1)
-    errors: list[BaseException] = []
+def count_method_ops(name: str, inputs: Inputs, args, device: torch.device) -> dict:
+    with backend_mode(args.precision, device, args.cudnn_benchmark):
+        return count_ops(name, inputs.model, inputs.info, inputs.batches[args.warmup], warmup=args.ops_warmup,
+                         batches=args.ops_batches, seed=SEED, source=inputs.source)  # fmt: skip
 
-    def worker(k: int) -> None:
-        context = torch.cuda.stream(streams[k]) if streams[k] is not None else contextlib.nullcontext()
+
+# ---------------------------------------------------------------------------- packing: processes, as Ray runs cells
+
+
+def _pack_worker(k: int, arch: str, dataset: str, methods: list[str], args, tasks, results, barrier) -> None:
+    """One packed instance: its own process, inputs and method; times the batches the others time at once."""
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    inputs = prepare(arch, dataset, methods, args, device)
+    results.put((k, "ready", None if isinstance(inputs, Inputs) else inputs))
+    while (name := tasks.get()) is not None:
+        error, span = "", (math.nan, math.nan)
         try:
-            with context:
-                run_batches(methods[k], warm, args.precision, device)
-                if streams[k] is not None:
-                    streams[k].synchronize()
-                ready.wait()
-                run_batches(methods[k], timed, args.precision, device)
-                if streams[k] is not None:
-                    streams[k].synchronize()
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
-            errors.append(exc)
-            ready.abort()
-        finally:
-            with contextlib.suppress(threading.BrokenBarrierError):
-                done.wait()
-
-    synchronize(device)
-    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(n)]
-    for t in threads:
-        t.start()
-    with contextlib.suppress(threading.BrokenBarrierError):
-        ready.wait()
-    start = time.perf_counter()
-    with contextlib.suppress(threading.BrokenBarrierError):
-        done.wait()
-    seconds = time.perf_counter() - start
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return n * len(timed) * BATCH / seconds
-
-
-def measure_arch(arch: str, methods: list[str], args, device, emit, deadline: float) -> list[Row]:
-    """Every method on one architecture; ``emit(row)`` is called as soon as a row is measured."""
-    from unitta.models import build_model
-
-    dataset = ARCHS[arch]
-    model, info = build_model(dataset, arch)
-    channels_last = args.channels_last or args.precision == "bf16"
-    model = model.to(device).eval()
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    batches = make_batches(info.input_size, args.warmup + args.batches, device, channels_last)
-    rows, test = [], None
-    order = ["test"] + [m for m in methods if m != "test"]  # TEST first: every ratio needs it
-    for name in order:
-        if time.perf_counter() > deadline:
-            print(f"time budget reached: stopped before {arch} / {name}", flush=True)
-            break
-        row = Row(arch, dataset, name)
-        if (name, arch) in SKIPPED_BY_DEFAULT and not args.all:
-            row.error = "skipped (--all runs it)"
-        else:
-            try:
-                seconds, row.peak_mib = time_method(name, model, info, batches, args, device)
-                row.images_per_s = 1.0 / seconds
-                if not args.no_ops:
-                    with autocast(args.precision, device):
-                        ops = count_ops(name, model, info, batches[0], warmup=args.ops_warmup, batches=args.ops_batches)
-                    row.aten_ops, row.syncs = ops["aten_ops"], ops["syncs"]
-                    row.extra["sync_names"] = ops.get("sync_names", {})
-                if args.pack > 1:
-                    row.pack = args.pack
-                    row.pack_images_per_s = time_pack(name, model, info, batches, args, device)
-                    row.pack_gain = row.pack_images_per_s / row.images_per_s
-            except Exception as exc:  # noqa: BLE001 - one failing method must not end the benchmark
-                row.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:100]
-        if name == "test":
-            test = row
-        if test is not None and not test.error:
-            row.x_test = test.images_per_s / row.images_per_s
-            row.aten_x_test = row.aten_ops / test.aten_ops
-        if name == "test" or name in methods:
-            rows.append(row)
-            emit(row)
+            with backend_mode(args.precision, device, args.cudnn_benchmark):
+                method = build(name, inputs, args)
+                warm_up(method, inputs.batches[: args.warmup], math.inf)
+                synchronize(device)
+                barrier.wait(timeout=PACK_TIMEOUT_S)
+                start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
+                timed_run(method, inputs.batches[args.warmup :], device, math.inf)
+                span = (start, time.monotonic())
+            del method
+        except Exception as exc:  # noqa: BLE001 - reported by the parent
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0][:100]
+            barrier.abort()
         gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        results.put((k, name, (span, error)))
+
+
+class Pack:
+    """``n`` worker processes for one model (spawned: a fresh CUDA context each, as Ray's workers have)."""
+
+    def __init__(self, n: int, arch: str, dataset: str, methods: list[str], args) -> None:
+        context = mp.get_context("spawn")
+        self.n = n
+        self.barrier = context.Barrier(n)
+        self.results = context.Queue()
+        self.tasks = [context.Queue() for _ in range(n)]
+        self.workers = [
+            context.Process(target=_pack_worker, args=(k, arch, dataset, methods, args, self.tasks[k], self.results,
+                                                       self.barrier), daemon=True)  # fmt: skip
+            for k in range(n)
+        ]
+        for w in self.workers:
+            w.start()
+        self.problem = next((p for _, _, p in (self._get() for _ in range(n)) if p), None)
+
+    def _get(self):
+        try:
+            return self.results.get(timeout=PACK_TIMEOUT_S)
+        except queue.Empty:
+            raise RuntimeError(f"a packed worker did not answer within {PACK_TIMEOUT_S} s") from None
+
+    def images_per_s(self, name: str, timed_batches: int) -> float:
+        """Aggregate images/s of the ``n`` instances of ``name``: all images over the span from the first start to
+        the last end."""
+        self.barrier.reset()
+        for q in self.tasks:
+            q.put(name)
+        answers = [self._get()[2] for _ in range(self.n)]
+        errors = [e for _, e in answers if e]
+        if errors:
+            raise RuntimeError(errors[0])
+        first = min(s for (s, _), _ in answers)
+        last = max(e for (_, e), _ in answers)
+        return self.n * timed_batches * BATCH / (last - first)
+
+    def close(self) -> None:
+        for q in self.tasks:
+            q.put(None)
+        for w in self.workers:
+            w.join(timeout=60)
+            if w.is_alive():
+                w.terminate()
+
+
+# ---------------------------------------------------------------------------- one model's rows
+
+
+def measure_model(arch: str, dataset: str, methods: list[str], args, device, emit, deadline: float) -> list[Row]:
+    """TEST and ``methods`` on one model; ``emit(row)`` is called as soon as a row is measured."""
+    if time.perf_counter() > deadline:
+        print(f"time budget reached: {arch} not measured", flush=True)
+        return []
+    inputs = prepare(arch, dataset, methods, args, device)
+    if isinstance(inputs, str):
+        print(f"{arch}: {inputs}", flush=True)
+        rows = [Row(arch, dataset, m, error=inputs) for m in dict.fromkeys(["test", *methods])]
+        for row in rows:
+            emit(row)
+        return rows
+    for note in inputs.notes:
+        print(f"   {arch} ({dataset}) {note}", flush=True)
+    pack = Pack(args.pack, arch, dataset, methods, args) if args.pack > 1 else None
+    if pack is not None and pack.problem:
+        print(f"   not packed: a packed worker could not build its inputs ({pack.problem})", flush=True)
+        pack.close()
+        pack = None
+    rows, test = [], None
+    try:
+        for name in ["test"] + [m for m in methods if m != "test"]:  # TEST first: every ratio needs it
+            if time.perf_counter() > deadline:
+                print(f"time budget reached: stopped before {arch} / {name}", flush=True)
+                break
+            row = measure_row(name, inputs, args, device, deadline, pack)
+            row.extra["inputs"] = inputs.notes
+            if name == "test":
+                test = row
+            if test is not None and not test.error and not row.error:
+                row.x_test = test.images_per_s / row.images_per_s
+                row.aten_x_test = row.aten_ops / test.aten_ops
+            if name == "test" or name in methods:
+                rows.append(row)
+                emit(row)
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        if pack is not None:
+            pack.close()
     return rows
+
+
+def measure_row(name: str, inputs: Inputs, args, device, deadline: float, pack: Pack | None) -> Row:
+    row = Row(inputs.arch, inputs.dataset, name)
+    try:
+        seconds, row.peak_mib, row.timed_batches = time_method(name, inputs, args, device, deadline)
+        row.images_per_s = 1.0 / seconds
+        if not args.no_ops:
+            ops = count_method_ops(name, inputs, args, device)
+            row.aten_ops, row.syncs = ops["aten_ops"], ops["syncs"]
+            row.extra["sync_names"] = ops.get("sync_names", {})
+        if pack is not None and time.perf_counter() < deadline:
+            row.pack = pack.n
+            row.pack_images_per_s = pack.images_per_s(name, args.batches)
+            row.pack_gain = row.pack_images_per_s / row.images_per_s
+    except OverBudget:
+        row.error = "not measured: the time budget ran out during its warm-up"
+    except Exception as exc:  # noqa: BLE001 - one failing method must not end the benchmark
+        row.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:100]
+    return row
 
 
 # ---------------------------------------------------------------------------- output
@@ -297,7 +458,7 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def header(pack: int) -> str:
-    cols = f"{'arch':28s} {'method':14s} {'img/s':>9s} {'x TEST':>7s} {'ops/b':>7s} {'x TEST':>7s} {'syncs/b':>7s}"
+    cols = f"{'model':28s} {'method':14s} {'img/s':>9s} {'x TEST':>7s} {'ops/b':>7s} {'x TEST':>7s} {'syncs/b':>7s}"
     cols += f" {'MiB':>8s}"
     return cols + (f" {f'pack{pack} img/s':>12s} {'gain':>5s}" if pack > 1 else "")
 
@@ -315,7 +476,7 @@ def line(r: Row) -> str:
 
 
 def markdown(rows: list[Row], pack: int) -> str:
-    head = "| arch | method | images/s | x TEST | aten ops/batch | x TEST | syncs/batch | peak MiB |"
+    head = "| model | method | images/s | x TEST | aten ops/batch | x TEST | syncs/batch | peak MiB |"
     rule = "|---|---|---|---|---|---|---|---|"
     if pack > 1:
         head += f" pack {pack} images/s | gain |"
@@ -333,18 +494,46 @@ def markdown(rows: list[Row], pack: int) -> str:
     return "\n".join(out)
 
 
-# ---------------------------------------------------------------------------- grid estimate
+# ---------------------------------------------------------------------------- the grid: its plan and its estimate
 
 
-def stream_lengths(datasets: list[str], settings: list[str], seeds: list[int]) -> dict[str, dict[str, int]]:
-    """{dataset: {'setting/seed': official stream length}}, from bench/grid_lengths.json where cached."""
+@dataclass
+class GridPlan:
+    """What ``--grid`` reads from a sweep config (``unitta.sweep.config``, as the sweep expands it): datasets, their
+    models, methods, the (setting, seed) pairs of every dataset's cells, and the config's folders."""
+
+    path: str
+    datasets: list[str]
+    models: dict[str, str]
+    methods: list[str]
+    streams: dict[str, list[tuple[str, int]]]
+    data_dir: str | None
+    checkpoint_dir: str | None
+
+
+def grid_plan(path: str) -> GridPlan:
+    """The plan of the sweep config at ``path``; a bad config is ``unitta.schema.ConfigError`` (one line)."""
+    from unitta.sweep.config import load_config
+
+    cfg = load_config(path)
+    cells = cfg.cells()
+    datasets = list(dict.fromkeys(c.dataset for c in cells))
+    streams = {d: list(dict.fromkeys((c.setting, c.seed) for c in cells if c.dataset == d)) for d in datasets}
+    models = {c.dataset: c.model for c in cells}
+    methods = list(dict.fromkeys(c.method for c in cells))
+    return GridPlan(path, datasets, models, methods, streams, cfg.data_dir, cfg.checkpoint_dir)
+
+
+def stream_lengths(streams: dict[str, list[tuple[str, int]]], cache: Path = GRID_LENGTHS) -> dict[str, dict[str, int]]:
+    """{dataset: {'setting/seed': official stream length}} of ``streams`` ({dataset: [(setting, seed)]}), from
+    ``cache`` (bench/grid_lengths.json) where cached."""
     from unitta.streams import make_stream, synthetic_labels
 
-    cached = json.loads(GRID_LENGTHS.read_text()) if GRID_LENGTHS.is_file() else {}
+    cached = json.loads(cache.read_text()) if cache.is_file() else {}
     changed = False
-    for ds in datasets:
+    for ds, pairs in streams.items():
         known = cached.setdefault(ds, {})
-        todo = [(s, seed) for s in settings for seed in seeds if f"{s}/{seed}" not in known]
+        todo = [(s, seed) for s, seed in pairs if f"{s}/{seed}" not in known]
         if todo:
             labels, domains = synthetic_labels(ds)
             for setting, seed in todo:
@@ -353,38 +542,30 @@ def stream_lengths(datasets: list[str], settings: list[str], seeds: list[int]) -
                 changed = True
                 print(f"   stream length {ds} {setting} seed {seed}: {n}", flush=True)
     if changed:
-        tmp = GRID_LENGTHS.with_suffix(".tmp")
+        tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(cached, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, GRID_LENGTHS)
-    return {ds: cached[ds] for ds in datasets}
+        os.replace(tmp, cache)
+    return {ds: cached[ds] for ds in streams}
 
 
-def grid_estimate(config_path: str, rows: list[Row]) -> dict[str, Any]:
-    """GPU-hours per (method, dataset) of a sweep config: stream images x measured seconds per image."""
-    import yaml
-
-    from unitta.cell import DEFAULT_MODELS
-    from unitta.streams.settings import SETTING_CODES_24, SETTING_CODES_36
-
-    config = yaml.safe_load(Path(config_path).read_text())
-    datasets = list(config["datasets"])
-    settings = config.get("settings", "all24")
-    settings = {"all24": list(SETTING_CODES_24), "all36": list(SETTING_CODES_36)}.get(settings, settings)
-    seeds = list(config.get("seeds", [425]))
-    models = {**DEFAULT_MODELS, **(config.get("models") or {})}
-    lengths = stream_lengths(datasets, settings, seeds)
-    speed = {(r.arch, r.method): 1.0 / r.images_per_s for r in rows if not r.error}
+def grid_estimate(plan: GridPlan, rows: list[Row], cache: Path = GRID_LENGTHS) -> dict[str, Any]:
+    """GPU-hours per (method, dataset) of the grid: stream images x measured seconds per image; the cells left
+    unmeasured, with why."""
+    lengths = stream_lengths(plan.streams, cache)
+    images = {ds: sum(lengths[ds][f"{s}/{seed}"] for s, seed in plan.streams[ds]) for ds in plan.datasets}
+    measured = {(r.arch, r.method): r for r in rows}
     hours: dict[str, dict[str, float | None]] = {}
-    for method in config["methods"]:
-        name = method if isinstance(method, str) else next(iter(method))
+    unmeasured: list[str] = []
+    for name in plan.methods:
         per = hours.setdefault(name, {})
-        for ds in datasets:
-            images = sum(lengths[ds][f"{s}/{seed}"] for s in settings for seed in seeds)
-            spi = speed.get((models[ds], name))
-            per[ds] = images * spi / 3600 if spi is not None else None
-    images = {ds: sum(lengths[ds][f"{s}/{seed}"] for s in settings for seed in seeds) for ds in datasets}
-    return {"config": config_path, "datasets": datasets, "models": {d: models[d] for d in datasets},
-            "images_per_cell_sum": images, "hours": hours}  # fmt: skip
+        for ds in plan.datasets:
+            row = measured.get((plan.models[ds], name))
+            per[ds] = images[ds] / row.images_per_s / 3600 if row is not None and not row.error else None
+            if per[ds] is None:
+                why = row.error if row is not None else "not reached within the time budget"
+                unmeasured.append(f"{name} on {ds} ({plan.models[ds]}): {why}")
+    return {"config": plan.path, "datasets": plan.datasets, "models": plan.models, "images_per_cell_sum": images,
+            "hours": hours, "unmeasured": unmeasured}  # fmt: skip
 
 
 def print_grid(grid: dict[str, Any]) -> None:
@@ -410,6 +591,29 @@ def print_grid(grid: dict[str, Any]) -> None:
     cells = [(_fmt(totals[d], ".1f") if complete[d] else f">{totals[d]:.1f}") for d in datasets]
     overall = sum(totals.values())
     print("| **all** | " + " | ".join(cells) + f" | {'' if all(complete.values()) else '>'}{overall:.1f} |")
+    if grid["unmeasured"]:
+        print(f"unmeasured cells ({len(grid['unmeasured'])}), so the total is a lower bound:")
+        for item in grid["unmeasured"]:
+            print(f"   {item}")
+
+
+def work_list(args, plan: GridPlan | None) -> list[tuple[str, str, list[str]]]:
+    """(model, dataset, methods) in measuring order: the grid's methods on the grid's models first, then the rest
+    of ``--models`` x ``--methods`` (a method already measured on a model is not repeated)."""
+    work: list[tuple[str, str, list[str]]] = []
+    if plan is not None:
+        work += [(plan.models[ds], ds, list(plan.methods)) for ds in plan.datasets]
+        if not (args.models or args.methods):
+            return work
+        models = [(a, MODELS[a]) for a in args.models] if args.models else [(plan.models[d], d) for d in plan.datasets]
+    else:
+        models = [(a, MODELS[a]) for a in args.models or MODELS]
+    for arch, dataset in models:
+        done = {m for a, _, ms in work if a == arch for m in ms}
+        rest = [m for m in args.methods or list_methods() if m not in done]
+        if rest:
+            work.append((arch, dataset, rest))
+    return work
 
 
 # ---------------------------------------------------------------------------- cuda vs cpu
@@ -423,7 +627,6 @@ def equality(methods: list[str], n_per_domain: int = 100, setting: str = "n111")
     if not torch.cuda.is_available():
         print("--equality needs a CUDA device", file=sys.stderr)
         return 2
-    set_precision("fp32", torch.device("cuda"))
     print(f"{'method':10s} {'n':>6s} {'err cpu':>8s} {'err cuda':>9s} {'|d correct|':>12s} {'tol':>4s}  agree")
     failed = 0
     for name in methods:
@@ -454,82 +657,107 @@ def equality_tolerance(n: int) -> int:
 # ---------------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--methods", nargs="+", default=None, help="default: every registered method")
-    parser.add_argument(
-        "--archs", nargs="+", default=None, choices=list(ARCHS), help="default: all (--quick: resnet20)"
-    )
-    parser.add_argument("--quick", action="store_true", help="ResNet-20 only, 1 warm-up + 2 timed batches")
-    parser.add_argument("--all", action="store_true", help="also run cotta on ResNet-50")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed batches (default 3, --quick 1)")
-    parser.add_argument("--batches", type=int, default=None, help="timed batches (default 10, --quick 2)")
+    parser.add_argument("--methods", nargs="+", default=None, help="default: every registered method (--grid: its)")
+    parser.add_argument("--models", nargs="+", default=None, choices=list(MODELS), help="default: all (--grid: its)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: resnet20, 2 warm-up + 2 timed batches")
+    parser.add_argument("--warmup", type=int, default=None, help=f"untimed batches (default {STEADY_WARMUP})")
+    parser.add_argument("--batches", type=int, default=None, help="timed batches (default 10)")
+    parser.add_argument("--setting", default="n111", help="the stream's setting code (default n111)")
+    parser.add_argument("--data-dir", default=None, help="the datasets' folder (default: the grid's, else unitta's)")
+    parser.add_argument("--checkpoint-dir", default=None, help="robustbench checkpoints (default: the grid's)")
+    parser.add_argument("--weights", choices=["auto", "checkpoint"], default="auto",
+                        help="auto: random weights where a checkpoint is missing; checkpoint: skip that model")
     parser.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
-    parser.add_argument("--channels-last", action="store_true")
+    parser.add_argument("--cudnn-benchmark", type=int, choices=[0, 1], default=None,
+                        help="cuDNN's benchmark mode (default: UNITTA_CUDNN_BENCHMARK, as for cells; unset: 0)")
+    parser.add_argument("--channels-last", action="store_true", help="also at fp32/tf32 (bf16 on cuda: always)")
     parser.add_argument("--compile", action="store_true", help="torch.compile each method's adapted model")
-    parser.add_argument("--pack", type=int, default=1, help="N instances concurrently (N cells on one GPU)")
+    parser.add_argument("--pack", type=int, default=1, help="N cells on one device: N processes")
     parser.add_argument("--no-ops", action="store_true", help="skip the operator counts")
     parser.add_argument("--grid", nargs="?", const="sweeps/full_grid.yaml", default=None, metavar="CONFIG")
+    parser.add_argument("--lengths", default=str(GRID_LENGTHS), metavar="JSON", help="the grid's stream lengths cache")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the raw figures as JSON")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table at the end")
-    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop between rows")
+    parser.add_argument("--budget-s", type=float, default=None, metavar="SECONDS", help="stop measuring after it")
     parser.add_argument("--device", default=None, help="default: cuda if available, else cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 on cpu, as a cell)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: 1 on cpu)")
     parser.add_argument("--equality", action="store_true", help="cuda vs cpu evaluate() of test, bn, unitta")
     parser.add_argument("--data", action="store_true", help="first: ImageNet-C cache batch assembly (bench/data.py)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def check(args) -> str | None:
+    """One line naming the first bad option, or None; fills the defaults that depend on other options."""
     known = list_methods()
-    methods = args.methods or (["test", "bn", "unitta"] if args.equality else known)
-    unknown = [m for m in methods if m not in known]
+    unknown = [m for m in args.methods or [] if m not in known]
     if unknown:
-        print(f"error: unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
-        return 2
-    if args.equality:
-        return equality(methods)
-    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+        return f"unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}"
+    args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else STEADY_WARMUP)
     args.batches = args.batches if args.batches is not None else (2 if args.quick else 10)
+    args.models = args.models or (["resnet20"] if args.quick else None)
     args.ops_warmup, args.ops_batches = (1, 1) if args.quick else (2, 3)
-    if args.warmup < 1 or args.batches < 1 or args.pack < 1:
-        print("error: --warmup, --batches and --pack must be >= 1", file=sys.stderr)
+    if args.warmup < 0 or args.batches < 1 or args.pack < 1:
+        return "--warmup must be >= 0, --batches and --pack >= 1"
+    if args.cudnn_benchmark is None:
+        try:
+            args.cudnn_benchmark = cudnn_benchmark()
+        except ValueError as exc:
+            return str(exc)
+    args.cudnn_benchmark = bool(args.cudnn_benchmark)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.threads = args.threads or (1 if args.device == "cpu" else torch.get_num_threads())
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.equality:
+        return equality(args.methods or ["test", "bn", "unitta"])
+    problem = check(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
-    if args.grid and not Path(args.grid).is_file():
-        print(f"error: --grid {args.grid}: no such file", file=sys.stderr)
+    try:
+        plan = grid_plan(args.grid) if args.grid else None
+    except ConfigError as exc:
+        print(f"error: --grid: {exc}", file=sys.stderr)
         return 2
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    archs = args.archs or (["resnet20"] if args.quick else list(ARCHS))
-    if args.threads or device.type == "cpu":
-        torch.set_num_threads(args.threads or 1)  # oversubscribed OpenMP threads make shared-CPU figures erratic
-    set_precision(args.precision, device)
+    if plan is not None:
+        args.data_dir = args.data_dir or plan.data_dir
+        args.checkpoint_dir = args.checkpoint_dir or plan.checkpoint_dir
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)  # on cpu 1: oversubscribed OpenMP threads make shared-CPU figures erratic
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
     if device.type == "cpu":  # a shared CPU's figures depend on what else runs
         name += f" (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)"
-    print(f"device: {name}; torch {torch.__version__}; precision {args.precision}"
-          f"{', channels_last' if args.channels_last or args.precision == 'bf16' else ''}"
-          f"{', compiled' if args.compile else ''}; batch {BATCH}, {args.warmup} warm-up + {args.batches} timed; "
-          f"ops: {args.ops_warmup} + {args.ops_batches} batches", flush=True)  # fmt: skip
+    with backend_mode(args.precision, device, args.cudnn_benchmark) as backend:
+        settings = backend.describe()
+    print(f"device: {name}; torch {torch.__version__}; precision {args.precision} ({settings})"
+          f"{', channels_last' if args.channels_last or channels_last(args.precision, device) else ''}"
+          f"{', compiled' if args.compile else ''}; batch {BATCH}, {args.warmup} warm-up + {args.batches} timed"
+          f"{'' if args.no_ops else f'; ops: {args.ops_warmup} + {args.ops_batches} batches'}"
+          f"{f'; {args.pack} processes packed' if args.pack > 1 else ''}", flush=True)  # fmt: skip
     started = time.perf_counter()
     if args.data:
         from data import bench_prepared
 
         bench_prepared(BATCH)
+    deadline = started + args.budget_s if args.budget_s is not None else math.inf
     print(header(args.pack), flush=True)
-    deadline = started + args.time_budget if args.time_budget else math.inf
     rows: list[Row] = []
-    for arch in archs:
-        if time.perf_counter() > deadline:
-            print(f"time budget reached: {arch} not measured", flush=True)
-            continue
-        rows += measure_arch(arch, methods, args, device, lambda r: print(line(r), flush=True), deadline)
+    for arch, dataset, methods in work_list(args, plan):
+        rows += measure_model(arch, dataset, methods, args, device, lambda r: print(line(r), flush=True), deadline)
     print(f"measured in {time.perf_counter() - started:.0f} s", flush=True)
-    grid = grid_estimate(args.grid, rows) if args.grid else None
+    grid = grid_estimate(plan, rows, Path(args.lengths)) if plan is not None else None
     if args.markdown:
         print("\n" + markdown(rows, args.pack))
     if grid is not None:
         print_grid(grid)
     if args.json:
-        payload = {"device": name, "torch": torch.__version__, "args": vars(args), "rows": [asdict(r) for r in rows],
-                   "grid": grid}  # fmt: skip
+        payload = {"device": name, "torch": torch.__version__, "backend": settings, "args": vars(args),
+                   "rows": [asdict(r) for r in rows], "grid": grid}  # fmt: skip
         Path(args.json).write_text(json.dumps(payload, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0

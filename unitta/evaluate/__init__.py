@@ -29,7 +29,7 @@ from unitta.cell import Cell
 from unitta.cell.horizon import round_errors
 from unitta.cell.provenance import git_commit, now, ray_node_id, ray_version
 from unitta.cell.realtime import Schedule
-from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch, precision_mode
+from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch
 from unitta.evaluate.inputs import load_inputs
 from unitta.evaluate.metrics import stream_metrics
 from unitta.results import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
@@ -235,11 +235,13 @@ def _source_seconds(cell: Cell, method, dataset, stream, device) -> float | None
     real-time protocol's unit of time under ``cost: measured``; None otherwise."""
     import torch
 
+    from unitta.methods.parts.backend import backend_mode
+
     if cell.protocol != "realtime" or cell.cost != "measured":
         return None
     x = device_batch(dataset, stream.indices[: cell.batch_size], device)
     times = []
-    with torch.no_grad(), precision_mode(cell.precision, device):
+    with torch.no_grad(), backend_mode(cell.precision, device):
         for _ in range(4):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)

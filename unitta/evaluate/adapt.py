@@ -1,10 +1,9 @@
-"""The batch loop of a cell: feed a stream to a method in batches on a device, under the cell's precision and
-the protocol's schedule, and collect the predictions; ``unitta.evaluate`` turns them into
-a result row."""
+"""The batch loop of a cell: feed a stream to a method in batches on a device, under the cell's backend settings
+(precision, cuDNN: ``unitta.methods.parts.backend``) and the protocol's schedule, and collect the predictions;
+``unitta.evaluate`` turns them into a result row."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from unitta.cell.horizon import ResetCounter, batch_bounds, reset_points
 from unitta.cell.realtime import Schedule
 from unitta.evaluate.metrics import NLL_FLOOR
 
-__all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch", "precision_mode"]
+__all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch"]
 
 # A progress-report hook: called every ``Report.every`` batches with (batches done, {'error': % so far,
 # 'nll': nats so far, '<criterion>': value so far}); returns True to stop the cell there (``unitta select``'s ASHA).
@@ -38,25 +37,6 @@ class Stopped(Exception):  # noqa: N818 (a decision, not an error)
     def __init__(self, batches: int, reports: list[tuple[int, dict[str, float]]]) -> None:
         super().__init__(f"stopped early after {batches} batches")
         self.batches, self.reports = batches, reports
-
-
-@contextlib.contextmanager
-def precision_mode(precision: str, device):
-    """The numeric mode of a cell's forward passes: fp32 as is, TF32 matmuls, or bf16 autocast."""
-    import torch
-
-    if precision == "bf16":
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-            yield
-    elif precision == "tf32" and device.type == "cuda":
-        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-    else:
-        yield
 
 
 def device_batch(dataset, indices: np.ndarray, device):
@@ -173,6 +153,8 @@ def adapt_stream(
     """
     import torch
 
+    from unitta.methods.parts.backend import backend_mode, channels_last
+
     schedule = Schedule() if schedule is None else schedule
     n = len(stream.indices)
     labels = torch.from_numpy(np.asarray(dataset.labels[stream.indices], dtype=np.int64)).to(device)
@@ -184,13 +166,13 @@ def adapt_stream(
     reports: list[tuple[int, dict[str, float]]] = []
     kind = getattr(method, "scores", "logits")
     bar = _progress_bar(n, cell) if progress is True else None
-    channels_last = cell.precision == "bf16" and device.type == "cuda"
+    to_channels_last = channels_last(cell.precision, device)
     data_seconds = 0.0
     checked = 0  # stream positions whose outputs are known to be finite
     bounds, reset_before = _batch_plan(stream, cell)
     resets = ResetCounter()
     t_start, setup_start = time.perf_counter(), method.setup_cost.seconds
-    with torch.inference_mode(False), precision_mode(cell.precision, device):
+    with torch.inference_mode(False), backend_mode(cell.precision, device):
         for i, (start, stop) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
             if reset_before[i]:
                 resets.reset(method)
@@ -198,7 +180,7 @@ def adapt_stream(
                     method.compile()
             t0 = time.perf_counter()
             x = device_batch(dataset, stream.indices[start:stop], device)
-            if channels_last:
+            if to_channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             data_seconds += time.perf_counter() - t0
             scores = _one_batch(method, x, schedule, device)

@@ -202,6 +202,7 @@ def load_inputs(cell: Cell, device, dataset=None, model_and_info=None) -> CellIn
     from unitta.cell.horizon import repeat_rounds
     from unitta.data.source import load_clean_test
     from unitta.methods import method_class
+    from unitta.methods.parts.backend import channels_last
 
     ccc = cell.sampler == "ccc"
     if dataset is None and not ccc:
@@ -209,7 +210,7 @@ def load_inputs(cell: Cell, device, dataset=None, model_and_info=None) -> CellIn
     model, info = model_and_info if model_and_info is not None else load_cell_model(cell, dataset)
     _check_weights(cell, info)
     model = model.to(device).eval()
-    if cell.precision == "bf16" and device.type == "cuda":
+    if channels_last(cell.precision, device):
         model = model.to(memory_format=torch.channels_last)
     if ccc:
         from unitta.evaluate.ccc_calibration import ccc_stream

@@ -140,6 +140,7 @@ class RayBackend:
     def start(self, write: Callable[[str], None]) -> None:
         """Connect, divert Ray's cluster messages, check that one node fits a cell; ``write`` prints a line."""
         from unitta import plugins
+        from unitta.methods.parts import backend
 
         self.write = write
         # the plugins' files travel to every worker (Ray's py_modules); cfg.plugins are imported on this driver already
@@ -149,8 +150,9 @@ class RayBackend:
         self.ray, self.started_here = ray_cluster.connect(self.address, self.num_cpus, runtime_env=runtime_env)
         joined = ray_cluster.joined_line(self.ray)
         niceness = self.cfg.resources.niceness
-        # merged into the job's runtime_env by Ray; set also at 0, or Ray's default (15) applies
-        self.task_env = {"env_vars": {ray_cluster.WORKER_NICENESS: str(niceness)}}
+        # merged into the job's runtime_env by Ray; set also at 0, or Ray's default (15) applies; the backend
+        # settings of this process (UNITTA_CUDNN_BENCHMARK) go to the workers too
+        self.task_env = {"env_vars": {ray_cluster.WORKER_NICENESS: str(niceness), **backend.environment()}}
         lowered = ray_cluster.niceness_note(niceness)
         if joined or lowered:
             write("; ".join(line for line in (joined, lowered) if line))
