@@ -6,7 +6,7 @@
                         [--grid [CONFIG]] [--budget-s SECONDS] [--json OUT] [--markdown] [--device cpu|cuda]
     python bench/gpu.py --equality          # cuda vs cpu: evaluate() of test, bn, unitta on Fashion-MNIST-C
 
-What a row times is what a cell runs (docs/benchmarks.md, "GPU speed"):
+What a row times is what a cell runs (docs/benchmarks.md, "The GPU measurement"):
 - the cell's backend settings: every method runs inside ``unitta.methods.parts.backend.backend_mode``, the context
   of the adaptation loop (precision, TF32, cuDNN's benchmark mode: ``UNITTA_CUDNN_BENCHMARK`` as for cells, or
   ``--cudnn-benchmark``), channels-last where a cell uses it;

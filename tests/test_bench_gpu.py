@@ -1,7 +1,7 @@
-"""``bench/gpu.py`` end to end on the CPU at a tiny size (docs/benchmarks.md, "GPU speed"): the embedded ResNet-20 on
-real Fashion-MNIST-C stream batches, packing as separate processes, a grid config's estimate with its unmeasured
-cells, the methods that need source data built with the source split, and bad input in one line with exit 2.
-The paper's models need robustbench checkpoints that are not here; the GPU figures come from a GPU session."""
+"""``bench/gpu.py`` end to end on the CPU at a tiny size (docs/benchmarks.md, "The GPU measurement"): the embedded
+ResNet-20 on real Fashion-MNIST-C stream batches, packing as separate processes, a grid config's estimate with its
+unmeasured cells, the methods that need source data built with the source split, and bad input in one line with
+exit 2. The paper's models need robustbench checkpoints that are not here; the GPU figures come from a GPU session."""
 
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def bench():
     sys.modules.pop(spec.name, None)
 
 
+@pytest.mark.slow
 def test_a_grid_on_the_cpu_with_two_packed_processes(tmp_path):
     config = _grid_config(tmp_path, ["test", "bn"])
     out, lengths = tmp_path / "gpu.json", tmp_path / "lengths.json"

@@ -1,8 +1,8 @@
 """The PyTorch backend settings a cell runs its method under, in one place for the adaptation loop and the bench.
 
 ``backend_mode(precision, device)`` is the numeric and kernel-selection mode of a cell's forward and backward
-passes (docs/benchmarks.md, "GPU speed"); ``bench/gpu.py`` times its methods under the same context, so the
-bench measures what a cell runs:
+passes (docs/benchmarks.md, "The GPU measurement"); ``bench/gpu.py`` times its methods under the same context,
+so the bench measures what a cell runs:
 
 - ``precision``: ``fp32`` keeps the process's TF32 flags (PyTorch's defaults: cuDNN convolutions may use TF32,
   matmuls do not; the project's fp32 since its first GPU runs); ``tf32`` allows TF32 for matmuls and
