@@ -363,8 +363,8 @@ class Pack:
         for q in self.tasks:
             q.put(name)
         answers = [self._get()[2] for _ in range(self.n)]
-        errors = [e for _, e in answers if e]
-        if errors:
+        errors = sorted((e for _, e in answers if e), key=lambda e: e.startswith("BrokenBarrierError"))
+        if errors:  # the cause first: the others saw the barrier it broke
             raise RuntimeError(errors[0])
         first = min(s for (s, _), _ in answers)
         last = max(e for (_, e), _ in answers)
