@@ -131,9 +131,9 @@ def _stream_batches(dataset: str, n: int, args, device: torch.device) -> tuple[l
     """``n`` batches of the official stream of ``args.setting`` over the dataset's files, in stream order, as the
     cell's loop moves them to the device (``device_batch``); FileNotFoundError when the files are not there."""
     from unitta.cell import Cell
-    from unitta.evaluate.adapt import device_batch
     from unitta.data import load_dataset
     from unitta.evaluate import build_stream
+    from unitta.evaluate.adapt import device_batch
 
     n_per_domain = N_PER_DOMAIN.get(dataset, N_PER_DOMAIN_DEFAULT)
     data = load_dataset(dataset, data_dir=args.data_dir, severity=5, n_per_domain=n_per_domain)

@@ -8,7 +8,9 @@
   ``memory``, ``snapshot``), optimisation (``optim``, ``sam``), heads and validation (``heads``, ``validate``),
   labelled source batches (``source_batches``);
 - frameworks several methods share: UniTTA's three-forward BDN procedure (``bdn_framework``, for ``unitta`` and
-  the BDN ablations) and COFA's feature averaging (``feature_averaging``, for ``cofa`` and ``unitta``).
+  the BDN ablations) and COFA's feature averaging (``feature_averaging``, for ``cofa`` and ``unitta``);
+- ``backend``: the PyTorch backend settings (precision, TF32, cuDNN's benchmark mode) a cell's method runs under,
+  shared by the adaptation loop and ``bench/gpu.py``.
 
 The normalisation layers are the sibling package ``unitta/methods/norm/``.
 """
