@@ -152,11 +152,13 @@ def _stream_batches(dataset: str, n: int, args, device: torch.device) -> tuple[l
 def _model(arch: str, dataset: str, args) -> tuple[torch.nn.Module, Any, str] | str:
     """(model, info, what its weights are), or why the model is skipped (``--weights checkpoint``)."""
     from unitta.models import build_model, load_model
+    from unitta.models.zoo import CheckpointError
 
     try:
-        model, info = load_model(dataset, arch, checkpoint_dir=args.checkpoint_dir)
+        model, info = load_model(dataset, arch, checkpoint_dir=args.checkpoint_dir,
+                                 trust_checkpoints=args.trust_checkpoints)  # fmt: skip
         return model, info, f"weights: {info.extra.get('checkpoint') or 'embedded'}"
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, CheckpointError) as exc:
         reason = str(exc).splitlines()[0]
         if args.weights == "checkpoint":
             return f"skipped: needs its checkpoint ({reason})"
@@ -382,48 +384,80 @@ class Pack:
 # ---------------------------------------------------------------------------- one model's rows
 
 
-def measure_model(arch: str, dataset: str, methods: list[str], args, device, emit, deadline: float) -> list[Row]:
-    """TEST and ``methods`` on one model; ``emit(row)`` is called as soon as a row is measured."""
-    if time.perf_counter() > deadline:
-        print(f"time budget reached: {arch} not measured", flush=True)
-        return []
+@dataclass
+class Model:
+    """One model's measuring state: its inputs (or why it is skipped), its packed workers, its TEST row."""
+
+    arch: str
+    dataset: str
+    methods: list[str]
+    inputs: Inputs | str
+    pack: Pack | None = None
+    test: Row | None = None
+
+
+def open_model(arch: str, dataset: str, methods: list[str], args, device) -> Model:
     inputs = prepare(arch, dataset, methods, args, device)
+    model = Model(arch, dataset, methods, inputs)
     if isinstance(inputs, str):
-        print(f"{arch}: {inputs}", flush=True)
-        rows = [Row(arch, dataset, m, error=inputs) for m in dict.fromkeys(["test", *methods])]
-        for row in rows:
-            emit(row)
-        return rows
+        print(f"   {arch} ({dataset}) {inputs}", flush=True)
+        return model
     for note in inputs.notes:
         print(f"   {arch} ({dataset}) {note}", flush=True)
-    pack = Pack(args.pack, arch, dataset, methods, args) if args.pack > 1 else None
-    if pack is not None and pack.problem:
-        print(f"   not packed: a packed worker could not build its inputs ({pack.problem})", flush=True)
-        pack.close()
-        pack = None
-    rows, test = [], None
+    if args.pack > 1:
+        model.pack = Pack(args.pack, arch, dataset, methods, args)
+        if model.pack.problem:
+            print(f"   not packed: a packed worker could not build its inputs ({model.pack.problem})", flush=True)
+            model.pack.close()
+            model.pack = None
+    return model
+
+
+def measure_models(group: list[tuple[str, str, list[str]]], args, device, emit, deadline: float) -> list[Row]:
+    """TEST and the methods of every (model, dataset, methods) of ``group``, method by method across the models
+    (TEST first: every ratio needs it), so that a budget that runs out leaves whole methods unmeasured rather than
+    whole models; ``emit(row)`` is called as soon as a row is measured."""
+    models: list[Model] = []
+    rows: list[Row] = []
     try:
-        for name in ["test"] + [m for m in methods if m != "test"]:  # TEST first: every ratio needs it
+        for arch, dataset, methods in group:
             if time.perf_counter() > deadline:
-                print(f"time budget reached: stopped before {arch} / {name}", flush=True)
-                break
-            row = measure_row(name, inputs, args, device, deadline, pack)
-            row.extra["inputs"] = inputs.notes
-            if name == "test":
-                test = row
-            if test is not None and not test.error and not row.error:
-                row.x_test = test.images_per_s / row.images_per_s
-                row.aten_x_test = row.aten_ops / test.aten_ops
-            if name == "test" or name in methods:
+                print(f"time budget reached: {arch} not measured", flush=True)
+                continue
+            models.append(open_model(arch, dataset, methods, args, device))
+        order = list(dict.fromkeys(["test", *(m for model in models for m in model.methods)]))
+        for name in order:
+            for model in models:
+                if name != "test" and name not in model.methods:
+                    continue
+                if time.perf_counter() > deadline:
+                    print(f"time budget reached: stopped before {model.arch} / {name}", flush=True)
+                    return rows
+                row = _row(name, model, args, device, deadline)
                 rows.append(row)
                 emit(row)
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+                gc.collect()
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
     finally:
-        if pack is not None:
-            pack.close()
+        for model in models:
+            if model.pack is not None:
+                model.pack.close()
     return rows
+
+
+def _row(name: str, model: Model, args, device, deadline: float) -> Row:
+    if isinstance(model.inputs, str):
+        return Row(model.arch, model.dataset, name, error=model.inputs)
+    row = measure_row(name, model.inputs, args, device, deadline, model.pack)
+    row.extra["inputs"] = model.inputs.notes
+    if name == "test":
+        model.test = row
+    test = model.test
+    if test is not None and not test.error and not row.error:
+        row.x_test = test.images_per_s / row.images_per_s
+        row.aten_x_test = row.aten_ops / test.aten_ops
+    return row
 
 
 def measure_row(name: str, inputs: Inputs, args, device, deadline: float, pack: Pack | None) -> Row:
@@ -509,6 +543,7 @@ class GridPlan:
     streams: dict[str, list[tuple[str, int]]]
     data_dir: str | None
     checkpoint_dir: str | None
+    trust_checkpoints: bool
 
 
 def grid_plan(path: str) -> GridPlan:
@@ -521,7 +556,7 @@ def grid_plan(path: str) -> GridPlan:
     streams = {d: list(dict.fromkeys((c.setting, c.seed) for c in cells if c.dataset == d)) for d in datasets}
     models = {c.dataset: c.model for c in cells}
     methods = list(dict.fromkeys(c.method for c in cells))
-    return GridPlan(path, datasets, models, methods, streams, cfg.data_dir, cfg.checkpoint_dir)
+    return GridPlan(path, datasets, models, methods, streams, cfg.data_dir, cfg.checkpoint_dir, cfg.trust_checkpoints)
 
 
 def stream_lengths(streams: dict[str, list[tuple[str, int]]], cache: Path = GRID_LENGTHS) -> dict[str, dict[str, int]]:
@@ -597,23 +632,24 @@ def print_grid(grid: dict[str, Any]) -> None:
             print(f"   {item}")
 
 
-def work_list(args, plan: GridPlan | None) -> list[tuple[str, str, list[str]]]:
-    """(model, dataset, methods) in measuring order: the grid's methods on the grid's models first, then the rest
-    of ``--models`` x ``--methods`` (a method already measured on a model is not repeated)."""
-    work: list[tuple[str, str, list[str]]] = []
+def work_list(args, plan: GridPlan | None) -> list[list[tuple[str, str, list[str]]]]:
+    """Groups of (model, dataset, methods) in measuring order (``measure_models`` measures a group method by method
+    across its models): the grid's methods on the grid's models first, then the rest of ``--models`` x
+    ``--methods``, one model per group (a method already measured on a model is not repeated)."""
+    groups: list[list[tuple[str, str, list[str]]]] = []
     if plan is not None:
-        work += [(plan.models[ds], ds, list(plan.methods)) for ds in plan.datasets]
+        groups.append([(plan.models[ds], ds, list(plan.methods)) for ds in plan.datasets])
         if not (args.models or args.methods):
-            return work
+            return groups
         models = [(a, MODELS[a]) for a in args.models] if args.models else [(plan.models[d], d) for d in plan.datasets]
     else:
         models = [(a, MODELS[a]) for a in args.models or MODELS]
     for arch, dataset in models:
-        done = {m for a, _, ms in work if a == arch for m in ms}
+        done = {m for group in groups for a, _, ms in group if a == arch for m in ms}
         rest = [m for m in args.methods or list_methods() if m not in done]
         if rest:
-            work.append((arch, dataset, rest))
-    return work
+            groups.append([(arch, dataset, rest)])
+    return groups
 
 
 # ---------------------------------------------------------------------------- cuda vs cpu
@@ -669,6 +705,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", default=None, help="robustbench checkpoints (default: the grid's)")
     parser.add_argument("--weights", choices=["auto", "checkpoint"], default="auto",
                         help="auto: random weights where a checkpoint is missing; checkpoint: skip that model")
+    parser.add_argument("--trust-checkpoints", action="store_true", help="as the config key (default: the grid's)")
     parser.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     parser.add_argument("--cudnn-benchmark", type=int, choices=[0, 1], default=None,
                         help="cuDNN's benchmark mode (default: UNITTA_CUDNN_BENCHMARK, as for cells; unset: 0)")
@@ -727,6 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     if plan is not None:
         args.data_dir = args.data_dir or plan.data_dir
         args.checkpoint_dir = args.checkpoint_dir or plan.checkpoint_dir
+        args.trust_checkpoints = args.trust_checkpoints or plan.trust_checkpoints
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)  # on cpu 1: oversubscribed OpenMP threads make shared-CPU figures erratic
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
@@ -747,8 +785,8 @@ def main(argv: list[str] | None = None) -> int:
     deadline = started + args.budget_s if args.budget_s is not None else math.inf
     print(header(args.pack), flush=True)
     rows: list[Row] = []
-    for arch, dataset, methods in work_list(args, plan):
-        rows += measure_model(arch, dataset, methods, args, device, lambda r: print(line(r), flush=True), deadline)
+    for group in work_list(args, plan):
+        rows += measure_models(group, args, device, lambda r: print(line(r), flush=True), deadline)
     print(f"measured in {time.perf_counter() - started:.0f} s", flush=True)
     grid = grid_estimate(plan, rows, Path(args.lengths)) if plan is not None else None
     if args.markdown:

@@ -97,11 +97,11 @@ def test_the_grid_comes_first_then_what_the_options_add(bench, tmp_path):
     plan = bench.grid_plan(str(_grid_config(tmp_path, ["test", "bn"])))
     args = bench.parse(["--grid", "x", "--methods", "bn", "tent", "--models", "resnet20", "Standard"])
     assert bench.work_list(args, plan) == [
-        ("resnet20", "fmnist-c", ["test", "bn"]),
-        ("resnet20", "fmnist-c", ["tent"]),
-        ("Standard", "cifar10-c", ["bn", "tent"]),
+        [("resnet20", "fmnist-c", ["test", "bn"])],
+        [("resnet20", "fmnist-c", ["tent"])],
+        [("Standard", "cifar10-c", ["bn", "tent"])],
     ]
-    assert bench.work_list(bench.parse(["--grid", "x"]), plan) == [("resnet20", "fmnist-c", ["test", "bn"])]
+    assert bench.work_list(bench.parse(["--grid", "x"]), plan) == [[("resnet20", "fmnist-c", ["test", "bn"])]]
 
 
 @pytest.mark.parametrize(
