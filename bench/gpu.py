@@ -132,8 +132,8 @@ def _stream_batches(dataset: str, n: int, args, device: torch.device) -> tuple[l
     cell's loop moves them to the device (``device_batch``); FileNotFoundError when the files are not there."""
     from unitta.cell import Cell
     from unitta.data import load_dataset
-    from unitta.evaluate import build_stream
     from unitta.evaluate.adapt import device_batch
+    from unitta.evaluate.inputs import build_stream
 
     n_per_domain = N_PER_DOMAIN.get(dataset, N_PER_DOMAIN_DEFAULT)
     data = load_dataset(dataset, data_dir=args.data_dir, severity=5, n_per_domain=n_per_domain)
