@@ -702,7 +702,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=None, help="timed batches (default 10)")
     parser.add_argument("--setting", default="n111", help="the stream's setting code (default n111)")
     parser.add_argument("--data-dir", default=None, help="the datasets' folder (default: the grid's, else unitta's)")
-    parser.add_argument("--checkpoint-dir", default=None, help="robustbench checkpoints (default: the grid's)")
+    parser.add_argument("--checkpoint-dir", default=None, help="checkpoints (default: the grid's, else ./ckpt)")
     parser.add_argument("--weights", choices=["auto", "checkpoint"], default="auto",
                         help="auto: random weights where a checkpoint is missing; checkpoint: skip that model")
     parser.add_argument("--trust-checkpoints", action="store_true", help="as the config key (default: the grid's)")
@@ -713,7 +713,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compile", action="store_true", help="torch.compile each method's adapted model")
     parser.add_argument("--pack", type=int, default=1, help="N cells on one device: N processes")
     parser.add_argument("--no-ops", action="store_true", help="skip the operator counts")
-    parser.add_argument("--grid", nargs="?", const="sweeps/full_grid.yaml", default=None, metavar="CONFIG")
+    parser.add_argument("--grid", nargs="?", const="sweeps/full_grid.yaml", default=None, metavar="CONFIG",
+                        help="a sweep config's GPU-hours, its cells measured first (default sweeps/full_grid.yaml)")
     parser.add_argument("--lengths", default=str(GRID_LENGTHS), metavar="JSON", help="the grid's stream lengths cache")
     parser.add_argument("--json", default=None, metavar="OUT", help="write the raw figures as JSON")
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table at the end")
