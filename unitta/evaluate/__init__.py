@@ -201,11 +201,13 @@ def _source_probe(cell: Cell, method, dataset, stream, device) -> tuple[float, i
     reads. A few source forwards before the stream; they change no state."""
     import torch
 
+    from unitta.methods.parts.backend import backend_mode
+
     n = len(stream.indices)
     positions = np.unique(np.linspace(0, n - 1, min(SOURCE_PROBE_IMAGES, n)).astype(np.int64))
     labels = np.asarray(dataset.labels[stream.indices[positions]], dtype=np.int64)
     wrong = torch.zeros((), dtype=torch.int64, device=device)
-    with torch.no_grad(), precision_mode(cell.precision, device):
+    with torch.no_grad(), backend_mode(cell.precision, device):
         for start in range(0, len(positions), cell.batch_size):
             part = positions[start:start + cell.batch_size]
             x = device_batch(dataset, stream.indices[part], device)
