@@ -164,6 +164,77 @@ def count_test_baseline(model, info, x: torch.Tensor, warmup: int = 2, batches: 
     return count_ops("test", model, info, x, warmup, batches, all_ops)
 
 
+def _conv_shapes(prof) -> set[tuple]:
+    """The (input, weight) shapes of every convolution in ``prof`` (its ``aten::convolution`` events, module or
+    functional): under cuDNN's benchmark mode each new one costs an algorithm search."""
+    return {tuple(map(tuple, e.input_shapes[:2])) for e in prof.events() if e.name == "aten::convolution"}
+
+
+def steady_counts(method: str, model, info, batches: list[torch.Tensor], warmup: int = 4, source=None,
+                  all_ops: bool = False, collapse_multi_tensor: bool = True, **overrides) -> dict:
+    """What ``method`` costs per batch in its steady state, over ``batches`` (distinct stream batches) after the
+    first ``warmup`` of them: ``new_shape_batches`` (batches that convolve a shape no earlier batch did) and
+    ``new_shapes`` (how many such shapes), ``aten_ops`` and ``kernels`` (as ``count_ops``), ``syncs`` and
+    ``copies`` (host synchronisations and host-to-device copies per batch, ``HostSyncRecorder``: ``.tolist()``
+    and ``.cpu()`` included, on the branches this process takes: run under ``UNITTA_DEVICE_PATHS=cuda`` for a
+    GPU's), and ``sync_sites`` (operation and line, per batch). ``source``: the labelled source set of the
+    methods that need one (``unitta.data.load_source``)."""
+    from unitta.contract.host_sync import HostSyncRecorder
+
+    if len(batches) <= warmup:
+        raise ValueError(f"steady_counts needs more than warmup={warmup} batches, got {len(batches)}")
+    m = get_method(method, model, info, dataset=info.dataset, source=source, **overrides)
+    seen: set[tuple] = set()
+    new_batches, new_shapes, ops, kernels = 0, 0, 0, 0
+    recorder = HostSyncRecorder()
+    for i, x in enumerate(batches):
+        steady = i >= warmup
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            if steady:
+                with recorder:
+                    m(x)
+            else:
+                m(x)
+        shapes = _conv_shapes(prof)
+        if steady:
+            fresh = shapes - seen
+            new_batches += bool(fresh)
+            new_shapes += len(fresh)
+            aten = [e for e in prof.events() if e.name.startswith("aten::")]
+            if collapse_multi_tensor:
+                aten = _without_multi_tensor_internals(aten)
+            ops += len(aten if all_ops else _top_level(aten))
+            kernels += len(_leaves([e for e in aten if e.name not in METADATA_OPS]))
+        seen |= shapes
+    n = len(batches) - warmup
+    return {
+        "new_shape_batches": new_batches,
+        "new_shapes": new_shapes,
+        "steady_batches": n,
+        "aten_ops": ops / n,
+        "kernels": kernels / n,
+        "syncs": sum(recorder.counts.values()) / n,
+        "copies": sum(recorder.copies.values()) / n,
+        "sync_sites": {f"{what} at {where}": c / n for (what, where), c in recorder.counts.most_common()},
+    }
+
+
+def stream_batches(count: int, batch: int, setting: str = "nui1", seed: int = 425) -> tuple:
+    """``count`` consecutive batches of a real Fashion-MNIST-C stream (``setting``, the official sampler), with
+    the embedded ResNet-20: (model, info, batches). Raises FileNotFoundError where the embedded data is missing."""
+    from unitta.data import load_dataset
+    from unitta.models import load_model
+    from unitta.streams import make_stream
+
+    model, info = load_model("fmnist-c")
+    data = load_dataset("fmnist-c")
+    stream = make_stream(data.labels, data.domains, setting, dataset="fmnist-c", seed=seed)
+    if len(stream.indices) < count * batch:
+        raise ValueError(f"the {setting} stream has {len(stream.indices)} images, fewer than {count} x {batch}")
+    batches = [data.get_batch(stream.indices[i * batch : (i + 1) * batch]) for i in range(count)]
+    return model.eval(), info, batches
+
+
 def _load(batch: int, seed: int):
     from unitta.models import load_model
 
@@ -187,22 +258,8 @@ def _load(batch: int, seed: int):
     return model.eval(), info, x, note
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--methods", nargs="*", default=list(DEFAULT_METHODS))
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--all-ops", action="store_true", help="count nested aten ops too (default: top-level only)")
-    parser.add_argument("--no-collapse", action="store_true",
-                        help="count what multi-tensor operators call on the CPU too (module docstring)")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.batch < 1 or args.batches < 1 or args.warmup < 0:
-        print("error: --batch and --batches must be >= 1, --warmup >= 0", file=sys.stderr)
-        return 2
-    torch.set_num_threads(args.threads)
+def _repeated(args) -> int:
+    """The earlier table: one batch fed ``warmup + batches`` times, default methods (``--repeat``)."""
     model, info, x, note = _load(args.batch, args.seed)
     kind = "all aten ops" if args.all_ops else "top-level aten ops"
     print(f"{info.name}, batch {x.shape[0]}, {args.batches} counted batches after {args.warmup} warm-up; "
@@ -212,7 +269,7 @@ def main(argv=None) -> int:
     collapse = not args.no_collapse
     base = count_ops("test", model, info, x, args.warmup, args.batches, args.all_ops, collapse)
     print(f"{'method':16s} {'aten ops':>9s} {'x TEST':>7s} {'kernels':>8s} {'x TEST':>7s} {'syncs':>6s}  sync ops")
-    for name in args.methods:
+    for name in args.methods or DEFAULT_METHODS:
         try:
             r = base if name == "test" else count_ops(
                 name, model, info, x, args.warmup, args.batches, args.all_ops, collapse
@@ -224,6 +281,72 @@ def main(argv=None) -> int:
         print(f"{name:16s} {r['aten_ops']:9.1f} {r['aten_ops'] / base['aten_ops']:7.2f} {r['kernels']:8.1f} "
               f"{r['kernels'] / base['kernels']:7.2f} {r['syncs']:6.1f}  {detail}")
     return 0
+
+
+def _steady(args) -> int:
+    """Every registered method (or ``--methods``) over distinct stream batches (module docstring)."""
+    from unitta.methods.parts.device import device_paths
+    from unitta.methods.parts.registry import list_methods, method_class
+
+    names = args.methods or list_methods()
+    unknown = sorted(set(names) - set(list_methods()))
+    if unknown:
+        print(f"error: unknown method(s) {unknown}; `python -m unitta methods` lists them", file=sys.stderr)
+        return 2
+    model, info, batches = stream_batches(args.warmup + args.batches, args.batch, args.setting, args.seed)
+    source = None
+    if any(method_class(n).needs_source for n in names):
+        from unitta.data import load_source
+
+        source = load_source("fmnist-c")
+    kind = "all aten ops" if args.all_ops else "top-level aten ops"
+    print(f"{info.name}, Fashion-MNIST-C stream {args.setting} (seed {args.seed}), batch {args.batch}: "
+          f"{args.batches} distinct batches after {args.warmup} warm-up; device paths: {device_paths()}; {kind}")
+    collapse = not args.no_collapse
+    base = None
+    print(f"{'method':16s} {'new-shape batches':>17s} {'new shapes':>10s} {'syncs':>6s} {'H2D':>5s} "
+          f"{'aten ops':>9s} {'x TEST':>7s}  sync sites (per batch)")
+    for name in (["test"] if "test" not in names else []) + list(names):
+        try:
+            r = steady_counts(name, model, info, batches, args.warmup,
+                              source if method_class(name).needs_source else None, args.all_ops, collapse)
+        except Exception as exc:  # noqa: BLE001 - one failing method must not end the table
+            print(f"{name:16s} error: {type(exc).__name__}: {exc}"[:120])
+            continue
+        base = base or r
+        if name == "test" and "test" not in names:
+            continue
+        sites = ", ".join(f"{k} {v:g}" for k, v in list(r["sync_sites"].items())[:3])
+        print(f"{name:16s} {r['new_shape_batches']:>11d} of {r['steady_batches']:<3d} {r['new_shapes']:10d} "
+              f"{r['syncs']:6.2f} {r['copies']:5.1f} {r['aten_ops']:9.1f} {r['aten_ops'] / base['aten_ops']:7.2f}  "
+              f"{sites}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--methods", nargs="*", default=None,
+                        help="default: every registered method (--repeat: the normalisation methods)")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--warmup", type=int, default=None, help="warm-up batches (default 4; --repeat 2)")
+    parser.add_argument("--batches", type=int, default=None, help="counted batches (default 20; --repeat 3)")
+    parser.add_argument("--setting", default="nui1", help="the stream's setting (default nui1)")
+    parser.add_argument("--repeat", action="store_true",
+                        help="the earlier count: one fixed batch fed again and again (no shapes, no .tolist())")
+    parser.add_argument("--all-ops", action="store_true", help="count nested aten ops too (default: top-level only)")
+    parser.add_argument("--no-collapse", action="store_true",
+                        help="count what multi-tensor operators call on the CPU too (module docstring)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=None, help="stream seed (default 425; --repeat: 0)")
+    args = parser.parse_args(argv)
+    args.warmup = args.warmup if args.warmup is not None else (2 if args.repeat else 4)
+    args.batches = args.batches if args.batches is not None else (3 if args.repeat else 20)
+    args.seed = args.seed if args.seed is not None else (0 if args.repeat else 425)
+    if args.batch < 1 or args.batches < 1 or args.warmup < 0:
+        print("error: --batch and --batches must be >= 1, --warmup >= 0", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    return _repeated(args) if args.repeat else _steady(args)
 
 
 if __name__ == "__main__":

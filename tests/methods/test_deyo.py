@@ -55,15 +55,16 @@ def test_the_loss_is_the_reweighted_entropy_of_the_kept_samples(fmnist_cnn):
     """Recompute the loss from the filters' pieces: mean over S2 of H (exp(-(H - e0)) + exp(PLPD))."""
     x = grey_shift(fmnist_cnn.x[:64], seed=6)
     deyo = get_method("deyo", fmnist_cnn.model, fmnist_cnn.info)
-    state = deyo.generator.get_state()
+    state = deyo.aug_generator.get_state()
     with torch.no_grad():
         logits = deyo.model(x)
         loss = deyo.loss(x, logits)
-        deyo.generator.set_state(state)
+        deyo.aug_generator.set_state(state)
         probs = logits.softmax(1)
         entropy = -(probs * logits.log_softmax(1)).sum(1)
         s1 = (entropy < 0.5 * math.log(10)).nonzero().squeeze(1)
-        shuffled = deyo.model(patch_shuffle(x[s1], 4, deyo.generator)).softmax(1)
+        # DeYO shuffles every image (static shapes) and normalises with S1's statistics: a forward of S1 alone
+        shuffled = deyo.model(patch_shuffle(x, 4, deyo.aug_generator)[s1]).softmax(1)
         y = probs[s1].argmax(1, keepdim=True)
         plpd = (probs[s1].gather(1, y) - shuffled.gather(1, y)).squeeze(1)
         keep = plpd > 0.2

@@ -11,13 +11,21 @@ operations that synchronise there while running anywhere:
   the data (``nonzero``, ``masked_select``, ``unique``, boolean-mask indexing).
 
 Each record names the operation and the first frame outside torch and this module: the line of the method's
-code that asked for it. Reads made inside ``torch.optim`` (step counts kept in host memory by design) are not
-recorded. docs/adding_a_method.md ("No host synchronisation in forward") says why these cost GPU time.
+code that asked for it. Reads made inside ``torch.optim`` (step counts kept in host memory by design) and by
+``unitta.methods.parts.device.host_values`` (draws of a CPU generator, host memory on every device) are not
+recorded. On a CPU run this counts what a GPU would wait for only on the branches a GPU takes: run it under
+``UNITTA_DEVICE_PATHS=cuda`` (``unitta.methods.parts.device``).
+
+``copies`` counts, the same way, the host-to-device copies a CUDA run would make: tensors built from Python
+values (``torch.tensor``, ``torch.as_tensor``) or drawn from a host generator (a CPU generator that
+``device_generator`` did not make) that are then moved with ``.to(...)`` / ``.cuda()``, or built with a
+``device=`` argument. docs/adding_a_method.md ("No host synchronisation in forward") says why these cost GPU time.
 """
 
 from __future__ import annotations
 
 import sys
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -25,6 +33,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from unitta.methods.parts import device as _device
 
 __all__ = ["HostSyncRecorder"]
 
@@ -34,6 +44,11 @@ _HOST_READS = {"item", "tolist", "numpy", "cpu"}
 _SYNC_OPS = {"nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "nonzero_static"}
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _OPTIM_DIR = str(Path(torch.__file__).parent / "optim")
+_HOST_MEMORY_FILES = (_device.__file__,)  # reads made there are of host tensors by construction
+# functions that make a tensor in host memory (from Python values, or drawn with a ``generator=``)
+_HOST_MADE = {"tensor", "as_tensor"}
+_DRAWS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like", "randn_like"}
+_MOVES = {"to", "cuda"}
 
 
 def _caller() -> str | None:
@@ -42,7 +57,7 @@ def _caller() -> str | None:
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
-        if path.startswith(_OPTIM_DIR):
+        if path.startswith(_OPTIM_DIR) or path in _HOST_MEMORY_FILES:
             return None
         if not path.startswith(_TORCH_DIR) and path != __file__:
             return f"{Path(path).name}:{frame.f_lineno}"
@@ -58,8 +73,16 @@ class _Functions(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name in _MOVES and args and id(args[0]) in self._recorder.host_made:
+            self._recorder.record_copy(f"Tensor.{name} of a host tensor")
         if name not in _HOST_READS:
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if (name in _HOST_MADE or (name in _DRAWS and _host_generator(kwargs))) and isinstance(out, torch.Tensor):
+                if kwargs.get("device") is not None and name in _HOST_MADE:
+                    self._recorder.record_copy(f"torch.{name}(..., device=)")
+                else:
+                    self._recorder.remember_host(out)
+            return out
         self._recorder.record(f"Tensor.{name}")
         self._recorder.inside += 1  # the operators this read runs are the same synchronisation
         try:
@@ -87,6 +110,11 @@ class _Operators(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def _host_generator(kwargs: dict) -> bool:
+    generator = kwargs.get("generator")
+    return isinstance(generator, torch.Generator) and not _device.is_device_generator(generator)
+
+
 def _bool_index(args: tuple) -> bool:
     indices = args[1] if len(args) > 1 else ()
     return any(isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in indices or ())
@@ -102,6 +130,8 @@ class HostSyncRecorder:
 
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
+        self.copies: Counter[tuple[str, str]] = Counter()
+        self.host_made: dict[int, weakref.ref] = {}  # id -> the host tensor (ids of dead tensors are dropped)
         self.inside = 0
         self._modes = (_Functions(self), _Operators(self))
 
@@ -109,6 +139,15 @@ class HostSyncRecorder:
         where = _caller()
         if where is not None:
             self.counts[(what, where)] += 1
+
+    def record_copy(self, what: str) -> None:
+        where = _caller()
+        if where is not None:
+            self.copies[(what, where)] += 1
+
+    def remember_host(self, t: torch.Tensor) -> None:
+        key = id(t)
+        self.host_made[key] = weakref.ref(t, lambda _, key=key: self.host_made.pop(key, None))
 
     def __enter__(self) -> HostSyncRecorder:
         for mode in self._modes:

@@ -47,7 +47,8 @@ import torch
 from torch import Tensor
 
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.parts.augment import TTAugment, device_generator
+from unitta.methods.parts.augment import TTAugment
+from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.ema import ema_tensors_
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
@@ -117,7 +118,7 @@ class CMF(ROID):
         # md get_tta_transforms(img_size, padding_mode="reflect", cotta_augs=False): no blur, no noise
         self.augment = TTAugment(padding_mode="reflect", blur=False, noise_std=0.0)
         self.aug_generator = (
-            self.generator if self.device.type == "cpu" else device_generator(self.generator, self.device)
+            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -23,10 +23,12 @@ reweighting by entropy and PLPD on, augmentation 'patch' with 4 x 4 patches ('oc
 (56, 56) filled with the image's channel means; 'pixel': one random pixel permutation for the batch).
 
 Deviations:
-- From the reference: two host reads per adapted batch (is S1 empty; is S2 empty), which the reference's
-  ``len(...) == 0`` tests also make; S1's images are gathered by index (a data-dependent shape), since the
-  shuffled forward must normalise with exactly their statistics. The patch order is drawn from the method's
-  torch.Generator (the reference: the global RNG), so a seed gives other (equally distributed) shuffles.
+- From the reference: one host read per adapted batch (is S2 empty: no step), where the reference's
+  ``len(...) == 0`` tests make two. The shuffled forward sees every image, with the batch statistics of S1's
+  alone (``norm.row_mask.masked_rows``), and S1 and S2 are masks: the same values as the reference's forward of
+  S1's images, without a data-dependent shape. The shuffles are drawn from the method's torch.Generator (on the
+  CUDA path a device generator seeded from it; the reference: the global RNG), so a seed gives other (equally
+  distributed) shuffles.
   A batch of one is adapted on, as the reference does with ``TEST.WINDOW_LENGTH`` 1.
 - From the paper: the paper tunes the PLPD threshold per model and benchmark and reports mainly ResNet-50-GN
   and ViT-B/16 on ImageNet; the reference's single set of values above is used on every dataset family.
@@ -42,7 +44,9 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.affine import adapt_norm_affine
+from unitta.methods.norm.row_mask import masked_rows
 from unitta.methods.parts.augment import patch_shuffle
+from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
@@ -110,6 +114,10 @@ class DeYO(TTAMethod):
         self.entropy_margin = self.cfg.margin * log_k
         self.e0 = self.cfg.margin_e0 * log_k
         self.kept_last: Tensor | int = 0  # |S2| of the last adapted batch (a tensor: no host read)
+        # the augmentation's draws: where the images are on the CUDA path (no host-to-device copy)
+        self.aug_generator = (
+            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return self.self_train(x, self.loss)  # loss None: every sample filtered out, the reference skips the step
@@ -117,20 +125,15 @@ class DeYO(TTAMethod):
     def loss(self, x: Tensor, logits: Tensor) -> Tensor | None:
         """The filtered, reweighted entropy of the module docstring; None when S1 or S2 is empty."""
         entropy = softmax_entropy(logits)
-        first = (entropy < self.entropy_margin).nonzero().squeeze(1)  # host read: S1 sets a shape
-        if first.numel() == 0:
-            self.kept_last = 0
-            return None
-        entropy = entropy.index_select(0, first)
-        with torch.no_grad():
-            shuffled = self.destroy(x.index_select(0, first).detach())
-            probs_shuffled = self.model(shuffled).softmax(dim=1)
-        probs = logits.index_select(0, first).softmax(dim=1)
+        first = entropy < self.entropy_margin  # S1, a mask: every row goes on, so that no shape depends on it
+        with torch.no_grad(), masked_rows(self.model, first):  # batch statistics of S1, as a forward of S1 alone
+            probs_shuffled = self.model(self.destroy(x.detach())).softmax(dim=1)
+        probs = logits.softmax(dim=1)
         label = probs.argmax(dim=1, keepdim=True)
         plpd = (probs.gather(1, label) - probs_shuffled.gather(1, label)).squeeze(1)
-        second = plpd > self.cfg.plpd_threshold
+        second = first & (plpd > self.cfg.plpd_threshold)  # S2
         self.kept_last = second.sum()
-        if not bool(second.any()):  # host read: the reference takes no step without samples
+        if not bool(second.any()):  # the one host read: the reference takes no step without samples
             return None
         if self.cfg.reweight_ent or self.cfg.reweight_plpd:
             ent, gap = entropy.detach(), plpd.detach()
@@ -142,7 +145,7 @@ class DeYO(TTAMethod):
     def destroy(self, x: Tensor) -> Tensor:
         """The object-destroying augmentation ``aug_type`` of the images ``x`` (module docstring)."""
         if self.cfg.aug_type == "patch":
-            return patch_shuffle(x, self.cfg.patch_len, self.generator)
+            return patch_shuffle(x, self.cfg.patch_len, self.aug_generator)
         if self.cfg.aug_type == "occ":
             x = x.clone()
             mean = x.mean(dim=(2, 3), keepdim=True)
@@ -152,7 +155,8 @@ class DeYO(TTAMethod):
             x[:, :, rows, cols] = mean.expand_as(window)
             return x
         b, c, h, w = x.shape
-        order = torch.randperm(h * w, generator=self.generator).to(x.device, non_blocking=True)
+        keys = torch.rand(h * w, generator=self.aug_generator, device=self.aug_generator.device)
+        order = keys.argsort().to(x.device, non_blocking=True)  # a uniformly random permutation of the pixels
         return x.reshape(b, c, h * w)[:, :, order].reshape(b, c, h, w)
 
 

@@ -73,6 +73,7 @@ class LAME(TTAMethod):
         self.model.requires_grad_(False)
         self.model = FeatureModel(self.model, self.info.classifier)
         self.model.eval()
+        self.device_steps = 16  # fixed-point steps before the first energy read (``fixed_point``)
 
     def forward(self, x: Tensor) -> Tensor:
         with torch.no_grad():
@@ -83,7 +84,10 @@ class LAME(TTAMethod):
             kernel = affinity_matrix(F.normalize(features.flatten(1), dim=1), self.cfg.affinity, self.cfg.knn)
             if self.cfg.force_symmetry:
                 kernel = 0.5 * (kernel + kernel.T)
-            return laplacian_optimization(-torch.log(probs + _LOG_EPS), kernel, self.cfg.max_steps)
+            # the fixed point runs as many steps as the last batch needed (and two more) before its one host read
+            y, steps = fixed_point(-torch.log(probs + _LOG_EPS), kernel, self.cfg.max_steps, self.device_steps)
+            self.device_steps = steps + 2
+            return y
 
 
 def affinity_matrix(features: Tensor, kind: str, knn: int) -> Tensor:
@@ -109,17 +113,53 @@ def affinity_matrix(features: Tensor, kind: str, knn: int) -> Tensor:
     raise ValueError(f"affinity={kind!r}: expected one of ['knn', 'rbf', 'linear']")
 
 
-def laplacian_optimization(unary: Tensor, kernel: Tensor, max_steps: int) -> Tensor:
+def laplacian_optimization(unary: Tensor, kernel: Tensor, max_steps: int, device_steps: int = 0) -> Tensor:
     """Minimise E(Y) = sum[u * Y - (W Y) * Y + Y log Y] over row-stochastic Y by the fixed point
     Y <- softmax(-u + W Y) (the LAME paper's concave-convex bound optimisation), starting at
-    softmax(-u). Returns Y (B, K)."""
+    softmax(-u). Returns Y (B, K). ``device_steps``: see ``fixed_point``."""
+    return fixed_point(unary, kernel, max_steps, device_steps)[0]
+
+
+def fixed_point(unary: Tensor, kernel: Tensor, max_steps: int, device_steps: int = 0) -> tuple[Tensor, int]:
+    """``laplacian_optimization``'s Y and the number of steps it ran (the step whose relative energy change is at
+    most 1e-8, or ``max_steps``).
+
+    Stopping there needs the energy on the host. The first ``device_steps`` steps run without reading it: a step
+    after convergence leaves Y and the energy as they are (``torch.where`` on a device flag), and one read after
+    them tells whether and where it converged; only if not, the steps go on reading the energy after each. The
+    same Y either way; one host synchronisation per call when convergence comes within ``device_steps``."""
     y = (-unary).softmax(dim=1)
+    first = min(device_steps, max_steps)
     old_energy = float("inf")
-    for step in range(max_steps):
+    if first > 0:
+        done = torch.zeros((), dtype=torch.bool, device=y.device)
+        ran = torch.zeros((), dtype=torch.float64, device=y.device)
+        old = torch.full((), float("inf"), dtype=torch.float64, device=y.device)
+        for step in range(first):
+            pairwise = kernel @ y
+            y_new = (-unary + pairwise).softmax(dim=1)
+            energy = _energy(unary, y_new, pairwise).double()
+            active = ~done
+            y = torch.where(active, y_new, y)
+            ran = ran + active.double()
+            if step > 1:
+                converged = (energy - old).abs() <= _ENERGY_TOL * old.abs()
+                done = done | converged
+                old = torch.where(active & ~converged, energy, old)
+            else:
+                old = energy
+        finished, steps, old_energy = torch.stack([done.double(), ran, old]).tolist()  # the one read
+        if finished or first == max_steps:
+            return y, int(steps)
+    for step in range(first, max_steps):
         pairwise = kernel @ y
         y = (-unary + pairwise).softmax(dim=1)
-        energy = float((unary * y - pairwise * y + y * torch.log(y.clamp_min(1e-20))).sum())
+        energy = float(_energy(unary, y, pairwise))
         if step > 1 and abs(energy - old_energy) <= _ENERGY_TOL * abs(old_energy):
-            break
+            return y, step + 1
         old_energy = energy
-    return y
+    return y, max_steps
+
+
+def _energy(unary: Tensor, y: Tensor, pairwise: Tensor) -> Tensor:
+    return (unary * y - pairwise * y + y * torch.log(y.clamp_min(1e-20))).sum()

@@ -43,8 +43,10 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.affine import adapt_norm_affine
+from unitta.methods.norm.row_mask import masked_rows
 from unitta.methods.norm.unmixtns_layer import UnMixTNS2d, convert_to_unmixtns
-from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.augment import cotta_augment
+from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
@@ -121,7 +123,7 @@ class ROID(TTAMethod):
         self.class_probs_ema = torch.full((self.info.num_classes,), 1.0 / self.info.num_classes, device=self.device)
         self.augment = cotta_augment()
         self.aug_generator = (
-            self.generator if self.device.type == "cpu" else device_generator(self.generator, self.device)
+            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
         )
 
     @property
@@ -173,18 +175,17 @@ class ROID(TTAMethod):
         zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
         loss = torch.where(keep, soft_likelihood_ratio(logits) * weights, zero).sum() / denom
         if self.cfg.use_consistency:
-            # the augmented forward normalises with the kept samples' batch statistics, so it must see
-            # exactly those: the one data-dependent shape (one host read) of the step
-            rows = keep.nonzero().squeeze(1) if self.cfg.use_weighting else None
-            kept_x = x if rows is None else x.index_select(0, rows)
+            # static shapes: the augmented forward sees every image, with the batch statistics of the kept ones
+            # (``masked_rows``) and zero weight on the others: the kept rows' values of a forward of the kept
+            # rows alone, without a data-dependent batch size (docs/methods.md "ROID")
+            mask = keep if self.cfg.use_weighting else None
             self.before_augmented_forward()
             try:
-                logits_aug = self.model(self.augment(kept_x, self.aug_generator, host_generator=self.generator))
+                with masked_rows(self.model, mask):
+                    logits_aug = self.model(self.augment(x, self.aug_generator, host_generator=self.generator))
             finally:
                 self.after_augmented_forward()
-            kept_logits = logits if rows is None else logits.index_select(0, rows)
-            kept_weights = weights if rows is None else weights.index_select(0, rows)
-            consistency = symmetric_cross_entropy(logits_aug, kept_logits) * kept_weights
+            consistency = torch.where(keep, symmetric_cross_entropy(logits_aug, logits) * weights, zero)
             loss = loss + consistency.sum() / denom
         return loss
 

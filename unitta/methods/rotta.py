@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from unitta.methods.norm.robust_bn_layer import RobustBN
+from unitta.methods.norm.row_mask import masked_rows
 from unitta.methods.parts.augment import device_generator, rotta_strong_augment
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.memory import CSTUMemory, split_at_updates
@@ -120,16 +121,21 @@ class RoTTA(TTAMethod):
         return logits
 
     def _update(self) -> None:
-        memory_x, ages = self.memory.batch()
+        # static shapes: the memory batch is padded to the capacity; until the memory is full the padding is masked
+        # out of the batch statistics (``masked_rows``) and weighs 0 in the loss (docs/methods.md "RoTTA")
+        memory_x, ages, stored = self.memory.padded_batch()
+        count = len(self.memory)
+        mask = stored if count < self.memory.capacity else None
         self.model.train()
         self.teacher.train()
-        with torch.no_grad():
+        with torch.no_grad(), masked_rows(self.teacher, mask):
             teacher_logits = self.teacher(memory_x)  # train mode: updates the teacher's RBN statistics
-        with torch.enable_grad():
+        with torch.enable_grad(), masked_rows(self.model, mask):
             student_logits = self.model(self.augment(memory_x, self.device_generator, host_generator=self.generator))
             weight = torch.exp(-ages) / (1.0 + torch.exp(-ages))  # timeliness reweighting (RoTTA sec. 3.3)
             ce = -(teacher_logits.softmax(dim=1) * student_logits.log_softmax(dim=1)).sum(dim=1)
-            self.step((ce * weight).mean())
+            zero = torch.zeros((), dtype=ce.dtype, device=ce.device)
+            self.step(torch.where(stored, ce * weight, zero).sum() / count)  # the mean over the stored items
         ema_update_(self.teacher, self.model, 1.0 - self.cfg.nu)
         self.model.eval()
         self.teacher.eval()

@@ -47,8 +47,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from unitta.methods.norm.affine import adapt_norm_affine
-from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.augment import cotta_augment
 from unitta.methods.parts.contrastive import Projector, multiview_contrastive_loss
+from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.ema import make_teacher
 from unitta.methods.parts.heads import FeatureModel
 from unitta.methods.parts.losses import aug_cross_entropy
@@ -114,7 +115,7 @@ class SANTA(TTAMethod):
         self.optimizer = optimizer_from_config([*params, *self.projector.parameters()], self.cfg)
         self.augment = cotta_augment()
         self.aug_generator = (
-            self.generator if self.device.type == "cpu" else device_generator(self.generator, self.device)
+            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
         )
         self.track(self.anchor)
 

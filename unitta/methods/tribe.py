@@ -31,7 +31,8 @@ from torch import Tensor, nn
 
 from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
-from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.augment import cotta_augment
+from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
@@ -98,7 +99,7 @@ class TRIBE(TTAMethod):
         self.optimizer = optimizer_from_config(params, self.cfg)
         self.augment = cotta_augment()
         self.aug_generator = (
-            self.generator if self.device.type == "cpu" else device_generator(self.generator, self.device)
+            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
         )
         self.mask_threshold = self.cfg.h0 * math.log(K)
         self.last_mask: Tensor | None = None  # read back only when asked for (extra_metrics), not per batch

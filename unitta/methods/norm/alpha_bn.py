@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from unitta.methods.parts.device import takes_cuda_path
 from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["AlphaBatchNorm", "convert_to_alpha_bn"]
@@ -69,7 +70,7 @@ class AlphaBatchNorm(nn.Module):
             return self._mix(batch_mean.to(self.source_mean.dtype), batch_var.to(self.source_var.dtype))
         batch_mean = torch.zeros_like(self.source_mean)
         batch_var = torch.ones_like(self.source_var)
-        if x.device.type == "cpu" and x.dtype == batch_mean.dtype:
+        if not takes_cuda_path(x) and x.dtype == batch_mean.dtype:
             torch.batch_norm_update_stats(x, batch_mean, batch_var, 1.0)
         else:
             F.batch_norm(x, batch_mean, batch_var, None, None, training=True, momentum=1.0, eps=self.eps)

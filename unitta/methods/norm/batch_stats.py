@@ -8,6 +8,7 @@ Batch of size 1: the statistics are then those of the single sample over its H x
 PyTorch's train-mode BatchNorm computes for N = 1, an instance normalisation). When there is only one
 value per channel (N * H * W == 1, e.g. a BatchNorm1d on one sample), batch statistics do not exist
 and the layer falls back to the source running statistics. Either way the output is finite.
+Inside ``row_mask.masked_rows`` the statistics are those of the rows the mask keeps.
 """
 
 from __future__ import annotations
@@ -15,9 +16,14 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from unitta.methods.norm.row_mask import masked_mean_var
+from unitta.methods.norm.stats import normalise
+
 
 class BatchStatsNorm(nn.Module):
     """Normalise with the current batch's statistics; source statistics only when N*H*W == 1."""
+
+    row_mask: Tensor | None = None  # set by ``masked_rows``: the rows the statistics are taken over
 
     def __init__(self, bn: nn.modules.batchnorm._BatchNorm):
         super().__init__()
@@ -32,6 +38,9 @@ class BatchStatsNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         values_per_channel = x.numel() // max(x.shape[1], 1)
+        if self.row_mask is not None and values_per_channel > 1:
+            mean, var = masked_mean_var(x, self.row_mask)
+            return normalise(x, mean, var, self.eps, self.weight, self.bias)
         if values_per_channel > 1:
             return F.batch_norm(x, None, None, self.weight, self.bias, training=True, eps=self.eps)
         return F.batch_norm(x, self.source_mean, self.source_var, self.weight, self.bias, training=False, eps=self.eps)

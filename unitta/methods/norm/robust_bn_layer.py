@@ -10,7 +10,7 @@ RBN keeps global statistics (mu_g, sigma2_g), initialised from the source BN's r
 Then the BN's own affine (gamma, beta) applies. alpha = 0.05 in every RoTTA config
 (``ADAPTER.RoTTA.ALPHA``). Works for BatchNorm1d (B, C) and BatchNorm2d (B, C, H, W) inputs and any
 B >= 1: the statistics of a single (B, C) sample are its values with variance 0, so the output
-stays finite.
+stays finite. Inside ``row_mask.masked_rows`` the batch statistics are those of the rows the mask keeps.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.fast_paths import fast_paths
+from unitta.methods.norm.row_mask import masked_mean_var
 from unitta.methods.norm.stats import (
     AffineCache,
     affine,
@@ -35,6 +36,8 @@ __all__ = ["RobustBN"]
 
 class RobustBN(nn.Module):
     """RoTTA's Robust BN built from a source BatchNorm (its affine parameters are shared, not copied)."""
+
+    row_mask: Tensor | None = None  # set by ``masked_rows``: the rows the batch statistics are taken over
 
     def __init__(self, bn: nn.modules.batchnorm._BatchNorm, momentum: float = 0.05):
         super().__init__()
@@ -57,11 +60,14 @@ class RobustBN(nn.Module):
 
     @float32_forward
     def forward(self, x: Tensor) -> Tensor:
-        if self.training and fast_paths() and needs_grad(x, self.weight, self.bias):
+        masked = self.row_mask is not None
+        if self.training and not masked and fast_paths() and needs_grad(x, self.weight, self.bias):
             return _RobustBNTrain.apply(x, self.weight, self.bias, self)
         if self.training:
-            dims = [0, *range(2, x.ndim)]
-            batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
+            if masked:
+                batch_mean, batch_var = masked_mean_var(x, self.row_mask)
+            else:
+                batch_var, batch_mean = torch.var_mean(x, dim=[0, *range(2, x.ndim)], unbiased=False)
             # (1 - alpha) mu_g + alpha mu_b in one operator (torch.lerp), likewise the variance
             mean = torch.lerp(self.running_mean, batch_mean, self.momentum)
             var = torch.lerp(self.running_var, batch_var, self.momentum)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from unitta.methods.norm.fast_paths import fast_paths
+from unitta.methods.parts.device import takes_cuda_path
 
 _CONSTANTS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
 
@@ -44,7 +45,7 @@ def instance_mean_var(x: Tensor, unbiased: bool = False, keepdim: bool = False) 
     if x.ndim == 2:
         return x, torch.zeros_like(x)
     dims = tuple(range(2, x.ndim))
-    if x.is_cuda or not fast_paths():
+    if takes_cuda_path(x) or not fast_paths():
         var, mean = torch.var_mean(x, dim=dims, unbiased=unbiased, keepdim=keepdim)
         return mean, var
     positions = math.prod(x.shape[2:])
@@ -66,7 +67,7 @@ def instance_moments(x: Tensor) -> tuple[Tensor, Tensor, int]:
     if x.ndim == 2:
         return x, x * x, 1
     dims = tuple(range(2, x.ndim))
-    if x.is_cuda or not fast_paths():  # the plain path is the CUDA one: means, L = 1
+    if takes_cuda_path(x) or not fast_paths():  # the plain path is the CUDA one: means, L = 1
         var, mean = torch.var_mean(x, dim=dims, unbiased=False)
         return mean, torch.addcmul(var, mean, mean), 1
     norm = torch.linalg.vector_norm(x, dim=dims)

@@ -16,6 +16,7 @@ Deviations from the reference layer (devavratTomar/unmixtns, copied by UniTTA):
 - ``update_stats`` can switch the component update off for a forward (default on: the reference
   updates in every forward, train or eval, with or without grad).
 - The mixture variance is clamped at 0 before eps is added (it is >= 0 up to rounding).
+- Inside ``row_mask.masked_rows`` only the rows the mask keeps move the components (B: their count).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.norm.row_mask import row_weights
 from unitta.methods.norm.stats import ViewCache, constant, float32_forward, instance_mean_var
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
@@ -43,6 +45,8 @@ class UnMixTNS2d(nn.Module):
         generator: draws the initial component noise eps_k ~ N(0, 1).
         bn_momentum: m_bn (reference: the BN layer's momentum, PyTorch's default 0.1).
     """
+
+    row_mask: Tensor | None = None  # set by ``masked_rows``: the rows that update the components
 
     def __init__(
         self,
@@ -118,7 +122,15 @@ class UnMixTNS2d(nn.Module):
         # variance (mean of the variances + biased variance of the means, the latter in two passes)
         between, mean = torch.var_mean(mixed_means, dim=0, unbiased=False)
         var = torch.add(between, mixed_vars.sum(0), alpha=1.0 / K)  # >= 0: no clamp needed
-        if self.update_stats:
+        if self.update_stats and self.row_mask is not None:
+            with torch.no_grad():  # the same update from the rows the mask keeps (``row_mask.masked_rows``)
+                w = row_weights(self.row_mask, x).unsqueeze(0)  # (1, B, 1, 1, 1)
+                kept = w.sum()
+                momentum = 1.0 - torch.pow(1.0 - self.bn_momentum, kept / self.max_batch_size)
+                rate = momentum / kept.clamp_min(1.0)
+                comp_mean.add_(((mixed_means - comp_mean) * w).sum(1, keepdim=True) * rate)
+                comp_var.add_(((mixed_vars - comp_var) * w).sum(1, keepdim=True) * rate)
+        elif self.update_stats:
             with torch.no_grad():
                 # mu_k += M mean_i p_ik (mu_i - mu_k), likewise the variances
                 rate = self.momentum(B) / B

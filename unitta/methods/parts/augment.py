@@ -57,6 +57,7 @@ from unitta.methods.parts.augment_ops import (
     jitter_op,
     shift_hue,
 )
+from unitta.methods.parts.device import device_generator, host_values, is_device_generator, takes_cuda_path
 
 __all__ = [
     "TTAugment",
@@ -122,8 +123,8 @@ class TTAugment:
         u = u.to(device=x.device, dtype=x.dtype, non_blocking=True)
         x = x.clamp(0.0, 1.0).unsqueeze(0).expand(views, *x.shape)
         order = None
-        if views == 1 and host_generator is not None and host_generator.device.type == "cpu":
-            order = torch.randperm(5, generator=host_generator).tolist()  # host memory: no device read
+        if views == 1 and host_generator is not None and not is_device_generator(host_generator):
+            order = host_values(torch.randperm(5, generator=host_generator))  # host memory: no device read
         x = self._jitter(x, u[:, :10], order).reshape(views * b, *x.shape[2:])
         pad = n // 2
         x = F.pad(x, (pad, pad, pad, pad), mode="replicate" if self.padding_mode == "edge" else "reflect")
@@ -165,7 +166,7 @@ class TTAugment:
                 x = jitter_op(op, x, factors[op], rgb)
             return x
         order = u[:, :5].argsort(dim=1)  # a uniformly random permutation of the five ops per view
-        if x.device.type == "cpu" if grouped is None else grouped:  # on the CPU the order is host memory already
+        if not takes_cuda_path(x) if grouped is None else grouped:  # on the CPU the order is host memory already
             # ops whose range is exactly 1 are the identity (hue is not: its HSV round trip rounds): not run
             ranges = (self.brightness, self.contrast, self.saturation, None, self.gamma)
             skip = {op for op, r in enumerate(ranges) if r is not None and tuple(r) == (1.0, 1.0)}
@@ -270,7 +271,7 @@ class MoCoAugment:
         u = u.to(device=x.device, dtype=x.dtype)
         x = x.clamp(0.0, 1.0).repeat(views, 1, 1, 1)
         b = x.shape[0]
-        if x.device.type == "cpu" if selected is None else selected:  # on the CPU the draws are host memory
+        if not takes_cuda_path(x) if selected is None else selected:  # on the CPU the draws are host memory
             return self._selected(x, u)
         shape = (b, 1, 1, 1)
         jittered = self._jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
@@ -318,13 +319,6 @@ def random_hflip(x: Tensor, generator: torch.Generator, p: float = 0.5) -> Tenso
     its resize and random crop to the input's own size are the identity)."""
     u = torch.rand(x.shape[0], generator=generator, device=generator.device).to(x.device)
     return torch.where((u < p).view(-1, 1, 1, 1), x.flip(-1), x)
-
-
-def device_generator(source: torch.Generator, device: torch.device | str) -> torch.Generator:
-    """A generator on ``device`` seeded from one draw of ``source`` (so per-pixel randomness can be
-    drawn where the tensors live while the whole run still follows the method's single seed)."""
-    seed = int(torch.randint(0, 2**62, (1,), generator=source, device=source.device).item())
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 def patch_shuffle(x: Tensor, patch_len: int, generator: torch.Generator) -> Tensor:

@@ -38,6 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from unitta.methods.parts.device import takes_cuda_path
+
 __all__ = ["AugMix", "N_OPS"]
 
 N_OPS = 9  # augmix_ops.augmentations: autocontrast, equalize, posterize, rotate, solarize, shear_x/y, translate_x/y
@@ -101,7 +103,7 @@ class AugMix:
             padded = F.pad(pixels, (p, p, p, p))
             top = rand.integers(0, 2 * p + 1, (n,))
             left = rand.integers(0, 2 * p + 1, (n,))
-            if pixels.device.type == "cpu":  # the offsets are host memory: one slice per image (4x faster)
+            if not takes_cuda_path(pixels):  # the offsets are host memory: one slice per image (4x faster)
                 out = torch.stack([padded[i, :, a : a + h, b : b + w] for i, (a, b) in
                                    enumerate(zip(top.tolist(), left.tolist()))])
             else:
@@ -125,7 +127,7 @@ class AugMix:
         op = rand.integers(0, N_OPS, (n,))
         level = 0.1 + (self.severity - 0.1) * rand.uniform((n,))  # sample_level(severity)
         sign = torch.where(rand.uniform((n,)) > 0.5, -1.0, 1.0).to(v.dtype)
-        if v.device.type == "cpu" if grouped is None else grouped:  # on the CPU the ops are host memory already
+        if not takes_cuda_path(v) if grouped is None else grouped:  # on the CPU the ops are host memory already
             return self._grouped_op(v, op, level, sign, active)
         out = self._geometric(v, op, level, sign)
         candidates = {

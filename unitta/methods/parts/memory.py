@@ -207,6 +207,23 @@ class CSTUMemory:
         ages = torch.tensor([item.age / self.capacity for item in items], dtype=x.dtype)
         return x, ages.to(x.device, non_blocking=True)
 
+    def padded_batch(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``batch()`` padded to the capacity, so that its shape never changes: (capacity, ...) images (the stored
+        ones in class order, then copies of the first), their ages / capacity (0 for the padding) and a (capacity,)
+        bool mask of the stored rows. One host-to-device copy (slots, ages and mask together)."""
+        items = [item for items in self.classes for item in items]
+        if not items:
+            raise ValueError("the memory is empty")
+        pad = self.capacity - len(items)
+        slots = [item.slot for item in items] + [items[0].slot] * pad
+        ages = [item.age / self.capacity for item in items] + [0.0] * pad
+        stored = [1.0] * len(items) + [0.0] * pad
+        assert self._slots.data is not None
+        data = self._slots.data
+        table = torch.tensor([slots, ages, stored], dtype=torch.float64).to(data.device, non_blocking=True)
+        x = data.index_select(0, table[0].long())
+        return x, table[1].to(data.dtype), table[2] > 0.5
+
 
 class PBRSMemory:
     """NOTE's prediction-balanced reservoir sampling bank of capacity N.

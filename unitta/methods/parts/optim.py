@@ -55,7 +55,9 @@ def make_optimizer(
     )
 
 
-_FUSED_DEVICES = ("cuda", "cpu")  # torch.optim fused Adam/SGD kernels exist for these
+# torch.optim's fused Adam/SGD kernels exist for these. Not a device path (``parts/device.py``): a question about
+# which devices torch implements a kernel for, and the CPU and CUDA both take the fused branch.
+_FUSED_DEVICES = ("cuda", "cpu")
 
 
 def _implementation(params: list[nn.Parameter]) -> dict[str, bool]:
