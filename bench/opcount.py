@@ -219,16 +219,23 @@ def steady_counts(method: str, model, info, batches: list[torch.Tensor], warmup:
     }
 
 
-def stream_batches(count: int, batch: int, setting: str = "nui1", seed: int = 425) -> tuple:
+def stream_batches(count: int, batch: int, setting: str = "nui1", seed: int = 425,
+                   n_per_domain: int | None = None) -> tuple:
     """``count`` consecutive batches of a real Fashion-MNIST-C stream (``setting``, the official sampler), with
-    the embedded ResNet-20: (model, info, batches). Raises FileNotFoundError where the embedded data is missing."""
+    the embedded ResNet-20: (model, info, batches). ``n_per_domain``: a subset of the images per corruption (the
+    per-state cap S then at most a (domain, class) pool, as a cell does). Raises FileNotFoundError where the
+    embedded data is missing."""
     from unitta.data import load_dataset
     from unitta.models import load_model
     from unitta.streams import make_stream
+    from unitta.streams.settings import default_state_cap
 
     model, info = load_model("fmnist-c")
-    data = load_dataset("fmnist-c")
-    stream = make_stream(data.labels, data.domains, setting, dataset="fmnist-c", seed=seed)
+    data = load_dataset("fmnist-c", n_per_domain=n_per_domain)
+    cap = {} if n_per_domain is None else {
+        "S": min(default_state_cap(setting, "fmnist-c"), max(1, n_per_domain // data.num_classes))
+    }
+    stream = make_stream(data.labels, data.domains, setting, dataset="fmnist-c", seed=seed, **cap)
     if len(stream.indices) < count * batch:
         raise ValueError(f"the {setting} stream has {len(stream.indices)} images, fewer than {count} x {batch}")
     batches = [data.get_batch(stream.indices[i * batch : (i + 1) * batch]) for i in range(count)]

@@ -1,0 +1,104 @@
+"""The CUDA paths on any machine (``unitta/methods/parts/device.py``, docs/benchmarks.md "Device paths"): static
+shapes and at most one host synchronisation per steady batch, counted on a CPU run of the CUDA branches; the
+masked batch statistics (``norm/row_mask.py``) that keep the shapes static; LAME's one-read fixed point."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from unitta.methods.lame import fixed_point
+from unitta.methods.norm.batch_stats import BatchStatsNorm
+from unitta.methods.norm.robust_bn import RobustBN
+from unitta.methods.norm.row_mask import masked_rows
+from unitta.methods.norm.unmixtns import UnMixTNS2d
+from unitta.methods.parts.device import device_paths_set, set_device_paths, takes_cuda_path
+
+OPCOUNT = Path(__file__).resolve().parents[2] / "bench" / "opcount.py"
+
+
+@pytest.fixture(scope="module")
+def opcount():
+    spec = importlib.util.spec_from_file_location("bench_opcount", OPCOUNT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def stream(opcount):
+    """The embedded ResNet-20 and 8 batches of 32 of a real non-i.i.d. Fashion-MNIST-C stream (200 per domain)."""
+    return opcount.stream_batches(8, 32, "nui1", n_per_domain=200)
+
+
+def test_the_switch_sends_a_cpu_run_down_the_cuda_branches():
+    x = torch.zeros(2)
+    with device_paths_set("auto"):
+        assert not takes_cuda_path(x) and not takes_cuda_path("cpu") and takes_cuda_path(torch.device("cuda"))
+    with device_paths_set("cuda"):
+        assert takes_cuda_path(x) and takes_cuda_path(torch.Generator())
+    with pytest.raises(ValueError, match="'gpu' is not one of"):
+        set_device_paths("gpu")
+
+
+@pytest.mark.parametrize("method", ["rotta", "roid", "cmf", "lame", "deyo"])
+def test_cuda_paths_keep_shapes_static_with_at_most_one_sync(opcount, stream, method):
+    model, info, batches = stream
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with device_paths_set("cuda"):
+            r = opcount.steady_counts(method, model, info, batches, warmup=3)
+    finally:
+        torch.set_num_threads(threads)
+    assert r["steady_batches"] == 5
+    assert r["new_shapes"] == 0, r
+    assert r["syncs"] <= 1, r["sync_sites"]
+
+
+def _bn(channels: int = 4, seed: int = 0) -> torch.nn.BatchNorm2d:
+    g = torch.Generator().manual_seed(seed)
+    bn = torch.nn.BatchNorm2d(channels)
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.randn(channels, generator=g))
+        bn.running_var.copy_(0.5 + torch.rand(channels, generator=g))
+        bn.weight.copy_(1.0 + 0.1 * torch.randn(channels, generator=g))
+        bn.bias.copy_(0.1 * torch.randn(channels, generator=g))
+    return bn
+
+
+@pytest.mark.parametrize("kind", ["batch_stats", "robust_bn", "unmixtns"])
+def test_masked_rows_give_the_kept_rows_a_forward_of_their_own(kind):
+    """Kept rows: the values (and the updated statistics) of a forward of the kept rows alone."""
+
+    def layer() -> torch.nn.Module:
+        if kind == "batch_stats":
+            return BatchStatsNorm(_bn())
+        if kind == "robust_bn":
+            return RobustBN(_bn(), 0.05).train()
+        return UnMixTNS2d(_bn(), 8, 16, torch.Generator().manual_seed(1))
+
+    x = torch.randn(10, 4, 5, 5, generator=torch.Generator().manual_seed(2)) * 2 + 1
+    keep = torch.tensor([True, False, True, True, False, False, True, True, False, True])
+    alone, masked = layer(), layer()
+    expected = alone(x[keep])
+    with masked_rows(masked, keep):
+        got = masked(x)
+    torch.testing.assert_close(got[keep], expected, rtol=1e-5, atol=1e-5)
+    for (name, a), (_, b) in zip(alone.named_buffers(), masked.named_buffers()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
+    assert masked.row_mask is None  # the mask applies inside the block only
+
+
+@pytest.mark.parametrize("device_steps", [0, 2, 5, 40, 100])
+def test_lame_fixed_point_is_the_same_however_many_steps_run_before_the_read(device_steps):
+    g = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(24, 5, generator=g) * 2, dim=1)
+    kernel = (torch.rand(24, 24, generator=g) < 0.2).float()
+    host, host_steps = fixed_point(-torch.log(probs + 1e-10), kernel, 100)
+    y, steps = fixed_point(-torch.log(probs + 1e-10), kernel, 100, device_steps)
+    assert steps == host_steps and 2 < steps < 100
+    assert torch.equal(y, host)
