@@ -66,7 +66,7 @@ BETA_MIN, BETA_ONE = 0.89, 0.9999  # md bayesian_filtering: beta clipped below 0
 class CMF(ROID):
     """CMF (Lee et al., ICLR'24): ROID's loss with a Kalman-filtered hidden model ensembled into the target."""
 
-    version = 1
+    version = 2  # 2: static shapes (as ROID 3)
     norm_kinds = ("batch", "layer", "group")
 
     @dataclass(frozen=True)

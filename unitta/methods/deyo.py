@@ -65,7 +65,7 @@ EXCLUDE = ("layer4", "blocks.9", "blocks.10", "blocks.11", "norm.")
 class DeYO(TTAMethod):
     """DeYO (Lee et al., ICLR'24): entropy + PLPD filtering under patch shuffling, reweighted entropy."""
 
-    version = 1
+    version = 2  # 2: every image shuffled, S1 a mask (other draws); one host read
     norm_kinds = ("batch", "layer", "group")
 
     @dataclass(frozen=True)

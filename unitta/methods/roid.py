@@ -61,7 +61,7 @@ class ROID(TTAMethod):
     """ROID (Marsden et al., WACV'24): weighted SLR + consistency, weight ensembling, prior correction."""
 
     # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
-    version = 2
+    version = 3  # 3: static shapes (the augmented forward on every image, masked statistics)
     norm_kinds = ("batch", "layer", "group")  # md roid.configure_model: BN, LN and GN affine
 
     @dataclass(frozen=True)

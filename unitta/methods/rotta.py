@@ -55,7 +55,7 @@ class RoTTA(TTAMethod):
     """RoTTA (Yuan et al., CVPR'23): Robust BN + CSTU memory + timeliness-weighted EMA teacher."""
 
     # 2: augmentation parameters drawn as tensors in one batch (same distribution, other random draws)
-    version = 2
+    version = 3  # 3: the memory batch padded to the capacity, masked statistics
 
     @dataclass(frozen=True)
     class Config:
