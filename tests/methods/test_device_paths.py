@@ -12,9 +12,9 @@ import torch
 
 from unitta.methods.lame import fixed_point
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.norm.robust_bn import RobustBN
+from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.norm.row_mask import masked_rows
-from unitta.methods.norm.unmixtns import UnMixTNS2d
+from unitta.methods.norm.unmixtns_layer import UnMixTNS2d
 from unitta.methods.parts.device import device_paths_set, set_device_paths, takes_cuda_path
 
 OPCOUNT = Path(__file__).resolve().parents[2] / "bench" / "opcount.py"
