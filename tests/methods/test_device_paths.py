@@ -114,3 +114,20 @@ def test_the_padded_memory_batch_is_the_batch_then_masked_copies():
     assert padded.shape == (8, 1) and stored.tolist() == [True] * 5 + [False] * 3
     assert torch.equal(padded[:5], x) and torch.equal(padded_ages[:5], ages)
     assert torch.equal(padded[5:], x[:1].expand(3, 1)) and torch.equal(padded_ages[5:], torch.zeros(3))
+
+
+def test_robust_bn_hand_written_backward_with_a_row_mask_equals_autograd():
+    from unitta.methods.norm.fast_paths import fast_paths_set
+
+    x = torch.randn(6, 4, 3, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    g = torch.randn(6, 4, 3, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    keep = torch.tensor([True, True, False, True, False, True])
+    grads = []
+    for fast in (True, False):
+        layer = RobustBN(_bn().double(), 0.3).train()
+        xi = x.clone().requires_grad_(True)
+        with fast_paths_set(fast), masked_rows(layer, keep):
+            (layer(xi) * g).sum().backward()
+        grads.append((xi.grad, layer.weight.grad, layer.bias.grad, layer.running_mean.clone()))
+    for fast, plain in zip(*grads):
+        torch.testing.assert_close(fast, plain)

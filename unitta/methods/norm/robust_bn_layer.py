@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.fast_paths import fast_paths
-from unitta.methods.norm.row_mask import masked_mean_var
+from unitta.methods.norm.row_mask import masked_mean_var, row_weights
 from unitta.methods.norm.stats import (
     AffineCache,
     affine,
@@ -61,8 +61,8 @@ class RobustBN(nn.Module):
     @float32_forward
     def forward(self, x: Tensor) -> Tensor:
         masked = self.row_mask is not None
-        if self.training and not masked and fast_paths() and needs_grad(x, self.weight, self.bias):
-            return _RobustBNTrain.apply(x, self.weight, self.bias, self)
+        if self.training and fast_paths() and needs_grad(x, self.weight, self.bias):
+            return _RobustBNTrain.apply(x, self.weight, self.bias, self, self.row_mask)
         if self.training:
             if masked:
                 batch_mean, batch_var = masked_mean_var(x, self.row_mask)
@@ -97,13 +97,22 @@ class _RobustBNTrain(torch.autograd.Function):
     elements per channel and g the output gradient:
         dbias = sum g, dweight = s sum g xc, dL/dm = -w s sum g, dL/dv = -w s^3 / 2 sum g xc,
         dx = g w s + (a / N) dL/dm + (2 a / N) dL/dv (x - mu_b).
+    With a row mask (``row_mask``) mu_b and s2_b are the kept rows' and N counts their elements: the last two
+    terms of dx apply to the kept rows only.
     The variance clamp of ``affine`` is inactive here (v is a convex mix of non-negative variances).
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: RobustBN) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: RobustBN,
+                mask: Tensor | None = None) -> Tensor:
         dims = [0, *range(2, x.ndim)]
-        batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
+        if mask is None:
+            batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
+            ctx.rows, ctx.count = None, None
+        else:  # the statistics of the kept rows (``row_mask``): N is their element count per channel
+            batch_mean, batch_var = masked_mean_var(x, mask)
+            ctx.rows = row_weights(mask, x)
+            ctx.count = (ctx.rows.sum() * (x.numel() // (x.shape[0] * x.shape[1]))).clamp_min(1.0)
         mean = torch.lerp(layer.running_mean, batch_mean, layer.momentum)
         var = torch.lerp(layer.running_var, batch_var, layer.momentum)
         layer.running_mean.copy_(mean)
@@ -119,15 +128,20 @@ class _RobustBNTrain(torch.autograd.Function):
         dims, a = ctx.dims, ctx.momentum
         n = x.numel() // x.shape[1]
         # cached 0-dim constants: a Python number operand costs a host-side conversion per call
+        factor = constant(-a / n, var) if ctx.count is None else -a / ctx.count
         s = torch.rsqrt(torch.add(var, constant(ctx.eps, var)))
         xc = x - as_map(mean, x)
         g_sum = g.sum(dims)
         gxc_sum = (g * xc).sum(dims)
         k = s if weight is None else s * weight  # dL/dx through the normalisation: g * k
-        c1 = torch.mul(k * g_sum, constant(-a / n, k))  # (a / N) dL/dm
-        c2 = torch.mul(k * s * s * gxc_sum, constant(-a / n, k))  # (2 a / N) dL/dv
+        c1 = torch.mul(k * g_sum, factor)  # (a / N) dL/dm
+        c2 = torch.mul(k * s * s * gxc_sum, factor)  # (2 a / N) dL/dv
         c0 = torch.addcmul(c1, c2, mean - batch_mean)
-        dx = torch.addcmul(torch.addcmul(as_map(c0, x), xc, as_map(c2, x)), g, as_map(k, x))
+        through_stats = torch.addcmul(as_map(c0, x), xc, as_map(c2, x))  # c1 + c2 (x - mu_b)
+        if ctx.rows is None:
+            dx = torch.addcmul(through_stats, g, as_map(k, x))
+        else:  # only the kept rows enter the statistics
+            dx = torch.addcmul(g * as_map(k, x), through_stats, ctx.rows)
         dw = None if weight is None or not ctx.needs_input_grad[1] else gxc_sum * s
         db = g_sum if ctx.needs_input_grad[2] else None
-        return (dx if ctx.needs_input_grad[0] else None), dw, db, None
+        return (dx if ctx.needs_input_grad[0] else None), dw, db, None, None
