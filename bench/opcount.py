@@ -1,6 +1,16 @@
 """Operator calls and host syncs per adapted batch, a CPU proxy for a method's GPU kernel launches.
 
-    python bench/opcount.py [--methods test bn unitta ...] [--batch 64] [--batches 3] [--all-ops]
+    UNITTA_DEVICE_PATHS=cuda python bench/opcount.py [--methods ...] [--batch 64] [--warmup 4] [--batches 20]
+    python bench/opcount.py --repeat [--methods test bn unitta ...] [--batches 3] [--all-ops]
+
+By default (``steady_counts``) every registered method runs on the embedded ResNet-20 over warmup + batches
+consecutive batches of a real Fashion-MNIST-C stream (``--setting``, default nui1), the methods that need source
+images with the embedded source split, and the table gives, after the warm-up: the batches that convolve a shape
+no earlier batch did (a cuDNN algorithm search each under ``cudnn.benchmark``), host synchronisations per batch
+(``unitta.contract.host_sync.HostSyncRecorder``: ``.tolist()`` and ``.cpu()`` included, which leave no profiler
+event on the CPU), host-to-device copies a GPU run would make, and top-level aten operators per batch. Under
+``UNITTA_DEVICE_PATHS=cuda`` a CPU run takes the branches a CUDA run takes (docs/benchmarks.md "Device paths").
+``--repeat``: the earlier count below, one batch fed again and again.
 
 On a GPU each aten operator is (at least) one kernel launch, and a host sync (``.item()``, ``nonzero``,
 boolean-mask indexing, ``torch.unique``, ``if tensor:``) stalls the launch queue until the device has
