@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unitta.methods.norm.row_mask import masked_mean_var
-from unitta.methods.norm.stats import normalise
+from unitta.methods.norm.stats import float32_forward, normalise
 
 
 class BatchStatsNorm(nn.Module):
@@ -39,8 +39,13 @@ class BatchStatsNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         values_per_channel = x.numel() // max(x.shape[1], 1)
         if self.row_mask is not None and values_per_channel > 1:
-            mean, var = masked_mean_var(x, self.row_mask)
-            return normalise(x, mean, var, self.eps, self.weight, self.bias)
+            return self._masked(x)
         if values_per_channel > 1:
             return F.batch_norm(x, None, None, self.weight, self.bias, training=True, eps=self.eps)
         return F.batch_norm(x, self.source_mean, self.source_var, self.weight, self.bias, training=False, eps=self.eps)
+
+    @float32_forward
+    def _masked(self, x: Tensor) -> Tensor:
+        """The statistics of the rows ``row_mask`` keeps (in float32 under autocast, as BatchNorm)."""
+        mean, var = masked_mean_var(x, self.row_mask)
+        return normalise(x, mean, var, self.eps, self.weight, self.bias)
