@@ -54,8 +54,8 @@ from torch import Tensor
 from torch.func import functional_call, grad, vmap
 
 from unitta.methods.norm.alpha_bn import convert_to_alpha_bn
-from unitta.methods.parts.augment import device_generator
 from unitta.methods.parts.augmix import AugMix
+from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.losses import marginal_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
@@ -124,7 +124,7 @@ class MEMO(TTAMethod):
         self.views_generator = device_generator(self.generator, self.device)
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.device.type == "cpu":  # compute-bound: one episode after another keeps the kernels dense (below)
+        if not takes_cuda_path(x):  # compute-bound: one episode after another keeps the kernels dense (below)
             views = self.augmix(x, self.cfg.n_augmentations, self.views_generator)  # (B, V, C, H, W)
             return torch.cat([self.episode(image_views, image) for image_views, image in zip(views, x.split(1))])
         return torch.cat([self.episodes(images) for images in x.split(self.episodes_per_chunk(x))])
