@@ -26,7 +26,8 @@ def test_page_is_self_contained_with_every_section(report: Path) -> None:
     page = report.read_text(encoding="utf-8")
     images = re.findall(r'<img alt="([^"]+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
     assert {alt for alt, _ in images} == {"heatmap fmnist-c", "grids fmnist-c", "ours vs paper fmnist-c_vs_cifar10-c",
-                                          "balanced error heatmap fmnist-c", "error vs cost fmnist-c"}
+                                          "balanced error heatmap fmnist-c", "error vs cost fmnist-c",
+                                          "error per domain fmnist-c"}
     assert all(len(data) > 10_000 for _, data in images)
     assert not re.search(r'(src|href)="(https?:|file:|/)', page)  # nothing outside the page
     for needed in ("Best vs runner-up", "Wilcoxon", "spearman_rho=", "Proxy comparison", " ± ", "ranking per setting"):
