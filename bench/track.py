@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.track.servers import group_cpu_seconds, mlflow_server  # noqa: E402
 from unitta.results import load_results  # noqa: E402
-from unitta.schema import read_yaml_file  # noqa: E402
+from unitta.schema.yaml_files import read_yaml_file  # noqa: E402
 from unitta.sweep import run_sweep  # noqa: E402
 from unitta.sweep.config import parse_config  # noqa: E402
 

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from unitta.schema import ConfigError, read_yaml_file
+from unitta.schema import ConfigError
+from unitta.schema.yaml_files import read_yaml_file
 from unitta.sweep.config import load_config, parse_config
 from unitta.tune.config import load_tune_config
 

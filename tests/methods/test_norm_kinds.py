@@ -16,7 +16,8 @@ from unitta.contract import CHECKS, run_checks
 from unitta.evaluate import run_cell
 from unitta.methods import get_method, list_methods, method_class
 from unitta.models import load_model
-from unitta.schema import ConfigError, check_methods
+from unitta.schema import ConfigError
+from unitta.schema.methods import check_methods
 from unitta.sweep.config import parse_config
 
 SUPPORTED = [m for m in list_methods() if "layer" in method_class(m).norm_kinds]

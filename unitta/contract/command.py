@@ -43,7 +43,7 @@ PRESET_DATASETS = ("cifar10", "cifar100", "imagenet")
 def _parse_value(text: str) -> Any:
     import yaml
 
-    from unitta.schema import yaml_loader
+    from unitta.schema.yaml_files import yaml_loader
 
     return yaml.load(text, Loader=yaml_loader())  # noqa: S506 (a SafeLoader subclass): 1e-4 is a float
 

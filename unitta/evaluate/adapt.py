@@ -111,10 +111,17 @@ def _one_batch(method, x, schedule: Schedule, device):
     return scores
 
 
-def _progress_bar(n: int, cell: Cell):
-    from tqdm.auto import tqdm
+def _progress(progress: bool | Callable[[int, int], None], n: int, cell: Cell):
+    """(advance(images in the batch, images done), close()): a tqdm bar for ``progress=True``, the callback's
+    (images done, n) for a callable (``unitta.run.cell_progress``), nothing for False."""
+    if progress is True:
+        from tqdm.auto import tqdm
 
-    return tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
+        bar = tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
+        return (lambda size, done: bar.update(size)), bar.close
+    if callable(progress):
+        return (lambda size, done: progress(done, n)), (lambda: None)
+    return (lambda size, done: None), (lambda: None)
 
 
 def _record_scores(scores, kind: str, labels, confidence, true_log_prob):
@@ -165,7 +172,7 @@ def adapt_stream(
     meter = CriteriaMeter(cell.criteria, cell.seed, device)
     reports: list[tuple[int, dict[str, float]]] = []
     kind = getattr(method, "scores", "logits")
-    bar = _progress_bar(n, cell) if progress is True else None
+    advance, close_progress = _progress(progress, n, cell)
     to_channels_last = channels_last(cell.precision, device)
     data_seconds = 0.0
     checked = 0  # stream positions whose outputs are known to be finite
@@ -197,15 +204,11 @@ def adapt_stream(
                         f"{cell.method} produced non-finite outputs between stream positions {checked} and {end}"
                     )
                 checked = end
-            if bar is not None:
-                bar.update(len(x))
-            elif callable(progress):
-                progress(end, n)
+            advance(len(x), end)
     out = predictions.cpu().numpy()
     # set-up run at the first batch (``TTAMethod.one_off``) is the row's setup_time_s, not adapting time
     seconds = time.perf_counter() - t_start - (method.setup_cost.seconds - setup_start)
-    if bar is not None:
-        bar.close()
+    close_progress()
     return Adapted(
         out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule,
         resets.total(method),

@@ -50,8 +50,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.parts.augment import MoCoAugment, device_generator, random_hflip
+from unitta.methods.parts.augment import MoCoAugment, random_hflip
 from unitta.methods.parts.contrastive import class_aware_instance_loss, moco_logits
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.heads import SplitModel
 from unitta.methods.parts.optim import optimizer_from_config

@@ -44,7 +44,8 @@ import torch
 from torch import Tensor
 
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.augment import cotta_augment
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.losses import symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config

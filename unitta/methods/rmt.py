@@ -64,8 +64,9 @@ from torch import Tensor
 
 from unitta.data.source import take_batch
 from unitta.methods.norm.batch_stats import BatchStatsNorm
-from unitta.methods.parts.augment import cotta_augment, device_generator
+from unitta.methods.parts.augment import cotta_augment
 from unitta.methods.parts.contrastive import Projector, multiview_contrastive_loss
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.heads import SplitModel
 from unitta.methods.parts.losses import symmetric_cross_entropy

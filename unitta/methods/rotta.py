@@ -36,7 +36,8 @@ from torch import Tensor
 
 from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.norm.row_mask import masked_rows
-from unitta.methods.parts.augment import device_generator, rotta_strong_augment
+from unitta.methods.parts.augment import rotta_strong_augment
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.memory import CSTUMemory, split_at_updates
 from unitta.methods.parts.optim import optimizer_from_config

@@ -33,7 +33,8 @@ from pydantic import Field, field_validator, model_validator
 from unitta.cell.criteria import CRITERIA
 from unitta.cell.fields import check_setting, field_named
 from unitta.cell.spec import CellSpec
-from unitta.schema import ConfigError, RunConfig, Strict, check_distinct, hint, read_yaml_file, validate
+from unitta.schema import ConfigError, RunConfig, Strict, check_distinct, hint, validate
+from unitta.schema.yaml_files import read_yaml_file
 from unitta.tune.config import RangeSpec
 
 __all__ = [

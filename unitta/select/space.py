@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.schema import ConfigError, check_methods
+from unitta.schema import ConfigError
+from unitta.schema.methods import check_methods
 from unitta.search.space import distribution
 from unitta.select.config import SelectConfig
 from unitta.tune.config import RangeSpec, base_cell

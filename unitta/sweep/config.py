@@ -47,10 +47,10 @@ from unitta.schema import (
     RunConfig,
     Strict,
     check_distinct,
-    check_methods,
-    read_yaml_file,
     validate,
 )
+from unitta.schema.methods import check_methods
+from unitta.schema.yaml_files import read_yaml_file
 from unitta.streams import CCC_SAMPLER, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, ULMM_SAMPLERS
 from unitta.sweep.setting_lists import check_half, expand_settings
 

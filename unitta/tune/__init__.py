@@ -44,7 +44,8 @@ from unitta.run.checks import list_cells, preflight
 from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import RunOptions, execute_plan
 from unitta.run.outdir import fresh_output_dir
-from unitta.schema import ConfigError, check_methods
+from unitta.schema import ConfigError
+from unitta.schema.methods import check_methods
 from unitta.search.planner import Search, SearchPlanner
 from unitta.search.searchers import GridSearcher, OptunaSearcher
 from unitta.tune.config import (

@@ -31,7 +31,8 @@ from pydantic import Field, field_validator, model_validator
 
 from unitta.cell import Cell
 from unitta.cell.spec import CellSpec
-from unitta.schema import RunConfig, Strict, check_distinct, read_yaml_file, validate
+from unitta.schema import RunConfig, Strict, check_distinct, validate
+from unitta.schema.yaml_files import read_yaml_file
 from unitta.streams.settings import FACTOR_KEYS
 
 __all__ = [

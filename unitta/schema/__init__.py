@@ -1,5 +1,7 @@
 """The pieces of the sweep and tune YAML schemas that both share (pydantic): one error type, one way to
-report a mistake, one resources section, one name/output rule, one method check.
+report a mistake, one resources section, one name/output rule, one method check; ``yaml_files`` reads a config
+file (YAML 1.2 floats, no duplicate keys, no alias bombs); ``methods`` checks a config's methods against the
+registry, their Configs and the model's normalisation kind.
 
 Every mistake in a config becomes a ``ConfigError`` whose message is one line,
 ``'<file>: <key>: <problem>'``; unknown keys get a "did you mean" hint. The CLIs print it and exit
@@ -33,10 +35,7 @@ __all__ = [
     "TRACKER_PACKAGES",
     "hint",
     "one_line",
-    "read_yaml_file",
     "check_distinct",
-    "check_methods",
-    "yaml_loader",
 ]
 
 
@@ -343,155 +342,3 @@ def validate(model: type[BaseModel], data: Any, source: str) -> Any:
         raise ConfigError(f"{source}: {one_line(exc)}") from None
     except ValueError as exc:  # raised by a 'before' validator outside pydantic's error wrapping
         raise ConfigError(f"{source}: {exc}".replace("\n", " ")) from None
-
-
-# ---------------------------------------------------------------------- YAML
-def yaml_loader():
-    """PyYAML's SafeLoader with YAML 1.2 floats: ``1e-3`` is a float, not the string '1e-3' (YAML 1.1)."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    Loader.yaml_implicit_resolvers = {k: list(v) for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-        list("-+0123456789"),
-    )
-    Loader.add_constructor("tag:yaml.org,2002:map", _mapping_without_duplicates)
-    return Loader
-
-
-def _mapping_without_duplicates(loader, node) -> dict:
-    """A YAML mapping; a key given twice is an error naming both lines (PyYAML would keep the last silently)."""
-    import yaml
-
-    first: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # '<<: *anchor' merges are not duplicates
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        if key in first:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"key {key!r} is given twice (first at line {first[key] + 1}); keep one",
-                key_node.start_mark,
-            )
-        first[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=True)
-
-
-# A config is a few hundred values; aliases (``*name``) that expand to more are a mistake or an "alias bomb"
-# (a few lines that expand to billions of values), refused before anything expands them.
-MAX_YAML_VALUES = 100_000
-
-
-def _load_bounded(text: str, loader_class, path: Path) -> Any:
-    """The YAML document of ``text``, refused (ConfigError) when its aliases expand to over MAX_YAML_VALUES values."""
-    import yaml
-
-    loader = loader_class(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        sizes: dict[int, int] = {}
-
-        def size(n) -> int:  # the expanded size, each shared (aliased) node counted once per use, memoised
-            if id(n) not in sizes:
-                sizes[id(n)] = 0  # a recursive alias counts once
-                if isinstance(n, yaml.MappingNode):
-                    children = [c for pair in n.value for c in pair]
-                else:
-                    children = n.value if isinstance(n, yaml.SequenceNode) else []
-                sizes[id(n)] = min(1 + sum(size(c) for c in children), MAX_YAML_VALUES + 1)
-            return sizes[id(n)]
-
-        if size(node) > MAX_YAML_VALUES:
-            raise ConfigError(f"{path}: its YAML aliases expand to more than {MAX_YAML_VALUES:,} values; "
-                              "write the values out")
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
-def read_yaml_file(path: str | Path) -> Any:
-    """The parsed content of a YAML config file; a missing file or a YAML error is a one-line ``ConfigError``."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    try:
-        data = _load_bounded(path.read_text(), yaml_loader(), path)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{path}: invalid YAML{where}: {problem}".replace("\n", " ")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the config: {exc}".replace("\n", " ")) from None
-    if data is None:
-        raise ConfigError(f"{path}: the file is empty")
-    return data
-
-
-# ---------------------------------------------------------------------- methods
-def check_methods(
-    entries: list[tuple[str, str, dict[str, Any]]],
-    datasets: list[str],
-    profile: str,
-    source: str,
-    models: dict[str, str | None] | None = None,
-) -> None:
-    """Each (label, method name, overrides) against the registry and the method's Config, per dataset.
-
-    The Config's own validation (types, ranges) runs here, so a bad hyper-parameter fails the config
-    check instead of every cell. ``models`` ({dataset: model name or None for the default}) are checked
-    against the zoo, and each method against the model's normalisation kind (``TTAMethod.norm_kinds``;
-    the zoo's table, no model is built).
-    """
-    from unitta.methods import list_methods, resolved_config
-    from unitta.methods.parts.registry import entry_point_errors
-
-    registered = list_methods()
-    for label, name, overrides in entries:
-        if name not in registered and name in entry_point_errors():
-            raise ConfigError(f"{source}: {label}: method {name!r} is not available: {entry_point_errors()[name]}")
-        if name not in registered:
-            raise ConfigError(
-                f"{source}: {label}: unknown method {name!r}{hint(name, registered)}; "
-                f"registered methods: {', '.join(registered)} (a method of one's own: list its module under "
-                "'plugins', docs/adding_a_method.md)"
-            )
-        for dataset in datasets:
-            try:
-                resolved_config(name, dataset, profile=profile, **overrides)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"{source}: {label} ({name}): {exc}".replace("\n", " ")) from None
-            problem = _norm_kind_problem(name, dataset, (models or {}).get(dataset), source)
-            if problem:
-                raise ConfigError(f"{source}: {label}: {dataset}: {problem}")
-
-
-def _norm_kind_problem(method: str, dataset: str, model: str | None, source: str) -> str | None:
-    """Why ``method`` cannot run on the dataset's model (its normalisation kind), or None."""
-    from unitta.methods import method_class, norm_kind_problem
-    from unitta.models.any_model import any_norm_kind
-    from unitta.models.custom import is_custom
-    from unitta.models.zoo import known_models, list_models, model_norm_kind, zoo_table
-
-    if is_custom(model):
-        try:
-            return norm_kind_problem(method_class(method), any_norm_kind(dataset, model), model)
-        except (ValueError, ImportError) as exc:
-            raise ConfigError(f"{source}: models: {dataset}: {exc}".replace("\n", " ")) from None
-    known = known_models(dataset)
-    if model is not None and model not in known:
-        raise ConfigError(f"{source}: models: {dataset}: unknown model {model!r}{hint(model, known)}; known: "
-                          f"{', '.join(known)}, or torchvision:NAME, timm:NAME, my_models.py:build (docs/own_data.md)")
-    if zoo_table(dataset, model) not in list_models():
-        return None  # no zoo entry to ask (e.g. a dataset a plugin adds); the cell names the problem
-    name = model if model is not None else known[0]
-    dataset = zoo_table(dataset, model)
-    return norm_kind_problem(method_class(method), model_norm_kind(dataset, name), name)
