@@ -178,42 +178,41 @@ def _installed(tracker: str) -> None:
                          f"(or remove tracking.{tracker})")
 
 
-class MlflowTracking(Strict):
-    """An MLflow tracking server (``http://host:port``) or file store; experiment: the run's name if not given."""
+class _Tracker(Strict):
+    """One tracker's settings; the tracker's package (``package``) must be installed for the config to load."""
 
-    tracking_uri: str
-    experiment: str | None = None
+    package: ClassVar[str]
 
     @model_validator(mode="after")
-    def _package(self) -> MlflowTracking:
-        _installed("mlflow")
+    def _package(self) -> _Tracker:
+        _installed(self.package)
         return self
 
 
-class WandbTracking(Strict):
+class MlflowTracking(_Tracker):
+    """An MLflow tracking server (``http://host:port``) or file store; experiment: the run's name if not given."""
+
+    package: ClassVar[str] = "mlflow"
+    tracking_uri: str
+    experiment: str | None = None
+
+
+class WandbTracking(_Tracker):
     """Weights & Biases: project, entity, mode (online/offline/disabled: checked when the run opens it, so a
     wrong mode is one warning and the run goes on) and the folder of its files (``<out>`` if not given)."""
 
+    package: ClassVar[str] = "wandb"
     project: str = "unitta"
     entity: str | None = None
     mode: str = "offline"
     dir: str | None = None
 
-    @model_validator(mode="after")
-    def _package(self) -> WandbTracking:
-        _installed("wandb")
-        return self
 
-
-class TensorboardTracking(Strict):
+class TensorboardTracking(_Tracker):
     """TensorBoard event files under ``dir`` (``<out>/tensorboard`` if not given)."""
 
+    package: ClassVar[str] = "tensorboard"
     dir: str | None = None
-
-    @model_validator(mode="after")
-    def _package(self) -> TensorboardTracking:
-        _installed("tensorboard")
-        return self
 
 
 class Tracking(Strict):

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from unitta.methods.norm.stats import source_statistics
 from unitta.methods.parts.device import takes_cuda_path
 from unitta.nn.batchnorm import replace_batchnorms
 
@@ -36,15 +37,14 @@ class AlphaBatchNorm(nn.Module):
         super().__init__()
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha={alpha!r} must be in [0, 1]")
-        if bn.running_mean is None or bn.running_var is None:
-            raise ValueError("AlphaBatchNorm needs a BatchNorm with running statistics (track_running_stats=True)")
+        source_mean, source_var = source_statistics(bn, "AlphaBatchNorm")
         self.alpha = alpha
         self.num_features = bn.num_features
         self.eps = bn.eps
         self.weight = bn.weight
         self.bias = bn.bias
-        self.register_buffer("source_mean", bn.running_mean.detach().clone())
-        self.register_buffer("source_var", bn.running_var.detach().clone())
+        self.register_buffer("source_mean", source_mean)
+        self.register_buffer("source_var", source_var)
 
     def forward(self, x: Tensor) -> Tensor:
         mean, var = self.mixed_statistics(x)

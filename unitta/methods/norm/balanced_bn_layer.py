@@ -45,6 +45,7 @@ from unitta.methods.norm.stats import (
     ema_step,
     instance_moments,
     normalise,
+    source_statistics,
 )
 
 
@@ -59,8 +60,6 @@ class BalancedBatchNorm2d(nn.Module):
             raise ValueError(f"eta={eta} must be in (0, 1]")
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma={gamma} must be in [0, 1]")
-        if bn.running_mean is None or bn.running_var is None:
-            raise ValueError("BalancedBatchNorm2d needs a BatchNorm with running statistics")
         self.num_features = bn.num_features
         self.num_classes = num_classes
         self.eta = eta
@@ -68,8 +67,7 @@ class BalancedBatchNorm2d(nn.Module):
         self.eps = bn.eps
         self.weight = bn.weight  # the BN's affine parameters (None if affine=False)
         self.bias = bn.bias
-        mean = bn.running_mean.detach().clone()
-        var = bn.running_var.detach().clone()
+        mean, var = source_statistics(bn, "BalancedBatchNorm2d")
         self.register_buffer("global_mean", mean.clone())
         self.register_buffer("global_var", var.clone())
         self.register_buffer("local_mean", mean.unsqueeze(0).repeat(num_classes, 1))

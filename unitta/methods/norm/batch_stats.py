@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unitta.methods.norm.row_mask import masked_mean_var
-from unitta.methods.norm.stats import float32_forward, normalise
+from unitta.methods.norm.stats import float32_forward, normalise, source_statistics
 
 
 class BatchStatsNorm(nn.Module):
@@ -31,10 +31,9 @@ class BatchStatsNorm(nn.Module):
         self.eps = bn.eps
         self.weight = bn.weight  # the BN's own affine parameters (shared, so optimisers find them)
         self.bias = bn.bias
-        if bn.running_mean is None or bn.running_var is None:
-            raise ValueError("BatchStatsNorm needs a BatchNorm with running statistics (track_running_stats=True)")
-        self.register_buffer("source_mean", bn.running_mean.detach().clone())
-        self.register_buffer("source_var", bn.running_var.detach().clone())
+        source_mean, source_var = source_statistics(bn, "BatchStatsNorm")
+        self.register_buffer("source_mean", source_mean)
+        self.register_buffer("source_var", source_var)
 
     def forward(self, x: Tensor) -> Tensor:
         values_per_channel = x.numel() // max(x.shape[1], 1)

@@ -62,6 +62,7 @@ from unitta.methods.norm.stats import (
     instance_mean_var,
     instance_moments,
     normalise,
+    source_statistics,
 )
 
 Distance = Literal["w2", "kl"]
@@ -118,8 +119,7 @@ class BalancedDomainNorm2d(nn.Module):
         self.distance: Distance = distance
         self.clamp = clamp
         self.eps = bn.eps  # the reference hard-codes 1e-5, the eps of every BN it uses
-        source_mean = bn.running_mean.detach().clone()
-        source_var = bn.running_var.detach().clone()
+        source_mean, source_var = source_statistics(bn, "BDN")
         self.register_buffer("source_mean", source_mean)
         self.register_buffer("source_var", source_var)
         self.register_buffer("num_active", torch.tensor(INITIAL_DOMAINS, device=source_mean.device))  # D

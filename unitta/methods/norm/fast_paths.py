@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+
+from unitta.methods.parts.switch import scoped
 
 __all__ = ["fast_paths", "set_fast_paths", "fast_paths_set"]
 
@@ -30,12 +31,6 @@ def set_fast_paths(enable: bool) -> None:
     _enabled = bool(enable)
 
 
-@contextlib.contextmanager
-def fast_paths_set(enable: bool) -> Iterator[None]:
+def fast_paths_set(enable: bool) -> contextlib.AbstractContextManager[None]:
     """``set_fast_paths(enable)`` for the body only (tests, comparisons)."""
-    before = _enabled
-    set_fast_paths(enable)
-    try:
-        yield
-    finally:
-        set_fast_paths(before)
+    return scoped(fast_paths, set_fast_paths, enable)

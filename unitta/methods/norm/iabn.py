@@ -30,7 +30,15 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.fast_paths import fast_paths
-from unitta.methods.norm.stats import as_map, constant, float32_forward, instance_mean_var, needs_grad, normalise
+from unitta.methods.norm.stats import (
+    as_map,
+    constant,
+    float32_forward,
+    instance_mean_var,
+    needs_grad,
+    normalise,
+    source_statistics,
+)
 
 __all__ = ["InstanceAwareBN"]
 
@@ -46,8 +54,7 @@ class InstanceAwareBN(nn.Module):
         skip_threshold: int = 1,
     ):
         super().__init__()
-        if bn.running_mean is None or bn.running_var is None:
-            raise ValueError("InstanceAwareBN needs a BatchNorm with running statistics (track_running_stats=True)")
+        source_mean, source_var = source_statistics(bn, "InstanceAwareBN")
         if k < 0:
             raise ValueError(f"k={k!r} must be >= 0")
         if not 0.0 <= momentum <= 1.0:
@@ -59,8 +66,8 @@ class InstanceAwareBN(nn.Module):
         self.skip_threshold = skip_threshold
         self.weight = bn.weight
         self.bias = bn.bias
-        self.register_buffer("running_mean", bn.running_mean.detach().clone())
-        self.register_buffer("running_var", bn.running_var.detach().clone())
+        self.register_buffer("running_mean", source_mean)
+        self.register_buffer("running_var", source_var)
         self._cached: tuple | None = None  # the thresholds of ``_thresholds``
 
     @classmethod

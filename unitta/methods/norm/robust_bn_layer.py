@@ -29,6 +29,7 @@ from unitta.methods.norm.stats import (
     float32_forward,
     needs_grad,
     normalise,
+    source_statistics,
 )
 
 __all__ = ["RobustBN"]
@@ -43,15 +44,14 @@ class RobustBN(nn.Module):
         super().__init__()
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"momentum={momentum!r} must lie in [0, 1]")
-        if bn.running_mean is None or bn.running_var is None:
-            raise ValueError("RobustBN needs a BatchNorm with running statistics (track_running_stats=True)")
+        source_mean, source_var = source_statistics(bn, "RobustBN")
         self.num_features = bn.num_features
         self.eps = bn.eps
         self.momentum = momentum
         self.weight = bn.weight
         self.bias = bn.bias
-        self.register_buffer("running_mean", bn.running_mean.detach().clone())
-        self.register_buffer("running_var", bn.running_var.detach().clone())
+        self.register_buffer("running_mean", source_mean)
+        self.register_buffer("running_var", source_var)
         self._affine = AffineCache()
 
     @classmethod

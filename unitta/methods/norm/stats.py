@@ -32,6 +32,14 @@ def constant(value: float, like: Tensor) -> Tensor:
     return out
 
 
+def source_statistics(bn: torch.nn.Module, layer: str) -> tuple[Tensor, Tensor]:
+    """Copies of a source BatchNorm's running mean and variance, the starting point of every layer here;
+    a clear error naming ``layer`` when ``bn`` keeps none (``track_running_stats=False``)."""
+    if getattr(bn, "running_mean", None) is None or getattr(bn, "running_var", None) is None:
+        raise ValueError(f"{layer} needs a BatchNorm with running statistics (track_running_stats=True)")
+    return bn.running_mean.detach().clone(), bn.running_var.detach().clone()
+
+
 def instance_mean_var(x: Tensor, unbiased: bool = False, keepdim: bool = False) -> tuple[Tensor, Tensor]:
     """Per-sample, per-channel mean and *biased* (``unbiased``: divided by L - 1) variance over the L
     spatial positions, each (B, C) (``keepdim``: (B, C, 1, 1), maps that broadcast against x).

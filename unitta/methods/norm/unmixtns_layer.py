@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.row_mask import row_weights
-from unitta.methods.norm.stats import ViewCache, constant, float32_forward, instance_mean_var
+from unitta.methods.norm.stats import ViewCache, constant, float32_forward, instance_mean_var, source_statistics
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
@@ -63,16 +63,13 @@ class UnMixTNS2d(nn.Module):
             raise ValueError(f"max_batch_size={max_batch_size}: expected >= 1")
         if not 0.0 < bn_momentum <= 1.0:
             raise ValueError(f"bn_momentum={bn_momentum}: expected in (0, 1]")
-        if bn.running_mean is None or bn.running_var is None:
-            raise ValueError("UnMixTNS2d needs a BatchNorm2d with running statistics (track_running_stats=True)")
         self.num_features = bn.num_features
         self.num_components = num_components
         self.max_batch_size = max_batch_size
         self.bn_momentum = bn_momentum
         self.eps = bn.eps
         self.update_stats = True
-        src_mean = bn.running_mean.detach().clone()
-        src_var = bn.running_var.detach().clone()
+        src_mean, src_var = source_statistics(bn, "UnMixTNS2d")
         # UnMix-TNS paper sec. 3: mu_k = mu_s + sqrt(alpha K / (K - 1)) sigma_s eps_k, var_k = (1 - alpha) var_s,
         # so that the uniform mixture of the K components has the source mean and variance.
         alpha = INIT_ALPHA if num_components > 1 else 0.0

@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextlib
 import os
 import weakref
-from collections.abc import Iterator
 
 import torch
+
+from unitta.methods.parts.switch import scoped
 
 __all__ = [
     "takes_cuda_path", "device_paths", "set_device_paths", "device_paths_set", "DEVICE_PATHS", "device_generator",
@@ -47,15 +48,9 @@ def set_device_paths(mode: str) -> None:
     _mode = _checked(mode, "device paths")
 
 
-@contextlib.contextmanager
-def device_paths_set(mode: str) -> Iterator[None]:
+def device_paths_set(mode: str) -> contextlib.AbstractContextManager[None]:
     """``set_device_paths(mode)`` for the body only (tests, benches)."""
-    before = _mode
-    set_device_paths(mode)
-    try:
-        yield
-    finally:
-        set_device_paths(before)
+    return scoped(device_paths, set_device_paths, mode)
 
 
 def takes_cuda_path(where: torch.Tensor | torch.device | torch.Generator | str) -> bool:
