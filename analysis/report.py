@@ -42,7 +42,7 @@ from analysis.common import (  # noqa: E402
 from unitta.evaluate.segments import row_stream_cell, short_segment_warnings  # noqa: E402
 from unitta.paper import PAPER_DATASETS  # noqa: E402
 from unitta.results.output_checks import OutputError, check_output_dir  # noqa: E402
-from unitta.track.record import read_tracking_record  # noqa: E402
+from unitta.results.tracking_record import read_tracking_record  # noqa: E402
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 

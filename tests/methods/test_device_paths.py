@@ -30,8 +30,10 @@ def opcount():
 
 @pytest.fixture(scope="module")
 def stream(opcount):
-    """The embedded ResNet-20 and 8 batches of 32 of a real non-i.i.d. Fashion-MNIST-C stream (200 per domain)."""
-    return opcount.stream_batches(8, 32, "nui1", n_per_domain=200)
+    """The embedded ResNet-20 and 8 batches of 16 of a real non-i.i.d. Fashion-MNIST-C stream (200 per domain):
+    the kept rows of ROID and DeYO and RoTTA's memory change from batch to batch (bench/opcount.py counts every
+    method over 4 + 20 batches of 64)."""
+    return opcount.stream_batches(8, 16, "nui1", n_per_domain=200)
 
 
 def test_the_switch_sends_a_cpu_run_down_the_cuda_branches():
@@ -44,17 +46,17 @@ def test_the_switch_sends_a_cpu_run_down_the_cuda_branches():
         set_device_paths("gpu")
 
 
-@pytest.mark.parametrize("method", ["rotta", "roid", "cmf", "lame", "deyo"])
+@pytest.mark.parametrize("method", ["rotta", "roid", "lame", "deyo"])  # CMF: ROID's masked forward (bench/opcount.py)
 def test_cuda_paths_keep_shapes_static_with_at_most_one_sync(opcount, stream, method):
     model, info, batches = stream
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with device_paths_set("cuda"):
-            r = opcount.steady_counts(method, model, info, batches, warmup=3)
+            r = opcount.steady_counts(method, model, info, batches, warmup=4)  # RoTTA's first update: 64 images
     finally:
         torch.set_num_threads(threads)
-    assert r["steady_batches"] == 5
+    assert r["steady_batches"] == 4
     assert r["new_shapes"] == 0, r
     assert r["syncs"] <= 1, r["sync_sites"]
 

@@ -15,12 +15,12 @@ from tests.sweep.conftest import SMALL, ray_cluster, small_config  # noqa: F401 
 from tests.track.readers import read_tensorboard, read_wandb_run
 from tests.track.servers import Gate, free_port, mlflow_server
 from unitta.results import load_results
+from unitta.results.tracking_record import read_tracking_record
 from unitta.sweep import main as sweep_main
 from unitta.sweep import run_sweep
 from unitta.track.command import main as track_main
 from unitta.track.feed import TrackerFeed
 from unitta.track.mlflow_tracker import MlflowTracker
-from unitta.track.record import read_tracking_record
 from unitta.track.wandb_tracker import wandb_run_id
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -2,7 +2,8 @@
 
 The results package, the reading side of a run: the Parquet result schema, a row's status values and its files
 (this module), which cells each sweep wrote into a shared output directory (``membership``), the checks of an
-output folder (``output_checks``) and the method x setting table of a run's rows (``summary``).
+output folder (``output_checks``), the method x setting table of a run's rows (``summary``) and where a folder's
+cells were logged by an experiment tracker (``tracking_record``).
 
 
 Layout of a sweep's output directory (docs/results.md)::
@@ -14,6 +15,7 @@ Layout of a sweep's output directory (docs/results.md)::
     <out>/logs/<cell_id>.log          what the cell printed, its timing, its traceback if it failed
     <out>/sweep.yaml, manifest.json   the validated config and the run's provenance
     <out>/sweeps/<name>.json          the cells of each sweep written here, computed or reused (membership)
+    <out>/tracking.json               where the cells were logged by experiment trackers (tracking_record)
 
 A row is ``unitta.evaluate.run_cell``'s row plus the sweep's bookkeeping columns (status, error text,
 timing, host, Ray node, CUDA_VISIBLE_DEVICES, git commit). ``per_domain`` / ``per_class`` are nested

@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from unitta.results import load_results
+from unitta.results.tracking_record import write_tracking_record
 from unitta.schema import ConfigError, Tracking, validate
 from unitta.track.cell_run import CellRun, cell_run
 from unitta.track.destinations import make_trackers
-from unitta.track.record import write_tracking_record
 from unitta.track.tracker import Tracker, TrackerError, short_reason
 
 __all__ = ["main", "track_folder", "folder_runs"]

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from unitta.results.tracking_record import write_tracking_record
 from unitta.track.cell_run import cell_run
-from unitta.track.record import write_tracking_record
 from unitta.track.tracker import Tracker, short_reason
 
 __all__ = ["TrackerFeed", "QUEUE_ROWS", "CLOSE_WAIT_S"]

@@ -1,4 +1,5 @@
-"""``<out>/tracking.json``: where a results folder's cells were logged (the report links them; docs/tracking.md)."""
+"""``<out>/tracking.json``: where a results folder's cells were logged, written by ``unitta.track``, read by the report
+(docs/tracking.md)."""
 
 from __future__ import annotations
 
