@@ -179,20 +179,21 @@ def _installed(tracker: str) -> None:
 
 
 class _Tracker(Strict):
-    """One tracker's settings; the tracker's package (``package``) must be installed for the config to load."""
+    """One tracker's settings; the package of ``tracker`` (``TRACKER_PACKAGES``) must be installed for the config
+    to load."""
 
-    package: ClassVar[str]
+    tracker: ClassVar[str]
 
     @model_validator(mode="after")
     def _package(self) -> _Tracker:
-        _installed(self.package)
+        _installed(self.tracker)
         return self
 
 
 class MlflowTracking(_Tracker):
     """An MLflow tracking server (``http://host:port``) or file store; experiment: the run's name if not given."""
 
-    package: ClassVar[str] = "mlflow"
+    tracker: ClassVar[str] = "mlflow"
     tracking_uri: str
     experiment: str | None = None
 
@@ -201,7 +202,7 @@ class WandbTracking(_Tracker):
     """Weights & Biases: project, entity, mode (online/offline/disabled: checked when the run opens it, so a
     wrong mode is one warning and the run goes on) and the folder of its files (``<out>`` if not given)."""
 
-    package: ClassVar[str] = "wandb"
+    tracker: ClassVar[str] = "wandb"
     project: str = "unitta"
     entity: str | None = None
     mode: str = "offline"
@@ -211,7 +212,7 @@ class WandbTracking(_Tracker):
 class TensorboardTracking(_Tracker):
     """TensorBoard event files under ``dir`` (``<out>/tensorboard`` if not given)."""
 
-    package: ClassVar[str] = "tensorboard"
+    tracker: ClassVar[str] = "tensorboard"
     dir: str | None = None
 
 
