@@ -5,7 +5,6 @@ exit 2. The paper's models need robustbench checkpoints that are not here; the G
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_scripts import load_bench_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu.py"
@@ -36,12 +37,8 @@ def _grid_config(tmp_path: Path, methods: list[str]) -> Path:
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield load_bench_script("gpu")
+    sys.modules.pop("bench_gpu", None)
 
 
 @pytest.mark.slow

@@ -4,23 +4,20 @@ not a test)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_scripts import load_bench_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "vs_reference.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_vs_reference", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+    yield load_bench_script("vs_reference")
+    sys.modules.pop("bench_vs_reference", None)
 
 
 @pytest.mark.parametrize(

@@ -4,22 +4,18 @@ checked against a fresh selection run in tests/analysis/test_selection.py."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_scripts import load_bench_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def docs_tables():
-    spec = importlib.util.spec_from_file_location("bench_docs_tables", ROOT / "bench" / "docs_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("docs_tables")
 
 
 def test_every_block_is_registered_and_every_table_has_one_block(docs_tables) -> None:

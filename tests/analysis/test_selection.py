@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from analysis import selection
+from tests.bench_scripts import load_bench_script
 from unitta.select import write_selection
 
 # three methods on four (setting, seed) units; under the oracle c becomes best, the ranking reverses
@@ -111,17 +112,12 @@ def test_the_figure_shows_the_differences(tmp_path: Path) -> None:
 def test_the_docs_table_is_made_from_the_named_results_folder(tiny_selection: Path, tmp_path: Path) -> None:
     """bench/docs_tables.py renders docs/selection.md's table from results/select_quick: here the fresh run,
     linked in as that folder; its numbers are the selection's means, and a second run is up to date."""
-    import importlib.util
     import shutil
-    import sys
 
     import polars as pl
 
     root = Path(__file__).resolve().parents[2]
-    spec = importlib.util.spec_from_file_location("bench_docs_tables", root / "bench" / "docs_tables.py")
-    docs_tables = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = docs_tables
-    spec.loader.exec_module(docs_tables)
+    docs_tables = load_bench_script("docs_tables")
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "select_quick").symlink_to(tiny_selection)
     (tmp_path / "docs").mkdir()

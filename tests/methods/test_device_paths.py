@@ -4,12 +4,10 @@ masked batch statistics (``norm/row_mask.py``) that keep the shapes static; LAME
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
+from tests.bench_scripts import load_bench_script
 from unitta.methods.lame import fixed_point
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.norm.robust_bn_layer import RobustBN
@@ -17,15 +15,10 @@ from unitta.methods.norm.row_mask import masked_rows
 from unitta.methods.norm.unmixtns_layer import UnMixTNS2d
 from unitta.methods.parts.device import device_paths_set, set_device_paths, takes_cuda_path
 
-OPCOUNT = Path(__file__).resolve().parents[2] / "bench" / "opcount.py"
-
 
 @pytest.fixture(scope="module")
 def opcount():
-    spec = importlib.util.spec_from_file_location("bench_opcount", OPCOUNT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("opcount")
 
 
 @pytest.fixture(scope="module")
