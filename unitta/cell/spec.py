@@ -1,4 +1,4 @@
-"""The config keys of a cell, made from the table of its fields (``unitta.cell.fields``).
+"""The config keys of a cell, made from the facts of its fields (``unitta.cell.FIELDS``, read from ``Cell``).
 
 A sweep config carries ``CellFields`` at its top level (the fields every cell shares; the gridded ones are
 lists there: datasets, sampler, protocol, delta, seeds, batch sizes); a tune or select config carries a
@@ -10,12 +10,12 @@ own checks cover the fields taken together.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
-from unitta.cell import Cell
-from unitta.cell.fields import FIELDS, CellField
+from unitta.cell import FIELDS, Cell
+from unitta.cell.fields import CellField
 from unitta.cell.horizon import check_ccc
 from unitta.schema import Strict, check_distinct
 from unitta.streams import CCC_SAMPLER, ULMM_SAMPLERS
@@ -40,7 +40,14 @@ def _check_grid(field: CellField, values: list) -> list:
 
 
 class _Checked(Strict):
-    """Every key of a cell field goes through the table's check (``unitta.cell.fields``)."""
+    """Every key of a cell field goes through its field's check (``Cell``'s ``cell_field``); the keys themselves
+    are made from ``FIELDS`` (``CellFields`` below). The rules read these keys (a sweep lists its samplers)."""
+
+    if TYPE_CHECKING:  # declared for readers and type checkers; pydantic's fields are ``CellFields``' (below)
+        sampler: str | list[str]
+        S: int | None
+        length: int | None
+        ccc: dict[str, Any] | None
 
     @field_validator("*")
     @classmethod
@@ -73,10 +80,14 @@ class _Checked(Strict):
         }
 
 
-CellFields = create_model(
-    "CellFields", __base__=_Checked, __module__=__name__, **_keys("shared"),
-    __doc__="The fields every cell of a config shares (``unitta.cell.fields``; ``Cell`` says what each means).",
-)
+if TYPE_CHECKING:
+    class CellFields(_Checked):
+        """The shared keys (made from ``FIELDS`` at run time)."""
+else:
+    CellFields = create_model(
+        "CellFields", __base__=_Checked, __module__=__name__, **_keys("shared"),
+        __doc__="The fields every cell of a config shares (``Cell`` says what each means).",
+    )
 
 
 class _OneCell(CellFields):
@@ -95,11 +106,15 @@ class _OneCell(CellFields):
     def cell(self, **changes: Any) -> Cell:
         """The ``Cell`` of this spec with ``changes`` applied (e.g. method=...)."""
         fields = {**self.cell_fields(), **{name: getattr(self, name) for name in _keys("cell")}}
-        fields["method_kwargs"] = dict(self.method_kwargs)
+        fields["method_kwargs"] = dict(fields["method_kwargs"])
         return Cell(**{**fields, **changes})
 
 
-CellSpec = create_model(
-    "CellSpec", __base__=_OneCell, __module__=__name__, **_keys("cell"),
-    __doc__="One cell but its method (a tune / select config's ``cell:``; the methods come from elsewhere).",
-)
+if TYPE_CHECKING:
+    class CellSpec(_OneCell):
+        """The keys of one cell (made from ``FIELDS`` at run time)."""
+else:
+    CellSpec = create_model(
+        "CellSpec", __base__=_OneCell, __module__=__name__, **_keys("cell"),
+        __doc__="One cell but its method (a tune / select config's ``cell:``; the methods come from elsewhere).",
+    )

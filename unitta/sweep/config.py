@@ -37,8 +37,7 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import Cell
-from unitta.cell.fields import field_named
+from unitta.cell import Cell, field_named
 from unitta.cell.resolution import share_resolution
 from unitta.cell.spec import CellFields
 from unitta.schema import (
