@@ -49,6 +49,11 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
 
 
 # ---------------------------------------------------------------------- the checks of one value
+def _whole(value: Any) -> bool:
+    """A whole number (a Python or numpy integer), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def one_of(choices: Iterable[str], noun: str) -> Callable[[Any], Any]:
     """A check that the value is one of ``choices`` (read when called: plugins may add choices)."""
 
@@ -66,8 +71,7 @@ def whole_at_least(low: int, high: int | None = None) -> Callable[[Any], Any]:
     bounds = f">= {low}" if high is None else f"in {low} .. {high}"
 
     def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low \
-                or (high is not None and value > high):
+        if not _whole(value) or value < low or (high is not None and value > high):
             raise ValueError(f"expected a whole number {bounds}, got {value!r}")
         return value
 
@@ -76,7 +80,7 @@ def whole_at_least(low: int, high: int | None = None) -> Callable[[Any], Any]:
 
 def check_seed(seed: Any) -> int:
     """``seed`` if the samplers and the result files take it (numpy's seed range), else a one-line ValueError."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+    if not _whole(seed) or not 0 <= seed <= MAX_SEED:
         raise ValueError(f"expected a whole number in 0 .. {MAX_SEED} (numpy's seed range), got {seed!r}")
     return seed
 

@@ -55,6 +55,7 @@ class Schedule:
         if self.never_adapts:
             return 1
         if self.cost == "measured":
+            assert self.source_seconds, "cost='measured' without source_seconds (refused by __post_init__)"
             return max(1, math.ceil(seconds / self.source_seconds - 1e-9))
         return max(1, math.ceil(forwards + 2 * backwards))
 

@@ -52,7 +52,7 @@ class _Checked(Strict):
     @field_validator("*")
     @classmethod
     def _table_check(cls, value: Any, info: ValidationInfo) -> Any:
-        field = _FIELD_OF_KEY.get(info.field_name)
+        field = _FIELD_OF_KEY.get(info.field_name or "")
         if field is None or value is None:
             return value
         if field.grid == info.field_name and isinstance(value, list):

@@ -10,6 +10,7 @@ builder model is built once and its weights loaded, to say before the first cell
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from unitta.cell import Cell, check_played_size
 from unitta.data.records import RECORDS, dataset_record
@@ -40,12 +41,13 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
     if cell.sampler not in ("official", "exact"):
         return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
-    size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
+    factors: dict[str, Any] = dict(cell.factors)
+    size: dict[str, Any] = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
     size.update(iid_overrides(cell, num_domains, num_classes))
     try:
         make_stream(
             labels, domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
-            **cell.factors, **size,
+            **factors, **size,
         )
     except ValueError as exc:
         return str(exc)
@@ -114,12 +116,12 @@ def _imagenet_outputs(cell: Cell) -> list[int] | None:
     return imagenet_outputs(record, index.classes)
 
 
-def _custom_model_problem(cell: Cell, classes: int) -> str | None:
+def _custom_model_problem(cell: Cell, model: str, classes: int) -> str | None:
     """No weights file, or weights that do not fit the model (another architecture, another head size, not a
     checkpoint): the model is built and the weights loaded once, as the cell will."""
     from unitta.models.any_model import load_any_model, weights_file
 
-    path = weights_file(cell.model, cell.checkpoint, cell.checkpoint_dir)
+    path = weights_file(model, cell.checkpoint, cell.checkpoint_dir)
     if path is None or not path.is_file():
         return (f"{cell.dataset}: no weights for model {cell.model!r}"
                 + (f" at {path}" if path is not None else "") + "; set checkpoint: PATH (docs/own_data.md)")
@@ -137,7 +139,7 @@ def _model_problem(cell: Cell, classes: int) -> str | None:
     from unitta.models.zoo import checkpoint_path, known_models, pickled_code_problem
 
     if is_custom(cell.model):
-        return _custom_model_problem(cell, classes)
+        return _custom_model_problem(cell, cell.model, classes)
     if cell.checkpoint:
         return f"{cell.dataset}: checkpoint: is for torchvision:/timm:/builder models; zoo model {cell.model_name!r} " \
                "reads checkpoint_dir"
@@ -198,9 +200,10 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
         if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
-        key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir, cell.checkpoint)
-        if key not in checked:
-            checked.add(key)
+        data_key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir,
+                    cell.checkpoint)
+        if data_key not in checked:
+            checked.add(data_key)
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
             add(_model_problem(cell, classes))
         if cell.forgetting and ("clean", cell.dataset, cell.data_dir) not in checked:

@@ -103,7 +103,8 @@ def _load_dataset(cell: Cell):
     """The cell's dataset (``unitta.data.load_dataset``); errors propagate (a cell's failed row names them)."""
     from unitta.data import load_dataset
 
-    extra = {} if cell.corruptions is None else {"corruptions": cell.corruptions}  # unitta select's validation
+    # unitta select's validation streams
+    extra: dict[str, Any] = {} if cell.corruptions is None else {"corruptions": cell.corruptions}
     if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
         extra = dict(image_size=input_size(cell.dataset, cell.model, cell.input_size), domains=cell.domains,
                      classes=cell.classes, num_workers=cell.num_threads, members=cell.datasets_as_domains)

@@ -256,6 +256,7 @@ def _read_only_outcome(out: Path, make_planner, say: Callable[[str], None], star
 
 def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome) -> None:
     extra = {"sweep_name": cfg.name, "git_commit": git_commit()}
+    backend: LocalBackend | RayBackend
     if opts.local:
         backend = LocalBackend(extra)
     else:
