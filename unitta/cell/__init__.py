@@ -56,7 +56,8 @@ from unitta.cell.fields import (
 )
 from unitta.cell.horizon import RESETS, check_ccc
 from unitta.cell.realtime import COST_MODELS, PROTOCOLS
-from unitta.data.records import RECORDS
+from unitta.cell.sampler_keys import check_sampler_keys
+from unitta.data.records import FOLDER_LOADERS, RECORDS
 from unitta.profile_names import PROFILES
 from unitta.streams import CCC_SAMPLER, SAMPLERS
 from unitta.streams.ccc import check_ccc_setting
@@ -115,10 +116,6 @@ def check_played_size(dataset: str, sampler: str, setting: str, S: int | None, l
     if n and rounds * n > MAX_STREAM_LENGTH:
         raise ValueError(f"rounds={rounds} x {n:,} positions a round (at most) = {rounds * n:,}, more than "
                          f"{MAX_STREAM_LENGTH:,} stream positions; use rounds <= {max(1, MAX_STREAM_LENGTH // n)}")
-
-
-# Datasets read from image folders: their identity holds the digest of the folder's index (``data``).
-_FOLDER_LOADERS = ("folder", "natural", "mixture")
 
 
 @dataclass(frozen=True)
@@ -232,24 +229,22 @@ class Cell:
                              "use reset: none or each_batch")
 
     def _check_sampler(self) -> None:
+        """The keys the cell's sampler takes (``unitta.cell.sampler_keys``), its setting, the dirichlet's delta."""
+        given = {"factors": bool(self.factors), "S": self.S is not None, "length": self.length is not None,
+                 "delta": self.delta is not None, "ccc": bool(self.ccc)}
+        check_sampler_keys([self.sampler], [key for key, present in given.items() if present])
         if self.sampler == "dirichlet":
             object.__setattr__(self, "delta", DEFAULT_DELTA if self.delta is None else self.delta)
-        elif self.delta is not None:
-            raise ValueError(f"delta={self.delta!r}: only the dirichlet sampler takes a delta")
         if self.sampler == CCC_SAMPLER:
             check_ccc_setting(self.setting)
             domain = sorted(k for k in self.factors if k.startswith("domain"))
-            extra = (["S"] if self.S is not None else []) + (["n_per_domain"] if self.n_per_domain else []) + domain
+            extra = (["n_per_domain"] if self.n_per_domain else []) + domain
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the ccc sampler walks its own corruptions over the clean test "
                                  "set; it takes a length and class factors only")
         fixed = PROTOCOL_SETTINGS.get(self.sampler)
-        if fixed is not None:
-            if self.setting != fixed:
-                raise ValueError(f"setting={self.setting!r}: the {self.sampler} sampler's setting is {fixed!r}")
-            extra = [k for k, v in (("factors", self.factors), ("S", self.S), ("length", self.length)) if v]
-            if extra:
-                raise ValueError(f"{', '.join(extra)}: the {self.sampler} sampler takes none (each image once)")
+        if fixed is not None and self.setting != fixed:
+            raise ValueError(f"setting={self.setting!r}: the {self.sampler} sampler's setting is {fixed!r}")
 
     @property
     def model_name(self) -> str:
@@ -301,7 +296,7 @@ class Cell:
     def data_digest(self) -> str | None:
         """For a dataset read from an image folder: the SHA-256 of its index (every file's name and size,
         ``unitta.data.folder``), None when the folder cannot be read (the cell then fails) or for other datasets."""
-        if RECORDS[self.dataset].loader not in _FOLDER_LOADERS:
+        if RECORDS[self.dataset].loader not in FOLDER_LOADERS:
             return None
         from unitta.data import default_data_dir
         from unitta.data.mixture import index_any
@@ -328,7 +323,7 @@ class Cell:
         data["method_version"] = self.method_version
         if not self._reference_weights:
             data["weights"] = self.weights
-        if RECORDS[self.dataset].loader in _FOLDER_LOADERS:
+        if RECORDS[self.dataset].loader in FOLDER_LOADERS:
             data["data"] = self.data_digest
         return data
 

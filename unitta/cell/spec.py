@@ -17,8 +17,9 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 from unitta.cell import FIELDS, Cell
 from unitta.cell.fields import CellField
 from unitta.cell.horizon import check_ccc
+from unitta.cell.sampler_keys import check_sampler_keys
 from unitta.schema import Strict, check_distinct
-from unitta.streams import CCC_SAMPLER, ULMM_SAMPLERS
+from unitta.streams import CCC_SAMPLER
 
 __all__ = ["CellFields", "CellSpec"]
 
@@ -45,6 +46,7 @@ class _Checked(Strict):
 
     if TYPE_CHECKING:  # declared for readers and type checkers; pydantic's fields are ``CellFields``' (below)
         sampler: str | list[str]
+        factors: dict[str, float]
         S: int | None
         length: int | None
         ccc: dict[str, Any] | None
@@ -60,17 +62,14 @@ class _Checked(Strict):
         return field.check(value) if field.check is not None else value
 
     @model_validator(mode="after")
-    def _sampler_sizes(self) -> _Checked:
+    def _sampler_keys(self) -> _Checked:
+        """The keys some listed sampler must take (``unitta.cell.sampler_keys``; a sweep lists several)."""
         samplers = [self.sampler] if isinstance(self.sampler, str) else list(self.sampler)
-        if self.ccc is not None:  # a sweep passes ccc to its ccc cells only: said here when it has none
-            check_ccc(self.ccc, CCC_SAMPLER if CCC_SAMPLER in samplers else samplers[0], self.length)
-        if not set(samplers) & {*ULMM_SAMPLERS, CCC_SAMPLER}:
-            return self  # sorted / dirichlet take no S or length: their own checks say so
-        if self.S is not None and "official" not in samplers:
-            raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact and ccc "
-                             "samplers")
-        if self.length is not None and not {"exact", CCC_SAMPLER} & set(samplers):
-            raise ValueError("length: only the exact sampler takes a stream length; use S with the official sampler")
+        given = {"factors": bool(self.factors), "S": self.S is not None, "length": self.length is not None,
+                 "ccc": bool(self.ccc)}
+        check_sampler_keys(samplers, [key for key, present in given.items() if present])
+        if self.ccc is not None and CCC_SAMPLER in samplers:  # a sweep passes ccc to its ccc cells only: checked here
+            check_ccc(self.ccc, CCC_SAMPLER, self.length)
         return self
 
     def cell_fields(self) -> dict[str, Any]:

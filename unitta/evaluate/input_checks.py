@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from unitta.cell import Cell, check_played_size
-from unitta.data.records import RECORDS, dataset_record
+from unitta.data.records import FOLDER_LOADERS, NATURAL_LOADERS, RECORDS, dataset_record
 from unitta.data.source import clean_test_problem, source_problem
 from unitta.evaluate.inputs import iid_overrides
 from unitta.methods import method_class
@@ -60,7 +60,7 @@ def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | No
     record = dataset_record(dataset)
     if record.loader == "mixture":
         return None  # its members' folders are checked when it is indexed (_folder_shape)
-    if record.loader in ("folder", "natural", "cifar101"):
+    if record.loader in NATURAL_LOADERS:
         from unitta.data.natural import natural_problem
 
         return natural_problem(record, data_dir, default_data_dir())
@@ -87,7 +87,7 @@ def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
 
 
 def _shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
-    if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
+    if RECORDS[cell.dataset].loader in FOLDER_LOADERS:
         if RECORDS[cell.dataset].loader != "mixture" and _data_problem(cell.dataset, cell.data_dir, cell.severity):
             return None, None  # the missing folder is reported once, by _data_problem
         return _folder_shape(cell)
@@ -109,7 +109,7 @@ def _imagenet_outputs(cell: Cell) -> list[int] | None:
     from unitta.data.natural import imagenet_outputs
 
     record = RECORDS[cell.dataset]
-    if record.loader not in ("folder", "natural", "mixture"):
+    if record.loader not in FOLDER_LOADERS:
         return None
     index = index_any(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes,
                       cell.datasets_as_domains)
@@ -158,7 +158,7 @@ def _model_problem(cell: Cell, classes: int) -> str | None:
 
 def _may_be_infeasible(cell: Cell) -> bool:
     """Whether the sampler could refuse the cell's setting and factors (see ``problems``)."""
-    folder = RECORDS[cell.dataset].loader in ("folder", "natural", "mixture")  # its own domain and class counts
+    folder = RECORDS[cell.dataset].loader in FOLDER_LOADERS  # its own domain and class counts
     return cell.sampler != "official" or bool(cell.factors) or folder
 
 
@@ -191,7 +191,7 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
             why = infeasibility(cell, domains, classes)
             if why:
                 add(f"{cell.dataset} {cell.setting} factors {cell.factors or 'default'}: {why}")
-        if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture") and cell.rounds > 1:
+        if RECORDS[cell.dataset].loader in FOLDER_LOADERS and cell.rounds > 1:
             try:  # the counts on disk: rounds x the folder's round against the cap (docs/long_horizon.md)
                 check_played_size(cell.dataset, cell.sampler, cell.setting, cell.S, cell.length, cell.n_per_domain,
                                   cell.rounds, shape)
