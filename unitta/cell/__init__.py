@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from unitta.cell.choices import COST_MODELS, PROTOCOLS, RESETS
 from unitta.cell.fields import (
     PRECISIONS,
     RESOLVED_COLUMNS,
@@ -54,13 +55,11 @@ from unitta.cell.fields import (
     one_of,
     whole_at_least,
 )
-from unitta.cell.horizon import RESETS, check_ccc
-from unitta.cell.realtime import COST_MODELS, PROTOCOLS
 from unitta.cell.sampler_keys import check_sampler_keys
 from unitta.data.records import FOLDER_LOADERS, RECORDS
 from unitta.profile_names import PROFILES
 from unitta.streams import CCC_SAMPLER, SAMPLERS
-from unitta.streams.ccc import check_ccc_setting
+from unitta.streams.ccc import check_ccc, check_ccc_setting
 from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
@@ -166,7 +165,7 @@ class Cell:
     # allow unpickling checkpoints that the safe loader refuses (opt-in)
     trust_checkpoints: bool = cell_field(False, identity=False)
     # --- added after result folders existed (``later``: left out of the identity at their default)
-    # 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.cell.realtime``)
+    # 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.evaluate.realtime``)
     protocol: str = cell_field("online", check=one_of(PROTOCOLS, "protocol"), later=True, column="string",
                                grid="protocol")
     # the real-time cost model, 'passes' | 'measured' (column: evaluate's realtime_cost; an online cell ignores it)
@@ -180,9 +179,9 @@ class Cell:
     rounds: int = cell_field(1, check=whole_at_least(1), later=True, column="int64")
     # 'none' | 'each_shift' | 'each_batch': when the method goes back to its initial state; rule: no each_shift on ccc
     reset: str = cell_field("none", check=one_of(RESETS, "reset"), later=True, column="string")
-    # the ccc sampler's {target_error, transition}, defaults filled in; checked with the sampler (``check_ccc``)
+    # the ccc sampler's {target_error, transition}, defaults filled in (``unitta.streams.ccc.check_ccc``)
     ccc: dict[str, Any] | None = cell_field(None, later=True, column="string")
-    # the parts of ``error_curve`` (``unitta.cell.horizon``)
+    # the parts of ``error_curve`` (``unitta.evaluate.horizon``)
     curve_points: int = cell_field(10, check=whole_at_least(1), later=True, column="int64")
     # the domain / class folders of an image folder (``dataset: folder``, ``data_dir`` its root) or of a
     # natural-shift set, in this order (None: all, sorted by name; docs/own_data.md)
@@ -201,7 +200,7 @@ class Cell:
     # the dataset's domains (None: its test corruptions; ``unitta select`` runs validation streams on held-out ones,
     # docs/selection.md); rule: only for a dataset whose domains are corruptions
     corruptions: tuple[str, ...] | None = cell_field(None, check=check_corruptions, later=True, column="string")
-    # label-free selection criteria recorded as ``criterion_<name>`` columns (``unitta.cell.criteria``)
+    # label-free selection criteria recorded as ``criterion_<name>`` columns (``unitta.evaluate.criteria``)
     criteria: tuple[str, ...] = cell_field((), check=check_criteria, later=True, column="string", config=None)
     # the input side of a ``torchvision:`` / ``timm:`` / builder model (None: the model's own, 224 for most); an
     # image folder is decoded at it, a model that fixes its side (a ViT) is built for it; rule: such models only
@@ -223,7 +222,7 @@ class Cell:
         check_stream_size(self.dataset, self.S, self.length)
         check_played_size(self.dataset, self.sampler, self.setting, self.S, self.length, self.n_per_domain,
                           self.rounds)
-        object.__setattr__(self, "ccc", check_ccc(self.ccc, self.sampler, self.length))
+        object.__setattr__(self, "ccc", check_ccc(self.ccc, self.length) if self.sampler == CCC_SAMPLER else None)
         if self.sampler == "ccc" and self.reset == "each_shift":
             raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
                              "use reset: none or each_batch")

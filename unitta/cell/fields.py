@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, get_type_hints
 
+from unitta.cell.choices import CRITERIA
 from unitta.data import HELD_OUT_CORRUPTIONS
 from unitta.data.records import CORRUPTIONS, DATASETS, RECORDS
 from unitta.schema import hint
@@ -137,8 +138,6 @@ def check_corruptions(value: Any) -> tuple[str, ...]:
 
 def check_criteria(value: Any) -> tuple[str, ...]:
     """Known label-free criteria, each once (one name alone is a list of one)."""
-    from unitta.cell.criteria import CRITERIA
-
     names = (value,) if isinstance(value, str) else tuple(value)
     for name in names:
         one_of(CRITERIA, "criterion")(name)

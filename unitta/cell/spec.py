@@ -16,10 +16,10 @@ from pydantic import Field, ValidationInfo, create_model, field_validator, model
 
 from unitta.cell import FIELDS, Cell
 from unitta.cell.fields import CellField
-from unitta.cell.horizon import check_ccc
 from unitta.cell.sampler_keys import check_sampler_keys
 from unitta.schema import Strict, check_distinct
 from unitta.streams import CCC_SAMPLER
+from unitta.streams.ccc import check_ccc
 
 __all__ = ["CellFields", "CellSpec"]
 
@@ -69,7 +69,7 @@ class _Checked(Strict):
                  "ccc": bool(self.ccc)}
         check_sampler_keys(samplers, [key for key, present in given.items() if present])
         if self.ccc is not None and CCC_SAMPLER in samplers:  # a sweep passes ccc to its ccc cells only: checked here
-            check_ccc(self.ccc, CCC_SAMPLER, self.length)
+            check_ccc(self.ccc, self.length)
         return self
 
     def cell_fields(self) -> dict[str, Any]:

@@ -200,8 +200,8 @@ def load_inputs(cell: Cell, device, dataset=None, model_and_info=None) -> CellIn
     """
     import torch
 
-    from unitta.cell.horizon import repeat_rounds
     from unitta.data.source import load_clean_test
+    from unitta.evaluate.horizon import repeat_rounds
     from unitta.methods import method_class
     from unitta.methods.parts.backend import channels_last
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from unitta.cell import cell_columns
-from unitta.cell.criteria import CRITERIA
+from unitta.cell.choices import CRITERIA
 from unitta.files import write_atomically
 from unitta.results.cell_files import BASE_FILE, QUARANTINE_DIR, cells_dir, read_layers, temp_dir
 from unitta.results.compaction import remove_parts

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.cell.provenance import now
 from unitta.evaluate import failed_row, short_error
 from unitta.evaluate.inputs import load_cell_dataset
+from unitta.evaluate.provenance import now
 from unitta.run import ray_cluster
 from unitta.run.capture import TASK_NAME, cell_task, execute
 from unitta.run.cell_progress import SEND_EVERY_S, ImagesBoard

@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.cell.provenance import now
 from unitta.evaluate import run_cell
+from unitta.evaluate.provenance import now
 from unitta.results import STATUS_OK
 from unitta.run.cell_progress import cell_reporter
 

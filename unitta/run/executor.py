@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from unitta.cell import Cell
-from unitta.cell.provenance import git_commit
 from unitta.evaluate.inputs import DatasetUnavailable
+from unitta.evaluate.provenance import git_commit
 from unitta.results import STATUS_FAILED, STATUS_OK, consolidate, done_cells
 from unitta.results.cell_files import cells_dir, compacted_dir, move_old_quarantine, temp_dir
 from unitta.results.compaction import COMPACT_AT, Compactor, compact

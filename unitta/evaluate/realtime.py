@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["PROTOCOLS", "COST_MODELS", "Schedule"]
+from unitta.cell.choices import COST_MODELS, PROTOCOLS
 
-PROTOCOLS = ("online", "realtime")
-COST_MODELS = ("passes", "measured")
+__all__ = ["Schedule"]
 
 
 @dataclass
