@@ -1,15 +1,14 @@
-"""``Cell``: the coordinates of one benchmark result and their identity.
+"""``Cell``: the coordinates of one benchmark result, their identity and their rules.
 
 The cell package: ``Cell`` (this module: a frozen dataclass, one line per field, ``seed: int = cell_field(425,
-check=check_seed, ...)``; ``FIELDS`` reads the facts of its fields back), how a field is declared and checked
-(``fields``), a config's cell keys (``spec``, made from ``FIELDS``), the rules of the real-time protocol
-(``realtime``), rounds and resets (``horizon``) and the label-free criteria's names (``criteria``).
-``unitta.evaluate`` runs a cell (the adaptation loop, its inputs, its metrics).
+check=check_seed, ...)``; ``FIELDS`` reads the facts of its fields back), how a field is declared and the checks
+of one value (``fields``), a config's cell keys (``spec``, made from ``FIELDS``), which samplers take which keys
+(``sampler_keys``) and the allowed protocols, resets and criteria (``choices``). ``unitta.evaluate`` runs a cell
+(the adaptation loop, its inputs, its metrics, the real-time schedule, rounds and resets, the criteria).
 
 Adding a field is one line in ``Cell``, at the end, ``later=True`` (old ids stay): ``name: type =
-cell_field(default, check=..., later=True, column=...)``; the config keys, the result column and the identity
-follow from it.
-
+cell_field(default, check=..., later=True, column=...)``; ``FIELDS``, the config keys, the result column and the
+identity follow from it (a check that reads several fields goes in ``__post_init__``, named in the field's comment).
 
 A cell is one (dataset, model, method, setting, factors, sampler (delta), seed, batch size) tuple plus how it
 is computed (precision, compilation, profile). Its identity (``identity()``, ``config_hash()``,
