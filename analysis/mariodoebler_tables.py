@@ -217,7 +217,7 @@ def compare_mariodoebler(dirs: list[str | Path], paper_dataset: str | None = Non
     ref = load_mariodoebler_table()
     rows, skipped = [], []
     for panel in panels:
-        if "protocol" in panel.rows.columns:  # the TTA protocol of a run (unitta.cell.realtime): theirs is online
+        if "protocol" in panel.rows.columns:  # the TTA protocol of a run (unitta.evaluate.realtime): theirs is online
             online = panel.rows.filter(pl.col("protocol").fill_null("online") == "online")
             if online.height < panel.rows.height:
                 skipped.append(

@@ -19,7 +19,7 @@ import tracemalloc
 
 import numpy as np
 
-from unitta.cell.horizon import batch_bounds
+from unitta.evaluate.horizon import batch_bounds
 from unitta.streams import make_ccc_stream, make_stream, synthetic_labels
 
 N = 1_000_000

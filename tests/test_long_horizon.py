@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from unitta.cell import Cell
-from unitta.cell.horizon import batch_bounds, reset_points
 from unitta.evaluate import evaluate
+from unitta.evaluate.horizon import batch_bounds, reset_points
 from unitta.schema import ConfigError
 from unitta.sweep.config import parse_config
 

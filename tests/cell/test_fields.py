@@ -1,4 +1,5 @@
-"""The table of cell fields (``unitta.cell.fields``) and what is made from it agree, and a field is one edit."""
+"""The fields of ``Cell`` (one ``cell_field`` line each, ``unitta.cell.fields``) and what is made from them agree,
+and a field is one edit."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import sys
 from pathlib import Path
 
 import unitta
-from unitta.cell import LATER_FIELDS, PLACEMENT_FIELDS, Cell
-from unitta.cell.fields import FIELDS, cell_columns
+from unitta.cell import FIELDS, LATER_FIELDS, PLACEMENT_FIELDS, Cell, cell_columns
 from unitta.cell.spec import CellFields, CellSpec
 from unitta.results import SCHEMA
 
@@ -48,8 +48,9 @@ def test_config_keys_are_the_table_fields():
                                           num_threads=None)
 
 
-# One edit: a row added to the table of a copy of the package, as a new field is added (``later``).
-_NEW_ROW = '    F("warmup", int, 0, check=whole_at_least(0), later=True, column="int64"),\n'
+# One edit: a line added to ``Cell`` in a copy of the package, as a new field is added (``later``).
+_NEW_LINE = '    warmup: int = cell_field(0, check=whole_at_least(0), later=True, column="int64")\n'
+_END = "    # (a new field goes above this line"
 _USE_IT = """
 import json
 from unitta.cell import Cell
@@ -68,13 +69,13 @@ print(json.dumps(out))
 """
 
 
-def test_a_row_added_to_the_table_reaches_cell_configs_rows_and_keeps_old_ids(tmp_path):
+def test_a_line_added_to_cell_reaches_configs_rows_and_keeps_old_ids(tmp_path):
     package = Path(unitta.__file__).parent
     shutil.copytree(package, tmp_path / "unitta", ignore=shutil.ignore_patterns("__pycache__"))
-    table = tmp_path / "unitta" / "cell" / "fields.py"
-    text = table.read_text()
-    assert text.count("\n)\ndel F\n") == 1
-    table.write_text(text.replace("\n)\ndel F\n", "\n" + _NEW_ROW + ")\ndel F\n"))
+    module = tmp_path / "unitta" / "cell" / "__init__.py"
+    text = module.read_text()
+    assert text.count(_END) == 1
+    module.write_text(text.replace(_END, _NEW_LINE + _END))
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", _USE_IT], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""The real-time protocol (``unitta.cell.realtime``), ``TTAMethod.predict`` and the forgetting check, on real cells."""
+"""The real-time protocol (``unitta.evaluate.realtime``), ``TTAMethod.predict`` and the forgetting check, on real cells."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import torch
 from tests.methods.fmnist_cnn import grey_shift
 from tests.methods.test_contract import FAST
 from unitta.cell import Cell
-from unitta.cell.realtime import Schedule
 from unitta.contract import check_source
 from unitta.evaluate import evaluate
+from unitta.evaluate.realtime import Schedule
 from unitta.methods import get_method, list_methods, method_class
 
 SMALL = dict(dataset="fmnist-c", setting="nu11", n_per_domain=40, batch_size=32)

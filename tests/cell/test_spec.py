@@ -22,7 +22,7 @@ TUNE = {"name": "t", "cell": {"dataset": "fmnist-c"}, "methods": ["test"], "spac
         ("factors", {"domain_alpah": 0.9}, "factors: unknown factor 'domain_alpah' (did you mean 'domain_alpha'?)"),
         ("precision", "fp8", "precision: unknown precision 'fp8'; known: fp32, tf32, bf16"),
         ("n_per_domain", 0, "n_per_domain: expected a whole number >= 1, got 0"),
-        ("length", 100, "length: only the exact sampler takes a stream length"),
+        ("length", 100, "length: only the exact and ccc samplers take a stream length"),
     ],
 )
 def test_a_bad_cell_value_is_the_same_error_in_sweep_and_tune(tmp_path: Path, capsys, field, value, problem) -> None:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.methods.fmnist_cnn import grey_shift, source_set
-from unitta.cell.realtime import Schedule
 from unitta.evaluate import Cell, evaluate
+from unitta.evaluate.realtime import Schedule
 from unitta.methods import get_method
 
 

@@ -97,7 +97,7 @@ def test_all24_and_method_overrides():
         ({"sampler": "sorted", "settings": None, "factors": {"class_beta": 2}}, "factors: sampler sorted fixes"),
         ({"sampler": ["sorted", "dirichlet"], "settings": None, "S": 5}, "S: sampler sorted, dirichlet fixes"),
         ({"sampler": "exact", "S": 5}, "S: only the official sampler"),
-        ({"length": 100}, "length: only the exact sampler"),
+        ({"length": 100}, "length: only the exact and ccc samplers"),
         ({"batch_size": [0]}, "batch_size: expected a whole number >= 1, got 0"),
         ({"severity": 6}, "severity: expected a whole number in 1 .. 5, got 6"),
         ({"max_retries": -1}, "max_retries: must be >= 0"),

@@ -1,10 +1,14 @@
-"""``Cell``: the coordinates of one benchmark result and their identity.
+"""``Cell``: the coordinates of one benchmark result, their identity and their rules.
 
-The cell package: ``Cell`` (this module), the table of its fields (``fields``: type, default, check,
-identity, result column; ``Cell`` is made from it), a config's cell keys (``spec``), the rules of the real-time
-protocol (``realtime``), rounds and resets (``horizon``) and the label-free criteria's names (``criteria``).
-``unitta.evaluate`` runs a cell (the adaptation loop, its inputs, its metrics).
+The cell package: ``Cell`` (this module: a frozen dataclass, one line per field, ``seed: int = cell_field(425,
+check=check_seed, ...)``; ``FIELDS`` reads the facts of its fields back), how a field is declared and the checks
+of one value (``fields``), a config's cell keys (``spec``, made from ``FIELDS``), which samplers take which keys
+(``sampler_keys``) and the allowed protocols, resets and criteria (``choices``). ``unitta.evaluate`` runs a cell
+(the adaptation loop, its inputs, its metrics, the real-time schedule, rounds and resets, the criteria).
 
+Adding a field is one line in ``Cell``, at the end, ``later=True`` (old ids stay): ``name: type =
+cell_field(default, check=..., later=True, column=...)``; ``FIELDS``, the config keys, the result column and the
+identity follow from it (a check that reads several fields goes in ``__post_init__``, named in the field's comment).
 
 A cell is one (dataset, model, method, setting, factors, sampler (delta), seed, batch size) tuple plus how it
 is computed (precision, compilation, profile). Its identity (``identity()``, ``config_hash()``,
@@ -26,20 +30,40 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from unitta.cell.fields import FIELDS, column_value
-from unitta.cell.horizon import check_ccc
-from unitta.data.records import RECORDS
-from unitta.streams import CCC_SAMPLER
-from unitta.streams.ccc import check_ccc_setting
-from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS
+from unitta.cell.choices import COST_MODELS, PROTOCOLS, RESETS
+from unitta.cell.fields import (
+    PRECISIONS,
+    RESOLVED_COLUMNS,
+    CellField,
+    cell_field,
+    check_corruptions,
+    check_criteria,
+    check_dataset_name,
+    check_device,
+    check_factor_keys,
+    check_mixture_members,
+    check_names,
+    check_seed,
+    check_setting,
+    column_value,
+    fields_of,
+    one_of,
+    whole_at_least,
+)
+from unitta.cell.sampler_keys import check_sampler_keys
+from unitta.data.records import FOLDER_LOADERS, RECORDS
+from unitta.profile_names import PROFILES
+from unitta.streams import CCC_SAMPLER, SAMPLERS
+from unitta.streams.ccc import check_ccc, check_ccc_setting
+from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
-__all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PLACEMENT_FIELDS", "check_played_size", "check_stream_size",
-           "round_positions"]
+__all__ = ["FIELDS", "Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PLACEMENT_FIELDS", "cell_columns", "check_played_size",
+           "check_stream_size", "field_named", "round_positions"]
 
 # The paper's model per dataset (UniTTA paper, section 5.1: RobustBench's WRN-28-10, ResNeXt-29 and
 # ResNet-50) and the embedded default.
@@ -92,65 +116,98 @@ def check_played_size(dataset: str, sampler: str, setting: str, S: int | None, l
                          f"{MAX_STREAM_LENGTH:,} stream positions; use rounds <= {max(1, MAX_STREAM_LENGTH // n)}")
 
 
-# Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
-# ``checkpoint`` and ``source_dir`` are paths: what they hold enters the identity as digests (``weights``, ``data``).
-PLACEMENT_FIELDS = tuple(f.name for f in FIELDS if not f.identity)
-
-# Fields added after result folders existed: left out of the identity while at their default value, so that
-# every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
-# (docs/results.md, "Resume"). ``unitta.cell.fields`` marks them (``later``).
-LATER_FIELDS = tuple(f.name for f in FIELDS if f.later and f.identity)
-# Datasets read from image folders: their identity holds the digest of the folder's index (``data``).
-_FOLDER_LOADERS = ("folder", "natural", "mixture")
-
-
-def _table_fields(cls: type) -> type:
-    """``cls`` as a frozen dataclass with the fields of ``unitta.cell.fields.FIELDS``, in the table's order."""
-    cls.__annotations__ = {f.name: f.type for f in FIELDS}
-    for f in FIELDS:
-        setattr(cls, f.name, field(default_factory=f.factory) if f.factory is not None else f.default)
-    return dataclass(frozen=True)(cls)
-
-
-@_table_fields
+@dataclass(frozen=True)
 class Cell:
-    """Everything that determines one result row; its fields are ``unitta.cell.fields.FIELDS``.
+    """Everything that determines one result row: one line per field, its type, default and facts (``cell_field``:
+    the check of one value, identity, later, result column, config key, grid key; ``unitta.cell.fields``). The
+    checks of several fields together are ``__post_init__``'s, named in the comment of the fields they read.
 
-    factors: overrides of the setting's default factors, keys among FACTOR_KEYS
-        (domain_alpha, domain_beta, class_alpha, class_beta; UniTTA paper, section 3.2).
-    S: the official sampler's per-state cap (None: the dataset's default; with n_per_domain set, at
-        most the subset's pool size per (domain, class)).
-    length: the exact sampler's stream length N (None: the dataset's size).
-    sampler: 'official' | 'exact' (ULMM streams) | 'sorted' | 'dirichlet' (the other benchmark's correlated
-        orders, each with its own setting code: '1111' / 'n1i1'; docs/streams.md).
-    delta: the dirichlet sampler's concentration (None there: DEFAULT_DELTA; must be None for the others).
-    method_kwargs: hyper-parameter overrides passed to ``get_method``.
-    n_per_domain: use a class-balanced subset of this many images per domain (small tests/debugging).
-    precision: 'fp32' | 'tf32' | 'bf16' (PRECISIONS). compile: torch.compile the adapted model.
-    profile: 'default' | 'reference' (PROFILES): which variant of each method runs.
-    trust_checkpoints: allow unpickling checkpoints that the safe loader refuses (opt-in).
-    protocol: 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.cell.realtime``);
-    cost: the real-time cost model, 'passes' | 'measured'. forgetting: score the adapted model on held-out
-    clean source images after the stream (docs/results.md, "Forgetting").
-    rounds: how often the stream is played in the same order; reset: 'none' | 'each_shift' | 'each_batch', when the
-    method goes back to its initial state; ccc: the ccc sampler's {target_error, transition} (defaults filled in);
-    curve_points: the parts of ``error_curve`` (``unitta.cell.horizon``, docs/long_horizon.md).
-    domains, classes: the domain / class folders of an image folder (``dataset: folder``, ``data_dir`` its root)
-    or a natural-shift set to use, in this order (None: all, sorted by name; docs/own_data.md).
-    checkpoint: the weights file of a ``torchvision:NAME`` / ``timm:NAME`` / ``file.py:function`` model.
-    source_dir: the labelled source images (``ROOT/<class>/<image>`` or ``ROOT/<domain>/<class>/<image>``) of an
-    image folder, for the methods that need source data.
-    datasets_as_domains: with ``dataset='mixture'``, the natural-shift sets whose domains form the pool.
-    cache_images: decode an image folder once into memory instead of per batch (same images, same results).
-    input_size: the input side of a ``torchvision:`` / ``timm:`` / builder model (None: the model's own, 224 for
-    most); an image folder is decoded at it, and a model that fixes its side (a ViT) is built for it.
-    corruptions: the dataset's domains (None: its test corruptions; ``unitta select`` runs validation streams
-    on held-out ones, docs/selection.md). criteria: label-free selection criteria the cell records as
-    ``criterion_<name>`` columns (``unitta.cell.criteria``; docs/selection.md).
+    Adding a field is one line here, at the end (``later=True``, so that the ids of every earlier cell stay):
+    ``FIELDS``, the config keys (``unitta.cell.spec``), the result column and ``Cell.coordinates`` follow from it.
     """
 
+    # --- the stream: dataset, setting, sampler (docs/streams.md)
+    dataset: str = cell_field("fmnist-c", check=check_dataset_name, column="string", config="cell", grid="datasets")
+    # a config's ``methods`` set it (checked against the method registry there)
+    method: str = cell_field("test", column="string", config=None)
+    setting: str = cell_field("i111", check=check_setting, column="string", config="cell")
+    # None: the dataset's default model (DEFAULT_MODELS); the column holds the resolved name (``model_label``)
+    model: str | None = cell_field(None, column="string", config="cell")
+    # hyper-parameter overrides passed to ``get_method``
+    method_kwargs: dict[str, Any] = cell_field(factory=dict, column="string", config="cell")
+    # 'official' | 'exact' (ULMM streams) | 'sorted' | 'dirichlet' (the other benchmark's correlated orders, each with
+    # its own setting code: '1111' / 'n1i1') | 'ccc'; which samplers take S, length, delta, ccc: ``_check_sampler``
+    sampler: str = cell_field("official", check=one_of(SAMPLERS, "sampler"), column="string", grid="sampler")
+    # overrides of the setting's default factors, keys among FACTOR_KEYS (UniTTA paper, section 3.2)
+    factors: dict[str, float] = cell_field(factory=dict, check=check_factor_keys, column="string",
+                                           column_name="factor_overrides")
+    # the official sampler's per-state cap (None: the dataset's default; with n_per_domain set, at most the subset's
+    # pool size per (domain, class)); rules: official only, ``check_stream_size``
+    S: int | None = cell_field(None, check=whole_at_least(1), column="int64")
+    # the exact (and ccc) sampler's stream length N (None: the dataset's size); rules as S's
+    length: int | None = cell_field(None, check=whole_at_least(1), column="int64")
+    seed: int = cell_field(425, check=check_seed, column="int64", config="cell", grid="seeds")
+    batch_size: int = cell_field(64, check=whole_at_least(1), column="int64", config="cell", grid="batch_size")
+    severity: int = cell_field(5, check=whole_at_least(1, 5), column="int64")  # CIFAR-10-C's severities
+    # a class-balanced subset of this many images per domain (small tests, debugging)
+    n_per_domain: int | None = cell_field(None, check=whole_at_least(1), column="int64")
+    # --- how it is computed
+    precision: str = cell_field("fp32", check=one_of(PRECISIONS, "precision"), column="string")
+    # which variant of each method runs (PROFILES)
+    profile: str = cell_field("default", check=one_of(PROFILES, "profile"), column="string")
+    compile: bool = cell_field(False, identity=False)  # torch.compile the adapted model
+    # --- placement: where things are, how fast they run (not in the identity)
+    data_dir: str | None = cell_field(None, identity=False)
+    checkpoint_dir: str | None = cell_field(None, identity=False)
+    device: str = cell_field("auto", check=check_device, identity=False)
+    num_threads: int | None = cell_field(None, check=whole_at_least(1), identity=False, config="cell")
+    # allow unpickling checkpoints that the safe loader refuses (opt-in)
+    trust_checkpoints: bool = cell_field(False, identity=False)
+    # --- added after result folders existed (``later``: left out of the identity at their default)
+    # 'online' (every batch adapts) | 'realtime' (Alfarra et al. ICML'24; ``unitta.evaluate.realtime``)
+    protocol: str = cell_field("online", check=one_of(PROTOCOLS, "protocol"), later=True, column="string",
+                               grid="protocol")
+    # the real-time cost model, 'passes' | 'measured' (column: evaluate's realtime_cost; an online cell ignores it)
+    cost: str = cell_field("passes", check=one_of(COST_MODELS, "cost model"), later=True)
+    # score the adapted model on held-out clean source images after the stream (docs/results.md, "Forgetting")
+    forgetting: bool = cell_field(False, later=True, column="bool")
+    # the dirichlet sampler's concentration (None there: DEFAULT_DELTA); rule: dirichlet only (``_check_sampler``)
+    delta: float | None = cell_field(None, check=check_delta, later=True, column="float64", config="cell",
+                                     grid="delta")
+    # how often the stream is played in the same order (docs/long_horizon.md); rule: ``check_played_size``
+    rounds: int = cell_field(1, check=whole_at_least(1), later=True, column="int64")
+    # 'none' | 'each_shift' | 'each_batch': when the method goes back to its initial state; rule: no each_shift on ccc
+    reset: str = cell_field("none", check=one_of(RESETS, "reset"), later=True, column="string")
+    # the ccc sampler's {target_error, transition}, defaults filled in (``unitta.streams.ccc.check_ccc``)
+    ccc: dict[str, Any] | None = cell_field(None, later=True, column="string")
+    # the parts of ``error_curve`` (``unitta.evaluate.horizon``)
+    curve_points: int = cell_field(10, check=whole_at_least(1), later=True, column="int64")
+    # the domain / class folders of an image folder (``dataset: folder``, ``data_dir`` its root) or of a
+    # natural-shift set, in this order (None: all, sorted by name; docs/own_data.md)
+    domains: tuple[str, ...] | None = cell_field(None, check=check_names, later=True, column="string")
+    classes: tuple[str, ...] | None = cell_field(None, check=check_names, later=True, column="string")
+    # the weights file of a ``torchvision:NAME`` / ``timm:NAME`` / ``file.py:function`` model (its digest: ``weights``)
+    checkpoint: str | None = cell_field(None, identity=False)
+    # the labelled source images of an image folder (``ROOT/<class>/<image>`` or ``ROOT/<domain>/<class>/<image>``),
+    # for the methods that need source data
+    source_dir: str | None = cell_field(None, identity=False)
+    # with dataset 'mixture' (and only then), the natural-shift sets whose domains form the pool
+    datasets_as_domains: tuple[str, ...] | None = cell_field(None, check=check_mixture_members, later=True,
+                                                             column="string")
+    # decode an image folder once into memory instead of per batch (same images, same results)
+    cache_images: bool = cell_field(False, identity=False)
+    # the dataset's domains (None: its test corruptions; ``unitta select`` runs validation streams on held-out ones,
+    # docs/selection.md); rule: only for a dataset whose domains are corruptions
+    corruptions: tuple[str, ...] | None = cell_field(None, check=check_corruptions, later=True, column="string")
+    # label-free selection criteria recorded as ``criterion_<name>`` columns (``unitta.evaluate.criteria``)
+    criteria: tuple[str, ...] = cell_field((), check=check_criteria, later=True, column="string", config=None)
+    # the input side of a ``torchvision:`` / ``timm:`` / builder model (None: the model's own, 224 for most); an
+    # image folder is decoded at it, a model that fixes its side (a ViT) is built for it; rule: such models only
+    input_size: int | None = cell_field(None, check=whole_at_least(8), later=True, column="int64")
+    # (a new field goes above this line: ``name: type = cell_field(default, ..., later=True)``)
+
     def __post_init__(self) -> None:
-        for f in FIELDS:  # each value's own check (unitta.cell.fields), then the checks that need several
+        for f in FIELDS:  # each value's own check (its cell_field's), then the checks that need several
             object.__setattr__(self, f.name, f.checked(getattr(self, f.name)))
         if self.dataset in RECORDS and (RECORDS[self.dataset].loader == "mixture") != bool(self.datasets_as_domains):
             raise ValueError("datasets_as_domains: give it with dataset 'mixture', and only then (docs/own_data.md)")
@@ -164,30 +221,28 @@ class Cell:
         check_stream_size(self.dataset, self.S, self.length)
         check_played_size(self.dataset, self.sampler, self.setting, self.S, self.length, self.n_per_domain,
                           self.rounds)
-        object.__setattr__(self, "ccc", check_ccc(self.ccc, self.sampler, self.length))
+        object.__setattr__(self, "ccc", check_ccc(self.ccc, self.length) if self.sampler == CCC_SAMPLER else None)
         if self.sampler == "ccc" and self.reset == "each_shift":
             raise ValueError("reset=each_shift: a ccc stream changes continuously and has no domain shifts; "
                              "use reset: none or each_batch")
 
     def _check_sampler(self) -> None:
+        """The keys the cell's sampler takes (``unitta.cell.sampler_keys``), its setting, the dirichlet's delta."""
+        given = {"factors": bool(self.factors), "S": self.S is not None, "length": self.length is not None,
+                 "delta": self.delta is not None, "ccc": bool(self.ccc)}
+        check_sampler_keys([self.sampler], [key for key, present in given.items() if present])
         if self.sampler == "dirichlet":
             object.__setattr__(self, "delta", DEFAULT_DELTA if self.delta is None else self.delta)
-        elif self.delta is not None:
-            raise ValueError(f"delta={self.delta!r}: only the dirichlet sampler takes a delta")
         if self.sampler == CCC_SAMPLER:
             check_ccc_setting(self.setting)
             domain = sorted(k for k in self.factors if k.startswith("domain"))
-            extra = (["S"] if self.S is not None else []) + (["n_per_domain"] if self.n_per_domain else []) + domain
+            extra = (["n_per_domain"] if self.n_per_domain else []) + domain
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the ccc sampler walks its own corruptions over the clean test "
                                  "set; it takes a length and class factors only")
         fixed = PROTOCOL_SETTINGS.get(self.sampler)
-        if fixed is not None:
-            if self.setting != fixed:
-                raise ValueError(f"setting={self.setting!r}: the {self.sampler} sampler's setting is {fixed!r}")
-            extra = [k for k, v in (("factors", self.factors), ("S", self.S), ("length", self.length)) if v]
-            if extra:
-                raise ValueError(f"{', '.join(extra)}: the {self.sampler} sampler takes none (each image once)")
+        if fixed is not None and self.setting != fixed:
+            raise ValueError(f"setting={self.setting!r}: the {self.sampler} sampler's setting is {fixed!r}")
 
     @property
     def model_name(self) -> str:
@@ -239,7 +294,7 @@ class Cell:
     def data_digest(self) -> str | None:
         """For a dataset read from an image folder: the SHA-256 of its index (every file's name and size,
         ``unitta.data.folder``), None when the folder cannot be read (the cell then fails) or for other datasets."""
-        if RECORDS[self.dataset].loader not in _FOLDER_LOADERS:
+        if RECORDS[self.dataset].loader not in FOLDER_LOADERS:
             return None
         from unitta.data import default_data_dir
         from unitta.data.mixture import index_any
@@ -266,7 +321,7 @@ class Cell:
         data["method_version"] = self.method_version
         if not self._reference_weights:
             data["weights"] = self.weights
-        if RECORDS[self.dataset].loader in _FOLDER_LOADERS:
+        if RECORDS[self.dataset].loader in FOLDER_LOADERS:
             data["data"] = self.data_digest
         return data
 
@@ -309,7 +364,7 @@ class Cell:
     def coordinates(self) -> dict[str, Any]:
         """The identity columns of this cell's result row (docs/results.md); metrics are added by ``evaluate``.
 
-        Their names and types are ``unitta.cell.fields.cell_columns()``. Factor columns hold the overrides
+        Their names and types are ``cell_columns()``. Factor columns hold the overrides
         here; ``evaluate`` replaces them with the values the stream used.
         """
         return {
@@ -326,8 +381,32 @@ class Cell:
         }
 
 
+# ---------------------------------------------------------------------- the fields' facts, read from Cell
+FIELDS: tuple[CellField, ...] = fields_of(Cell)
+_BY_NAME = {f.name: f for f in FIELDS}
+
+# Fields that say where things are or how fast they run, not what is computed: excluded from the hash.
+# ``checkpoint`` and ``source_dir`` are paths: what they hold enters the identity as digests (``weights``, ``data``).
+PLACEMENT_FIELDS = tuple(f.name for f in FIELDS if not f.identity)
+
+# Fields added after result folders existed: left out of the identity while at their default value, so that
+# every cell computed before a field existed keeps its id and a resumed sweep recomputes nothing it need not
+# (docs/results.md, "Resume"); ``cell_field(..., later=True)`` marks them.
+LATER_FIELDS = tuple(f.name for f in FIELDS if f.later and f.identity)
+
 _DEFAULTS = {f.name: f.default_value() for f in FIELDS}
 _IDENTITY_FIELDS = tuple(f.name for f in FIELDS if f.identity)
+
+
+def field_named(name: str) -> CellField:
+    """The facts of the field ``name`` of ``Cell``."""
+    return _BY_NAME[name]
+
+
+def cell_columns() -> tuple[tuple[str, str], ...]:
+    """(name, Parquet type) of every column ``Cell.coordinates`` writes, in the order of the result files."""
+    fields = tuple((f.column_key, f.column) for f in FIELDS if f.column is not None)
+    return RESOLVED_COLUMNS + fields + tuple((key, "float64") for key in FACTOR_KEYS)
 
 
 def _hash(identity: dict[str, Any]) -> str:

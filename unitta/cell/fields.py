@@ -1,15 +1,17 @@
-"""The one table of a cell's fields: what ``Cell``, the configs' cell keys, the result columns are made from.
+"""How a field of ``Cell`` is declared (``cell_field``: its facts in the dataclass field's metadata) and the
+checks of one value that the declarations name.
 
-Each ``CellField`` says its name, type, default, the check of one value, whether it enters the cell's
-identity (a placement field says where things are or how fast they run, not what is computed: data and
-checkpoint paths, device, threads), whether it was added after result folders existed (``later``: left out of
-the identity while at its default, so that every cell computed before it existed keeps its id; docs/results.md,
-"Resume"), its result column (Parquet type, or None when ``coordinates`` writes none) and its place in a
-config (``shared`` by every cell of a sweep, set per ``cell`` in a tune/select config, or ``None``).
+Each field of ``unitta.cell.Cell`` is one line there: its name, type and default, and in ``cell_field(...)`` the
+check of one value, whether it enters the cell's identity (``identity=False``: a placement field, which says where
+things are or how fast they run, not what is computed: data and checkpoint paths, device, threads), whether it was
+added after result folders existed (``later``: left out of the identity while at its default, so that every cell
+computed before it existed keeps its id; docs/results.md, "Resume"), its result column (Parquet type, or None when
+``coordinates`` writes none), its place in a config (``shared`` by every cell of a sweep, set per ``cell`` in a
+tune/select config, or ``None``) and the key of a sweep that grids it (``grid``).
 
-From it are made: ``unitta.cell.Cell`` (its dataclass fields and their checks), ``unitta.cell.spec``'s
-``CellFields`` / ``CellSpec`` (the config keys), ``Cell.coordinates`` and the cell columns of
-``unitta.results.SCHEMA``. Adding a field is one row here (a new field is ``later=True``: old ids stay).
+``unitta.cell.FIELDS`` reads these facts back (``fields_of(Cell)``, one ``CellField`` per field, in order); from it
+are made ``unitta.cell.spec``'s ``CellFields`` / ``CellSpec`` (the config keys), ``Cell.coordinates`` and the cell
+columns of ``unitta.results.SCHEMA``.
 
 A check takes one value and returns it (normalised: a list of names becomes a tuple) or raises a ValueError
 whose one-line message does not repeat the key: ``Cell`` and the config errors put ``<key>: `` before it.
@@ -21,22 +23,19 @@ import json
 import numbers
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, get_type_hints
 
-from unitta.cell.horizon import RESETS
-from unitta.cell.realtime import COST_MODELS, PROTOCOLS
+from unitta.cell.choices import CRITERIA
 from unitta.data import HELD_OUT_CORRUPTIONS
 from unitta.data.records import CORRUPTIONS, DATASETS, RECORDS
-from unitta.profile_names import PROFILES
 from unitta.schema import hint
-from unitta.streams import SAMPLERS
-from unitta.streams.protocols import check_delta
 from unitta.streams.settings import FACTOR_KEYS, SETTING_CODES_36, is_setting_code
 
 __all__ = [
-    "FIELDS", "MAX_SEED", "PRECISIONS", "RESOLVED_COLUMNS", "CellField", "cell_columns", "check_dataset_name",
-    "check_device", "check_seed", "check_setting", "column_value", "field_named", "one_of", "whole_at_least",
+    "MAX_SEED", "PRECISIONS", "RESOLVED_COLUMNS", "CellField", "cell_field", "check_corruptions", "check_criteria",
+    "check_dataset_name", "check_device", "check_factor_keys", "check_mixture_members", "check_names", "check_seed",
+    "check_setting", "column_value", "fields_of", "one_of", "whole_at_least",
 ]
 
 # fp32: full precision (the default; results identical to the reference code paths). tf32: TF32
@@ -51,6 +50,11 @@ _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
 
 
 # ---------------------------------------------------------------------- the checks of one value
+def _whole(value: Any) -> bool:
+    """A whole number (a Python or numpy integer), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def one_of(choices: Iterable[str], noun: str) -> Callable[[Any], Any]:
     """A check that the value is one of ``choices`` (read when called: plugins may add choices)."""
 
@@ -68,8 +72,7 @@ def whole_at_least(low: int, high: int | None = None) -> Callable[[Any], Any]:
     bounds = f">= {low}" if high is None else f"in {low} .. {high}"
 
     def check(value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low \
-                or (high is not None and value > high):
+        if not _whole(value) or value < low or (high is not None and value > high):
             raise ValueError(f"expected a whole number {bounds}, got {value!r}")
         return value
 
@@ -78,7 +81,7 @@ def whole_at_least(low: int, high: int | None = None) -> Callable[[Any], Any]:
 
 def check_seed(seed: Any) -> int:
     """``seed`` if the samplers and the result files take it (numpy's seed range), else a one-line ValueError."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= MAX_SEED:
+    if not _whole(seed) or not 0 <= seed <= MAX_SEED:
         raise ValueError(f"expected a whole number in 0 .. {MAX_SEED} (numpy's seed range), got {seed!r}")
     return seed
 
@@ -107,7 +110,8 @@ def check_setting(code: Any) -> str:
     return code
 
 
-def _factors(value: Any) -> Any:
+def check_factor_keys(value: Any) -> Any:
+    """A mapping whose keys are factor names (FACTOR_KEYS)."""
     unknown = [key for key in value if key not in FACTOR_KEYS]
     if unknown:
         raise ValueError(f"unknown factor {unknown[0]!r}{hint(unknown[0], FACTOR_KEYS)}; "
@@ -115,7 +119,7 @@ def _factors(value: Any) -> Any:
     return value
 
 
-def _names(value: Any) -> tuple[str, ...]:
+def check_names(value: Any) -> tuple[str, ...]:
     """A non-empty tuple of distinct names (one name alone is read as a list of one)."""
     names = (value,) if isinstance(value, str) else tuple(value)
     if not names or len(set(names)) < len(names):
@@ -123,17 +127,17 @@ def _names(value: Any) -> tuple[str, ...]:
     return names
 
 
-def _corruptions(value: Any) -> tuple[str, ...]:
-    names, known = _names(value), (*CORRUPTIONS, *HELD_OUT_CORRUPTIONS)
+def check_corruptions(value: Any) -> tuple[str, ...]:
+    """Known corruptions (the test ones and Hendrycks' four held-out ones), each once."""
+    names, known = check_names(value), (*CORRUPTIONS, *HELD_OUT_CORRUPTIONS)
     for name in names:
         if name not in known:
             raise ValueError(f"unknown corruption {name!r}{hint(name, known)}; known: {', '.join(known)}")
     return names
 
 
-def _criteria(value: Any) -> tuple[str, ...]:
-    from unitta.cell.criteria import CRITERIA
-
+def check_criteria(value: Any) -> tuple[str, ...]:
+    """Known label-free criteria, each once (one name alone is a list of one)."""
     names = (value,) if isinstance(value, str) else tuple(value)
     for name in names:
         one_of(CRITERIA, "criterion")(name)
@@ -142,16 +146,32 @@ def _criteria(value: Any) -> tuple[str, ...]:
     return names
 
 
-def _members(value: Any) -> tuple[str, ...]:
-    from unitta.data.mixture import check_members
+def check_mixture_members(value: Any) -> tuple[str, ...]:
+    """The natural-shift sets of a mixture (``unitta.data.mixture``), as a tuple."""
+    from unitta.data import mixture
 
-    return tuple(check_members(_names(value)))
+    return tuple(mixture.check_members(check_names(value)))
 
 
-# ---------------------------------------------------------------------- the table
+# ---------------------------------------------------------------------- a field's facts
+_FACTS = "unitta.cell"  # the key of a dataclass field's metadata that holds its facts
+
+
+def cell_field(default: Any = MISSING, *, factory: Callable[[], Any] | None = None,
+               check: Callable[[Any], Any] | None = None, identity: bool = True, later: bool = False,
+               column: str | None = None, column_name: str | None = None, config: str | None = "shared",
+               grid: str | None = None) -> Any:
+    """A field of ``Cell`` with its default (or ``factory``, for a mapping) and its facts (``CellField``)."""
+    facts = dict(check=check, identity=identity, later=later, column=column, column_name=column_name, config=config,
+                 grid=grid)
+    if factory is not None:
+        return field(default_factory=factory, metadata={_FACTS: facts})
+    return field(default=default, metadata={_FACTS: facts})
+
+
 @dataclass(frozen=True)
 class CellField:
-    """One field of a cell (see the module docstring).
+    """One field of a cell, as ``cell_field`` declared it (see the module docstring).
 
     type: the annotation of ``Cell`` and of the config key. default / factory: the default value (a factory for
     a mapping). check: the check of one non-None value. identity: enters ``Cell.identity`` (False: placement).
@@ -191,57 +211,18 @@ class CellField:
             raise ValueError(f"{self.name}: {exc}") from None
 
 
-_LIST = tuple[str, ...] | None
-F = CellField
-# In Cell's order (a new field goes at the end, ``later=True``).
-FIELDS: tuple[CellField, ...] = (
-    F("dataset", str, "fmnist-c", check=check_dataset_name, column="string", config="cell", grid="datasets"),
-    F("method", str, "test", column="string", config=None),  # a config's methods (checked against the registry)
-    F("setting", str, "i111", check=check_setting, column="string", config="cell"),
-    F("model", str | None, column="string", config="cell"),  # the column: the resolved name (Cell.model_label)
-    F("method_kwargs", dict[str, Any], factory=dict, column="string", config="cell"),
-    F("sampler", str, "official", check=one_of(SAMPLERS, "sampler"), column="string", grid="sampler"),
-    F("factors", dict[str, float], factory=dict, check=_factors, column="string", column_name="factor_overrides"),
-    F("S", int | None, check=whole_at_least(1), column="int64"),
-    F("length", int | None, check=whole_at_least(1), column="int64"),
-    F("seed", int, 425, check=check_seed, column="int64", config="cell", grid="seeds"),
-    F("batch_size", int, 64, check=whole_at_least(1), column="int64", config="cell", grid="batch_size"),
-    F("severity", int, 5, check=whole_at_least(1, 5), column="int64"),  # CIFAR-10-C's severities
-    F("n_per_domain", int | None, check=whole_at_least(1), column="int64"),
-    F("precision", str, "fp32", check=one_of(PRECISIONS, "precision"), column="string"),
-    F("profile", str, "default", check=one_of(PROFILES, "profile"), column="string"),
-    F("compile", bool, False, identity=False),
-    F("data_dir", str | None, identity=False),
-    F("checkpoint_dir", str | None, identity=False),
-    F("device", str, "auto", check=check_device, identity=False),
-    F("num_threads", int | None, check=whole_at_least(1), identity=False, config="cell"),
-    F("trust_checkpoints", bool, False, identity=False),
-    F("protocol", str, "online", check=one_of(PROTOCOLS, "protocol"), later=True, column="string", grid="protocol"),
-    F("cost", str, "passes", check=one_of(COST_MODELS, "cost model"), later=True),  # column: realtime_cost (evaluate)
-    F("forgetting", bool, False, later=True, column="bool"),
-    F("delta", float | None, check=check_delta, later=True, column="float64", config="cell", grid="delta"),
-    F("rounds", int, 1, check=whole_at_least(1), later=True, column="int64"),
-    F("reset", str, "none", check=one_of(RESETS, "reset"), later=True, column="string"),
-    F("ccc", dict[str, Any] | None, later=True, column="string"),  # checked with the sampler (horizon.check_ccc)
-    F("curve_points", int, 10, check=whole_at_least(1), later=True, column="int64"),
-    F("domains", _LIST, check=_names, later=True, column="string"),
-    F("classes", _LIST, check=_names, later=True, column="string"),
-    F("checkpoint", str | None, identity=False),
-    F("source_dir", str | None, identity=False),
-    F("datasets_as_domains", _LIST, check=_members, later=True, column="string"),
-    F("cache_images", bool, False, identity=False),
-    F("corruptions", _LIST, check=_corruptions, later=True, column="string"),
-    F("criteria", tuple[str, ...], (), check=_criteria, later=True, column="string", config=None),
-    # a torchvision:/timm:/builder model's input side (None: its own); an image folder is decoded at it
-    F("input_size", int | None, check=whole_at_least(8), later=True, column="int64"),
-)
-del F
-
-_BY_NAME = {f.name: f for f in FIELDS}
-
-
-def field_named(name: str) -> CellField:
-    return _BY_NAME[name]
+def fields_of(cls: type) -> tuple[CellField, ...]:
+    """The ``CellField`` of every field of the dataclass ``cls`` (declared with ``cell_field``), in order."""
+    assert is_dataclass(cls)
+    types = get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        if _FACTS not in f.metadata:
+            raise TypeError(f"{cls.__name__}.{f.name}: declare it with cell_field(...) (unitta.cell.fields)")
+        factory = None if f.default_factory is MISSING else f.default_factory
+        default = None if f.default is MISSING else f.default
+        out.append(CellField(f.name, types[f.name], default, factory, **f.metadata[_FACTS]))
+    return tuple(out)
 
 
 # The columns ``coordinates`` writes that are no field: the id, the hash and the identity's resolved entries.
@@ -249,12 +230,6 @@ RESOLVED_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cell_id", "string"), ("config_hash", "string"), ("model_weights", "string"), ("data_digest", "string"),
     ("model_code", "string"), ("method_config", "string"), ("method_version", "int64"),
 )
-
-
-def cell_columns() -> tuple[tuple[str, str], ...]:
-    """(name, Parquet type) of every column ``Cell.coordinates`` writes, in the order of the result files."""
-    fields = tuple((f.column_key, f.column) for f in FIELDS if f.column is not None)
-    return RESOLVED_COLUMNS + fields + tuple((key, "float64") for key in FACTOR_KEYS)
 
 
 def column_value(value: Any) -> Any:

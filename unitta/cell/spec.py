@@ -1,4 +1,4 @@
-"""The config keys of a cell, made from the table of its fields (``unitta.cell.fields``).
+"""The config keys of a cell, made from the facts of its fields (``unitta.cell.FIELDS``, read from ``Cell``).
 
 A sweep config carries ``CellFields`` at its top level (the fields every cell shares; the gridded ones are
 lists there: datasets, sampler, protocol, delta, seeds, batch sizes); a tune or select config carries a
@@ -10,15 +10,16 @@ own checks cover the fields taken together.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationInfo, create_model, field_validator, model_validator
 
-from unitta.cell import Cell
-from unitta.cell.fields import FIELDS, CellField
-from unitta.cell.horizon import check_ccc
+from unitta.cell import FIELDS, Cell
+from unitta.cell.fields import CellField
+from unitta.cell.sampler_keys import check_sampler_keys
 from unitta.schema import Strict, check_distinct
-from unitta.streams import CCC_SAMPLER, ULMM_SAMPLERS
+from unitta.streams import CCC_SAMPLER
+from unitta.streams.ccc import check_ccc
 
 __all__ = ["CellFields", "CellSpec"]
 
@@ -40,12 +41,20 @@ def _check_grid(field: CellField, values: list) -> list:
 
 
 class _Checked(Strict):
-    """Every key of a cell field goes through the table's check (``unitta.cell.fields``)."""
+    """Every key of a cell field goes through its field's check (``Cell``'s ``cell_field``); the keys themselves
+    are made from ``FIELDS`` (``CellFields`` below). The rules read these keys (a sweep lists its samplers)."""
+
+    if TYPE_CHECKING:  # declared for readers and type checkers; pydantic's fields are ``CellFields``' (below)
+        sampler: str | list[str]
+        factors: dict[str, float]
+        S: int | None
+        length: int | None
+        ccc: dict[str, Any] | None
 
     @field_validator("*")
     @classmethod
     def _table_check(cls, value: Any, info: ValidationInfo) -> Any:
-        field = _FIELD_OF_KEY.get(info.field_name)
+        field = _FIELD_OF_KEY.get(info.field_name or "")
         if field is None or value is None:
             return value
         if field.grid == info.field_name and isinstance(value, list):
@@ -53,17 +62,14 @@ class _Checked(Strict):
         return field.check(value) if field.check is not None else value
 
     @model_validator(mode="after")
-    def _sampler_sizes(self) -> _Checked:
+    def _sampler_keys(self) -> _Checked:
+        """The keys some listed sampler must take (``unitta.cell.sampler_keys``; a sweep lists several)."""
         samplers = [self.sampler] if isinstance(self.sampler, str) else list(self.sampler)
-        if self.ccc is not None:  # a sweep passes ccc to its ccc cells only: said here when it has none
-            check_ccc(self.ccc, CCC_SAMPLER if CCC_SAMPLER in samplers else samplers[0], self.length)
-        if not set(samplers) & {*ULMM_SAMPLERS, CCC_SAMPLER}:
-            return self  # sorted / dirichlet take no S or length: their own checks say so
-        if self.S is not None and "official" not in samplers:
-            raise ValueError("S: only the official sampler has a per-state cap S; use length with the exact and ccc "
-                             "samplers")
-        if self.length is not None and not {"exact", CCC_SAMPLER} & set(samplers):
-            raise ValueError("length: only the exact sampler takes a stream length; use S with the official sampler")
+        given = {"factors": bool(self.factors), "S": self.S is not None, "length": self.length is not None,
+                 "ccc": bool(self.ccc)}
+        check_sampler_keys(samplers, [key for key, present in given.items() if present])
+        if self.ccc is not None and CCC_SAMPLER in samplers:  # a sweep passes ccc to its ccc cells only: checked here
+            check_ccc(self.ccc, self.length)
         return self
 
     def cell_fields(self) -> dict[str, Any]:
@@ -73,10 +79,14 @@ class _Checked(Strict):
         }
 
 
-CellFields = create_model(
-    "CellFields", __base__=_Checked, __module__=__name__, **_keys("shared"),
-    __doc__="The fields every cell of a config shares (``unitta.cell.fields``; ``Cell`` says what each means).",
-)
+if TYPE_CHECKING:
+    class CellFields(_Checked):
+        """The shared keys (made from ``FIELDS`` at run time)."""
+else:
+    CellFields = create_model(
+        "CellFields", __base__=_Checked, __module__=__name__, **_keys("shared"),
+        __doc__="The fields every cell of a config shares (``Cell`` says what each means).",
+    )
 
 
 class _OneCell(CellFields):
@@ -95,11 +105,15 @@ class _OneCell(CellFields):
     def cell(self, **changes: Any) -> Cell:
         """The ``Cell`` of this spec with ``changes`` applied (e.g. method=...)."""
         fields = {**self.cell_fields(), **{name: getattr(self, name) for name in _keys("cell")}}
-        fields["method_kwargs"] = dict(self.method_kwargs)
+        fields["method_kwargs"] = dict(fields["method_kwargs"])
         return Cell(**{**fields, **changes})
 
 
-CellSpec = create_model(
-    "CellSpec", __base__=_OneCell, __module__=__name__, **_keys("cell"),
-    __doc__="One cell but its method (a tune / select config's ``cell:``; the methods come from elsewhere).",
-)
+if TYPE_CHECKING:
+    class CellSpec(_OneCell):
+        """The keys of one cell (made from ``FIELDS`` at run time)."""
+else:
+    CellSpec = create_model(
+        "CellSpec", __base__=_OneCell, __module__=__name__, **_keys("cell"),
+        __doc__="One cell but its method (a tune / select config's ``cell:``; the methods come from elsewhere).",
+    )

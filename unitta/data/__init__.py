@@ -18,7 +18,9 @@ from unitta.data.records import (
     ALL_CORRUPTIONS,
     CORRUPTIONS,
     DATASETS,
+    FOLDER_LOADERS,
     HELD_OUT_CORRUPTIONS,
+    NATURAL_LOADERS,
     RECORDS,
     DatasetRecord,
     dataset_record,
@@ -129,7 +131,7 @@ def load_dataset(
         if isinstance(n_per_domain, bool) or not isinstance(n_per_domain, (int, np.integer)) or n_per_domain <= 0:
             raise ValueError(f"n_per_domain={n_per_domain!r}: expected None or a positive integer")
         n_per_domain = int(n_per_domain)
-    if record.loader in ("folder", "natural", "cifar101", "mixture"):
+    if record.loader in {*FOLDER_LOADERS, *NATURAL_LOADERS}:
         return _load_natural(record, data_dir, n_per_domain, image_size, domains, classes, num_workers, members)
     if record.loader == "fmnist":
         from unitta.data.fmnist_c import load_fmnist_c

@@ -29,7 +29,7 @@ import numpy as np
 
 from unitta.data import load_dataset
 from unitta.data.fmnist_c import prepare_fmnist_c
-from unitta.data.records import DATASETS, NATURAL_SHIFT, RECORDS
+from unitta.data.records import DATASETS, NATURAL_LOADERS, NATURAL_SHIFT, RECORDS
 
 
 def _severities(text: str) -> list[int]:
@@ -195,7 +195,7 @@ def _check(args: argparse.Namespace) -> int:
     from unitta.data.check import check_dataset
 
     data_dir = args.data_dir or default_data_dir()
-    if RECORDS[args.dataset].loader in ("folder", "natural", "cifar101"):
+    if RECORDS[args.dataset].loader in NATURAL_LOADERS:
         from unitta.data.listing import check_folder_dataset
 
         if args.dataset == "folder" and not args.data_dir:

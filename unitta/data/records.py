@@ -13,7 +13,7 @@ from pathlib import Path
 
 __all__ = [
     "CORRUPTIONS", "HELD_OUT_CORRUPTIONS", "ALL_CORRUPTIONS", "DatasetRecord", "RECORDS", "DATASETS", "NATURAL_SHIFT",
-    "dataset_record",
+    "FOLDER_LOADERS", "NATURAL_LOADERS", "dataset_record",
 ]
 
 # The reference's corruption order (the reference's configs/order/*.yaml; docs/streams.md): it defines domain ids,
@@ -41,6 +41,13 @@ CORRUPTIONS: tuple[str, ...] = (
 HELD_OUT_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
 ALL_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS + HELD_OUT_CORRUPTIONS
 _EXTRA_TAR = " (the held-out corruptions are in its extra.tar)"
+
+# The loaders of image folders (a user's own folder, a natural-shift set, a mixture of natural-shift sets): their
+# domain and class counts are read from disk, and the digest of their file index enters a cell's identity.
+FOLDER_LOADERS: tuple[str, ...] = ("folder", "natural", "mixture")
+# The loaders of the sets ``unitta.data.natural`` reads and checks one by one: the image folders but the mixture
+# (checked through its members) and CIFAR-10.1 (two .npy files, no index).
+NATURAL_LOADERS: tuple[str, ...] = ("folder", "natural", "cifar101")
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,7 @@ class DatasetRecord:
 
         corruptions: the ones to look for (default the 15; ``HELD_OUT_CORRUPTIONS`` for a held-out validation set).
         """
-        if self.loader in ("folder", "natural", "cifar101"):
+        if self.loader in NATURAL_LOADERS:
             raise ValueError(f"{self.name}: ask unitta.data.natural.natural_problem (image folders are indexed there)")
         if self.folder is None:
             return None  # built from Debian's Fashion-MNIST on first use; its loader names the package if missing

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 
 from unitta.cell import Cell
-from unitta.cell.horizon import round_errors
-from unitta.cell.provenance import git_commit, now, ray_node_id, ray_version
-from unitta.cell.realtime import Schedule
 from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch
+from unitta.evaluate.horizon import round_errors
 from unitta.evaluate.inputs import load_inputs
 from unitta.evaluate.metrics import stream_metrics
+from unitta.evaluate.provenance import git_commit, now, ray_node_id, ray_version
+from unitta.evaluate.realtime import Schedule
 from unitta.results import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
 
 __all__ = ["SOURCE_PROBE_IMAGES", "chance_warning", "evaluate", "run_cell", "failed_row", "result_row", "short_error"]

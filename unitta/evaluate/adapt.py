@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from unitta.cell import Cell
-from unitta.cell.criteria import CriteriaMeter
-from unitta.cell.horizon import ResetCounter, batch_bounds, reset_points
-from unitta.cell.realtime import Schedule
+from unitta.evaluate.criteria import CriteriaMeter
+from unitta.evaluate.horizon import ResetCounter, batch_bounds, reset_points
 from unitta.evaluate.metrics import NLL_FLOOR
+from unitta.evaluate.realtime import Schedule
 
 __all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch"]
 
@@ -57,7 +57,7 @@ _CHECK_EVERY = 16  # batches between checks for non-finite outputs (each check w
 class Adapted:
     """What ``adapt_stream`` returns: per stream position the prediction, the top class probability and the
     log-probability of the true class; seconds loading batches and adapting; the protocol's schedule; how often
-    the method's state was reset (the reset protocol's and the method's own resets, ``unitta.cell.horizon``)."""
+    the method's state was reset (the reset protocol's and the method's own resets, ``unitta.evaluate.horizon``)."""
 
     predictions: np.ndarray
     confidence: np.ndarray
@@ -151,10 +151,10 @@ def adapt_stream(
     Predictions and a finiteness flag stay on the device and come back to the host every
     ``_CHECK_EVERY`` batches (and at the end): the host never waits for a batch to finish before
     queueing the next one. A non-finite output raises ``FloatingPointError`` naming the stream range.
-    ``schedule`` (default: online) says which batches the method adapts on (``unitta.cell.realtime``). Batches follow
-    the cell's rounds and reset protocol (``unitta.cell.horizon``: cut at round boundaries, and at domain changes
-    under 'each_shift'; the method is reset before the batches the protocol names).
-    The cell's label-free criteria (``Cell.criteria``, ``unitta.cell.criteria``) are accumulated on the way;
+    ``schedule`` (default: online) says which batches the method adapts on (``unitta.evaluate.realtime``). Batches
+    follow the cell's rounds and reset protocol (``unitta.evaluate.horizon``: cut at round boundaries, and at domain
+    changes under 'each_shift'; the method is reset before the batches the protocol names).
+    The cell's label-free criteria (``Cell.criteria``, ``unitta.evaluate.criteria``) are accumulated on the way;
     ``report`` gets the partial error and criteria every ``report.every`` batches and may stop the cell
     (``Stopped``).
     """

@@ -110,7 +110,9 @@ def ccc_stream(cell: Cell, model, device):
     digest = (cell.weights or "unknown")[:16]
     path = default_cache_root() / "ccc" / f"{cell.dataset}-{cell.model_name}-{digest}.json"
     errors = _Errors(model.eval(), device, images[sample], labels[sample], path)
-    target = cell.ccc["target_error"]
+    ccc = cell.ccc
+    assert ccc is not None, "a ccc cell has its ccc settings (Cell fills in the defaults)"
+    target = ccc["target_error"]
     severities = calibrated_severities(errors, target, CONTINUOUS)
     if len(severities) < 2:
         raise ValueError(f"ccc.target_error={target:g}: the source model reaches it on {len(severities)} "
@@ -119,7 +121,7 @@ def ccc_stream(cell: Cell, model, device):
     length = len(labels) * len(CORRUPTIONS) if cell.length is None else cell.length
     stream = make_ccc_stream(
         labels, cell.setting, eligible=eligible, num_domains=len(CORRUPTIONS), length=length,
-        transition=min(cell.ccc["transition"], length), seed=cell.seed, dataset=cell.dataset,
+        transition=min(ccc["transition"], length), seed=cell.seed, dataset=cell.dataset,
         class_alpha=cell.factors.get("class_alpha"), class_beta=cell.factors.get("class_beta"),
     )
     stream.meta["severities"] = {name: round(value, 4) for name, value in severities.items()}

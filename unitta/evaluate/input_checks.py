@@ -10,9 +10,10 @@ builder model is built once and its weights loaded, to say before the first cell
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from unitta.cell import Cell, check_played_size
-from unitta.data.records import RECORDS, dataset_record
+from unitta.data.records import FOLDER_LOADERS, NATURAL_LOADERS, RECORDS, dataset_record
 from unitta.data.source import clean_test_problem, source_problem
 from unitta.evaluate.inputs import iid_overrides
 from unitta.methods import method_class
@@ -40,12 +41,13 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
     if cell.sampler not in ("official", "exact"):
         return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
-    size = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
+    factors: dict[str, Any] = dict(cell.factors)
+    size: dict[str, Any] = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
     size.update(iid_overrides(cell, num_domains, num_classes))
     try:
         make_stream(
             labels, domains, cell.setting, dataset=cell.dataset, sampler=cell.sampler, seed=cell.seed,
-            **cell.factors, **size,
+            **factors, **size,
         )
     except ValueError as exc:
         return str(exc)
@@ -58,7 +60,7 @@ def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | No
     record = dataset_record(dataset)
     if record.loader == "mixture":
         return None  # its members' folders are checked when it is indexed (_folder_shape)
-    if record.loader in ("folder", "natural", "cifar101"):
+    if record.loader in NATURAL_LOADERS:
         from unitta.data.natural import natural_problem
 
         return natural_problem(record, data_dir, default_data_dir())
@@ -85,7 +87,7 @@ def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
 
 
 def _shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
-    if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
+    if RECORDS[cell.dataset].loader in FOLDER_LOADERS:
         if RECORDS[cell.dataset].loader != "mixture" and _data_problem(cell.dataset, cell.data_dir, cell.severity):
             return None, None  # the missing folder is reported once, by _data_problem
         return _folder_shape(cell)
@@ -107,19 +109,19 @@ def _imagenet_outputs(cell: Cell) -> list[int] | None:
     from unitta.data.natural import imagenet_outputs
 
     record = RECORDS[cell.dataset]
-    if record.loader not in ("folder", "natural", "mixture"):
+    if record.loader not in FOLDER_LOADERS:
         return None
     index = index_any(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes,
                       cell.datasets_as_domains)
     return imagenet_outputs(record, index.classes)
 
 
-def _custom_model_problem(cell: Cell, classes: int) -> str | None:
+def _custom_model_problem(cell: Cell, model: str, classes: int) -> str | None:
     """No weights file, or weights that do not fit the model (another architecture, another head size, not a
     checkpoint): the model is built and the weights loaded once, as the cell will."""
     from unitta.models.any_model import load_any_model, weights_file
 
-    path = weights_file(cell.model, cell.checkpoint, cell.checkpoint_dir)
+    path = weights_file(model, cell.checkpoint, cell.checkpoint_dir)
     if path is None or not path.is_file():
         return (f"{cell.dataset}: no weights for model {cell.model!r}"
                 + (f" at {path}" if path is not None else "") + "; set checkpoint: PATH (docs/own_data.md)")
@@ -137,7 +139,7 @@ def _model_problem(cell: Cell, classes: int) -> str | None:
     from unitta.models.zoo import checkpoint_path, known_models, pickled_code_problem
 
     if is_custom(cell.model):
-        return _custom_model_problem(cell, classes)
+        return _custom_model_problem(cell, cell.model, classes)
     if cell.checkpoint:
         return f"{cell.dataset}: checkpoint: is for torchvision:/timm:/builder models; zoo model {cell.model_name!r} " \
                "reads checkpoint_dir"
@@ -156,7 +158,7 @@ def _model_problem(cell: Cell, classes: int) -> str | None:
 
 def _may_be_infeasible(cell: Cell) -> bool:
     """Whether the sampler could refuse the cell's setting and factors (see ``problems``)."""
-    folder = RECORDS[cell.dataset].loader in ("folder", "natural", "mixture")  # its own domain and class counts
+    folder = RECORDS[cell.dataset].loader in FOLDER_LOADERS  # its own domain and class counts
     return cell.sampler != "official" or bool(cell.factors) or folder
 
 
@@ -189,7 +191,7 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
             why = infeasibility(cell, domains, classes)
             if why:
                 add(f"{cell.dataset} {cell.setting} factors {cell.factors or 'default'}: {why}")
-        if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture") and cell.rounds > 1:
+        if RECORDS[cell.dataset].loader in FOLDER_LOADERS and cell.rounds > 1:
             try:  # the counts on disk: rounds x the folder's round against the cap (docs/long_horizon.md)
                 check_played_size(cell.dataset, cell.sampler, cell.setting, cell.S, cell.length, cell.n_per_domain,
                                   cell.rounds, shape)
@@ -198,9 +200,10 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
         if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
-        key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir, cell.checkpoint)
-        if key not in checked:
-            checked.add(key)
+        data_key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir,
+                    cell.checkpoint)
+        if data_key not in checked:
+            checked.add(data_key)
             add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
             add(_model_problem(cell, classes))
         if cell.forgetting and ("clean", cell.dataset, cell.data_dir) not in checked:

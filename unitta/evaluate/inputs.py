@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from unitta.cell import Cell
-from unitta.data.records import RECORDS
+from unitta.data.records import FOLDER_LOADERS, NATURAL_LOADERS, RECORDS
 
 __all__ = ["CellInputs", "DatasetUnavailable", "build_stream", "iid_overrides", "input_size", "load_cell_dataset",
            "load_cell_model", "load_cell_source", "load_inputs", "model_layers"]
@@ -103,8 +103,9 @@ def _load_dataset(cell: Cell):
     """The cell's dataset (``unitta.data.load_dataset``); errors propagate (a cell's failed row names them)."""
     from unitta.data import load_dataset
 
-    extra = {} if cell.corruptions is None else {"corruptions": cell.corruptions}  # unitta select's validation
-    if RECORDS[cell.dataset].loader in ("folder", "natural", "mixture"):
+    # unitta select's validation streams
+    extra: dict[str, Any] = {} if cell.corruptions is None else {"corruptions": cell.corruptions}
+    if RECORDS[cell.dataset].loader in FOLDER_LOADERS:
         extra = dict(image_size=input_size(cell.dataset, cell.model, cell.input_size), domains=cell.domains,
                      classes=cell.classes, num_workers=cell.num_threads, members=cell.datasets_as_domains)
     dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
@@ -163,7 +164,7 @@ def build_stream(cell: Cell, dataset):
         # shrinks with it instead of cycling a few images up to the full dataset's S.
         pool = max(1, cell.n_per_domain // dataset.num_classes)
         overrides["S"] = min(default_state_cap(cell.setting, cell.dataset), pool)
-    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in ("folder", "natural", "mixture", "cifar101"):
+    elif cell.sampler == "official" and RECORDS[cell.dataset].loader in {*FOLDER_LOADERS, *NATURAL_LOADERS}:
         # an image folder's pools are what the user has: cap S at the largest (domain, class) pool so that the
         # stream is about the folder's size instead of cycling a few images up to a paper dataset's S
         pool = int(np.bincount(dataset.domains * dataset.num_classes + dataset.labels).max())
@@ -199,8 +200,8 @@ def load_inputs(cell: Cell, device, dataset=None, model_and_info=None) -> CellIn
     """
     import torch
 
-    from unitta.cell.horizon import repeat_rounds
     from unitta.data.source import load_clean_test
+    from unitta.evaluate.horizon import repeat_rounds
     from unitta.methods import method_class
     from unitta.methods.parts.backend import channels_last
 

@@ -15,7 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from unitta.models.digest import checkpoint_digest
 
@@ -24,7 +24,7 @@ __all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "is_bu
 KINDS = ("torchvision", "timm")  # any other '<module>:<function>' is a builder
 
 
-def is_builder(spec: str | None) -> bool:
+def is_builder(spec: str | None) -> TypeGuard[str]:
     """Whether ``spec`` names a user's builder function (not a zoo name, not ``torchvision:`` / ``timm:``)."""
     return isinstance(spec, str) and ":" in spec and spec.rpartition(":")[0] not in KINDS
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import warnings
 from pathlib import Path
+from typing import TypeGuard
 
 import torch
 from torch import nn
@@ -27,7 +28,7 @@ from unitta.models.zoo import read_checkpoint
 
 __all__ = ["build_custom", "is_custom", "own_weights_file", "parse_spec", "read_weights"]
 
-def is_custom(name: str | None) -> bool:
+def is_custom(name: str | None) -> TypeGuard[str]:
     """Whether ``name`` is a ``kind:NAME`` / ``module:function`` spec rather than a zoo model name."""
     return isinstance(name, str) and ":" in name
 

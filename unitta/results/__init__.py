@@ -32,8 +32,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from unitta.cell.criteria import CRITERIA
-from unitta.cell.fields import cell_columns
+from unitta.cell import cell_columns
+from unitta.cell.choices import CRITERIA
 from unitta.files import write_atomically
 from unitta.results.cell_files import BASE_FILE, QUARANTINE_DIR, cells_dir, read_layers, temp_dir
 from unitta.results.compaction import remove_parts
@@ -75,7 +75,7 @@ BREAKDOWN_TYPE = pa.list_(
 )
 _TS = pa.timestamp("us", tz="UTC")
 
-# The Parquet type of each type name of the table of cell fields (``unitta.cell.fields``).
+# The Parquet type of each column type a cell field names (``cell_field(column=...)``, ``unitta.cell.fields``).
 _ARROW_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
 
 # The columns of a result row (docs/results.md): first the cell's (``Cell.coordinates``: its identity and

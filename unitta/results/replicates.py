@@ -18,8 +18,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from unitta.cell import LATER_FIELDS, PLACEMENT_FIELDS, Cell
-from unitta.cell.fields import FIELDS, RESOLVED_COLUMNS
+from unitta.cell import FIELDS, LATER_FIELDS, PLACEMENT_FIELDS, Cell
+from unitta.cell.fields import RESOLVED_COLUMNS
 
 __all__ = ["METHOD_KEYS", "SEED", "S_CELL", "apply_where", "fixed_keys", "method_label", "normalise_rows",
            "replicate_keys", "varying", "where_hint", "with_method_labels"]

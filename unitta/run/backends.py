@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.cell.provenance import now
 from unitta.evaluate import failed_row, short_error
 from unitta.evaluate.inputs import load_cell_dataset
+from unitta.evaluate.provenance import now
 from unitta.run import ray_cluster
 from unitta.run.capture import TASK_NAME, cell_task, execute
 from unitta.run.cell_progress import SEND_EVERY_S, ImagesBoard
@@ -130,10 +130,10 @@ class RayBackend:
         self.reports: dict[str, Any] = {}  # cell id -> its progress-report hook (kept for a resubmission)
         self.resubmitted: dict[str, int] = {}
         self.reported_lost: list[str] = []
-        self.ray = None
+        self.ray: Any = None  # the ray module once connected (``start``)
         self.started_here = False
         self.messages: ray_cluster.RayMessages | None = None
-        self.board = None  # the ImagesBoard actor the cells tell their progress in images
+        self.board: Any = None  # the ImagesBoard actor the cells tell their progress in images
         self.on_images: Callable[[dict[str, tuple[int, int]]], None] | None = None  # the progress line's
         self.images_read = 0.0
 

@@ -15,8 +15,8 @@ import sys
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.cell.provenance import now
 from unitta.evaluate import run_cell
+from unitta.evaluate.provenance import now
 from unitta.results import STATUS_OK
 from unitta.run.cell_progress import cell_reporter
 
@@ -61,8 +61,11 @@ def execute(
     )
     out = _Tee(buffer, sys.stdout) if echo else buffer
     err = _Tee(buffer, sys.stderr) if echo else buffer
+    def log(line: str) -> None:
+        buffer.write(f"{now():%H:%M:%S} {line}\n")
+
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        progress = cell_reporter(cell.cell_id(), send_images, lambda line: buffer.write(f"{now():%H:%M:%S} {line}\n"))
+        progress = cell_reporter(cell.cell_id(), send_images, log)
         row = run_cell(cell, dataset, report=report, progress=progress, **extra)
     buffer.write(
         f"status {row['status']} in {row['duration_s']:.2f} s"

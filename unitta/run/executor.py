@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from unitta.cell import Cell
-from unitta.cell.provenance import git_commit
 from unitta.evaluate.inputs import DatasetUnavailable
+from unitta.evaluate.provenance import git_commit
 from unitta.results import STATUS_FAILED, STATUS_OK, consolidate, done_cells
 from unitta.results.cell_files import cells_dir, compacted_dir, move_old_quarantine, temp_dir
 from unitta.results.compaction import COMPACT_AT, Compactor, compact
@@ -256,6 +256,7 @@ def _read_only_outcome(out: Path, make_planner, say: Callable[[str], None], star
 
 def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome) -> None:
     extra = {"sweep_name": cfg.name, "git_commit": git_commit()}
+    backend: LocalBackend | RayBackend
     if opts.local:
         backend = LocalBackend(extra)
     else:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from unitta.cell.provenance import git_commit, now, ray_version
+from unitta.evaluate.provenance import git_commit, now, ray_version
 from unitta.files import naming
 from unitta.results import check_cell_id, write_cell_result
 

@@ -89,7 +89,8 @@ def _joining(address: str | None) -> str | None:
     try:
         from ray._private.services import canonicalize_bootstrap_address
 
-        return canonicalize_bootstrap_address(address)
+        # Ray's annotation says str; its docstring and code take None (RAY_ADDRESS, else a local Ray)
+        return canonicalize_bootstrap_address(address)  # type: ignore[arg-type]
     except ImportError:  # a Ray without this helper: join only what is named
         named = address or os.environ.get("RAY_ADDRESS")
         return None if named in (None, "", "local") else named

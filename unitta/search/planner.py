@@ -123,7 +123,10 @@ class SearchPlanner:
         if cid in self.planned:
             return cid
         self.planned.add(cid)
-        (self.added_members if self._started else self.members).append(cid)
+        if self._started:
+            self.added_members.append(cid)
+        elif self.members is not None:
+            self.members.append(cid)
         row = self.earlier.get(cid)
         if row is not None and self._reuses(space, cell, row):
             self.rows[cid] = row

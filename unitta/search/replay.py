@@ -65,8 +65,8 @@ def done_trials(rows: Iterable[dict[str, Any]], space: Any) -> list[DoneTrial]:
     trials = []
     for point in points.values():
         cells = space.trial_cells(point)
-        found = [by_cell.get(c.cell_id()) for c in cells]
-        if any(r is None for r in found):
+        found = [r for c in cells if (r := by_cell.get(c.cell_id())) is not None]
+        if len(found) < len(cells):
             continue  # a trial a kill interrupted: its point is asked again and its missing cells run
         immediate = bool(space.not_run(point, cells))
         complete = all(space.reuses(c, r) for c, r in zip(cells, found))

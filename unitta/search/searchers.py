@@ -71,7 +71,9 @@ class OptunaSearcher:
     def _suggest(self) -> tuple[dict[str, Any], str]:
         self.asked += 1
         handle = f"{self.name}_{self.asked:05d}"
-        return self.to_point(dict(self.searcher.suggest(handle))), handle
+        suggested = self.searcher.suggest(handle)
+        assert suggested is not None, "the searcher suggested no point"
+        return self.to_point(dict(suggested)), handle
 
     def ask(self) -> tuple[dict[str, Any], str] | None:
         if self.budget <= 0:
@@ -104,7 +106,9 @@ class OptunaSearcher:
                         reopen=lambda t: not t.immediate and not t.complete, limit=self.num_samples)
         for t in result.unmatched:  # met out of order (a concurrent run): a warm start
             value = t.value if math.isfinite(t.value) else 0.0
-            self.searcher.add_evaluated_point(self.searcher_point(t.point), value, error=not math.isfinite(t.value))
+            point = self.searcher_point(t.point)
+            assert point is not None  # kept: inside the space
+            self.searcher.add_evaluated_point(point, value, error=not math.isfinite(t.value))
         self.queued = [*result.reopened, *([result.prefetched] if result.prefetched else [])]
         self.budget = max(0, self.num_samples - len(result.replayed) - len(result.unmatched))
         _log.info("optuna (Ray Tune searcher): %d points in total, %d answered from earlier rows, %d to ask",

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from unitta.cell.criteria import CRITERION_MODES, column
+from unitta.evaluate.criteria import CRITERION_MODES, column
 from unitta.files import write_atomically
 from unitta.select.config import SelectConfig
 from unitta.select.plan import GroupPlan, batches_of, best_point, ok_value

@@ -30,8 +30,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from unitta.cell.criteria import CRITERIA
-from unitta.cell.fields import check_setting, field_named
+from unitta.cell import field_named
+from unitta.cell.choices import CRITERIA
+from unitta.cell.fields import check_setting
 from unitta.cell.spec import CellSpec
 from unitta.schema import ConfigError, RunConfig, Strict, check_distinct, hint, validate
 from unitta.schema.yaml_files import read_yaml_file

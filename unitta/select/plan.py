@@ -18,8 +18,8 @@ import random
 from typing import Any
 
 from unitta.cell import Cell
-from unitta.cell.criteria import CRITERION_MODES, column
 from unitta.evaluate.adapt import Report
+from unitta.evaluate.criteria import CRITERION_MODES, column
 from unitta.evaluate.inputs import build_stream, load_cell_dataset
 from unitta.results import STATUS_OK, STATUS_STOPPED
 from unitta.search.planner import Search, SearchPlanner, TrialSpace

@@ -19,13 +19,40 @@ batch by batch by ``unitta.data.ccc``. numpy only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from unitta.streams.settings import Setting
 
-__all__ = ["CCC_SAMPLER", "check_ccc_setting", "corruption_sequence", "ccc_plan"]
+__all__ = ["CCC_DEFAULTS", "CCC_SAMPLER", "check_ccc", "check_ccc_setting", "corruption_sequence", "ccc_plan"]
 
 CCC_SAMPLER = "ccc"
+
+# CCC's defaults: CCC-Easy's baseline (40 % accuracy of the source model: error 60; oripress/CCC generate.py,
+# --baseline 40) and a transition of 5,000 images (CCC's slowest speed is 5,000 images per severity step).
+CCC_DEFAULTS: dict[str, float] = {"target_error": 60.0, "transition": 5000}
+
+
+def check_ccc(ccc: dict[str, Any] | None, length: int | None) -> dict[str, float]:
+    """A ccc cell's ``ccc`` settings (``target_error`` in (0, 100), ``transition`` >= 1 images, at most ``length``)
+    with CCC_DEFAULTS filled in, or a one-line ValueError (which samplers take ccc: ``unitta.cell.sampler_keys``)."""
+    ccc = dict(ccc or {})
+    unknown = sorted(set(ccc) - set(CCC_DEFAULTS))
+    if unknown:
+        raise ValueError(f"ccc: unknown key(s) {unknown}; allowed: {', '.join(CCC_DEFAULTS)}")
+    out = {**CCC_DEFAULTS, **ccc}
+    target = out["target_error"]
+    if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target < 100:
+        raise ValueError(f"ccc.target_error={target!r}: expected a percentage strictly between 0 and 100")
+    transition = out["transition"]
+    if isinstance(transition, bool) or not isinstance(transition, (int, float)) or int(transition) != transition \
+            or transition < 1:
+        raise ValueError(f"ccc.transition={transition!r}: expected a whole number of images >= 1")
+    if length is not None and transition > length:
+        raise ValueError(f"ccc.transition={int(transition)} is longer than the stream (length={length}); "
+                         "shorten the transition or lengthen the stream")
+    return {"target_error": float(target), "transition": int(transition)}
 
 
 def check_ccc_setting(code: str) -> None:

@@ -37,9 +37,9 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
-from unitta.cell import Cell
-from unitta.cell.fields import field_named
+from unitta.cell import Cell, field_named
 from unitta.cell.resolution import share_resolution
+from unitta.cell.sampler_keys import check_sampler_keys
 from unitta.cell.spec import CellFields
 from unitta.schema import (
     ConfigError,
@@ -182,18 +182,10 @@ class SweepConfig(RunConfig, CellFields):
             raise ValueError(f"settings: {exc}") from None
 
     def _check_samplers(self, has_settings: bool) -> None:
-        """The keys that only some samplers take (the sorted / dirichlet orders take no settings or factors)."""
-        if self.delta is not None and "dirichlet" not in self.sampler:
-            raise ValueError("delta: only the dirichlet sampler takes a delta; add dirichlet to sampler or drop delta")
-        if self.ulmm_samplers() or CCC_SAMPLER in self.sampler:
-            return
-        fixed = ", ".join(f"{s} = {PROTOCOL_SETTINGS[s]}" for s in self.sampler)
-        for key, present in (("settings", has_settings), ("factors", bool(self.factors)),
-                             ("factor_grid", bool(self.factor_grid)), ("S", self.S is not None),
-                             ("length", self.length is not None)):
-            if present:
-                raise ValueError(f"{key}: sampler {', '.join(self.sampler)} fixes its own stream ({fixed}) and takes "
-                                 f"no {key}; drop {key} or add official/exact to sampler")
+        """The sweep's own keys that only some samplers take (``unitta.cell.sampler_keys``; the shared ones, S,
+        length, factors, ccc, are checked by ``CellFields``)."""
+        given = {"delta": self.delta is not None, "settings": has_settings, "factor_grid": bool(self.factor_grid)}
+        check_sampler_keys(self.sampler, [key for key, present in given.items() if present])
 
     def ulmm_samplers(self) -> list[str]:
         """The listed samplers that draw ULMM streams (official, exact): they run the listed settings."""

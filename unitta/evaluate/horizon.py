@@ -7,52 +7,18 @@
   true domain (the other benchmark's ``reset_each_shift``, mariodoebler/test-time-adaptation, where each domain
   is its own loader: batches are cut at domain changes here too); 'each_batch': before every batch (episodic).
 * ``curve_points``: how many equal parts ``error_curve`` has.
-* the ``ccc`` sampler's settings (``unitta.streams.ccc``): ``target_error`` in (0, 100), ``transition`` >= 1.
 
-numpy only; the checks raise one-line ValueErrors that the configs report with exit code 2.
+The allowed resets are ``unitta.cell.choices.RESETS``; the ccc sampler's settings are checked by
+``unitta.streams.ccc.check_ccc``. numpy only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 
-__all__ = ["RESETS", "CCC_DEFAULTS", "ResetCounter", "batch_bounds", "check_ccc", "repeat_rounds",
-           "reset_points", "round_errors"]
-
-RESETS = ("none", "each_shift", "each_batch")
-
-# CCC's defaults: CCC-Easy's baseline (40 % accuracy of the source model: error 60; oripress/CCC generate.py,
-# --baseline 40) and a transition of 5,000 images (CCC's slowest speed is 5,000 images per severity step).
-CCC_DEFAULTS: dict[str, float] = {"target_error": 60.0, "transition": 5000}
-
-
-def check_ccc(ccc: dict[str, Any] | None, sampler: str, length: int | None) -> dict[str, float] | None:
-    """The ``ccc`` settings with defaults filled in for the ccc sampler (None for the others), or a ValueError."""
-    if sampler != "ccc":
-        if ccc:
-            raise ValueError(f"ccc: only the ccc sampler takes ccc settings (sampler is {sampler!r}); "
-                             "set sampler: ccc or drop ccc")
-        return None
-    ccc = dict(ccc or {})
-    unknown = sorted(set(ccc) - set(CCC_DEFAULTS))
-    if unknown:
-        raise ValueError(f"ccc: unknown key(s) {unknown}; allowed: {', '.join(CCC_DEFAULTS)}")
-    out = {**CCC_DEFAULTS, **ccc}
-    target = out["target_error"]
-    if not isinstance(target, (int, float)) or isinstance(target, bool) or not 0 < target < 100:
-        raise ValueError(f"ccc.target_error={target!r}: expected a percentage strictly between 0 and 100")
-    transition = out["transition"]
-    if isinstance(transition, bool) or not isinstance(transition, (int, float)) or int(transition) != transition \
-            or transition < 1:
-        raise ValueError(f"ccc.transition={transition!r}: expected a whole number of images >= 1")
-    if length is not None and transition > length:
-        raise ValueError(f"ccc.transition={int(transition)} is longer than the stream (length={length}); "
-                         "shorten the transition or lengthen the stream")
-    return {"target_error": float(target), "transition": int(transition)}
-
+__all__ = ["ResetCounter", "batch_bounds", "repeat_rounds", "reset_points", "round_errors"]
 
 def batch_bounds(n_round: int, rounds: int, batch_size: int, domains: np.ndarray | None = None) -> np.ndarray:
     """Start positions of the batches of ``rounds`` rounds of an ``n_round``-position stream, plus the end.

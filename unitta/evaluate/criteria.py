@@ -20,16 +20,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["CRITERIA", "CRITERION_MODES", "CriteriaMeter", "column"]
+from unitta.cell.choices import CRITERIA
 
-CRITERIA: tuple[str, ...] = ("entropy", "infomax", "source_agreement", "consistency")
-# which way is better for each criterion (the unsupervised protocol picks the best point by it)
+__all__ = ["CRITERION_MODES", "CriteriaMeter", "column"]
+
+# which way is better for each criterion (the unsupervised protocol picks the best point by it; CRITERIA: the names)
 CRITERION_MODES: dict[str, str] = {
     "entropy": "min",
     "infomax": "max",
     "source_agreement": "max",
     "consistency": "max",
 }
+assert set(CRITERION_MODES) == set(CRITERIA)
 _SHIFT = 3  # pixels of the consistency check's random translation (32x32 images)
 
 

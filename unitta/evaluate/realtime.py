@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["PROTOCOLS", "COST_MODELS", "Schedule"]
+from unitta.cell.choices import COST_MODELS, PROTOCOLS
 
-PROTOCOLS = ("online", "realtime")
-COST_MODELS = ("passes", "measured")
+__all__ = ["Schedule"]
 
 
 @dataclass
@@ -55,6 +54,7 @@ class Schedule:
         if self.never_adapts:
             return 1
         if self.cost == "measured":
+            assert self.source_seconds, "cost='measured' without source_seconds (refused by __post_init__)"
             return max(1, math.ceil(seconds / self.source_seconds - 1e-9))
         return max(1, math.ceil(forwards + 2 * backwards))
 
