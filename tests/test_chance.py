@@ -80,3 +80,31 @@ def test_random_weights_warn_on_every_setting_and_the_packaged_model_never(rando
     cell = Cell(dataset="fmnist-c", method="test", setting=setting, n_per_domain=10, S=4, seed=425)
     assert "chance" in evaluate(cell, model_and_info=random)["warnings"]
     assert evaluate(cell, model_and_info=trained)["warnings"] is None
+
+
+def test_the_run_names_the_cell_on_the_console_and_counts_it():
+    from unitta.run.executor import RunOutcome, chance_line
+
+    row = {"status": "ok", "dataset": "fmnist-c", "model": "resnet20", "method": "tent", "setting": "n111",
+           "seed": 425, "warnings": "the source model is at chance on this stream: 88.0 % error"}
+    outcome = RunOutcome(out_dir=None)
+    outcome.count(row)
+    outcome.count({**row, "warnings": None})
+    assert outcome.n_chance == 1 and outcome.n_ok == 2
+    assert chance_line(row) == "warning: fmnist-c/resnet20/tent/n111/425: " + row["warnings"]
+    assert chance_line({**row, "warnings": "a continual domain segment of 2 batches"}) is None
+
+
+def test_the_report_warns_at_the_top_and_lists_each_cell():
+    import polars as pl
+
+    from analysis.report import _chance_section
+
+    rows = pl.DataFrame({"dataset": ["fmnist-c"] * 3, "model": ["m"] * 3, "method": ["test", "tent", "bn"],
+                         "setting": ["i111"] * 3, "seed": [425] * 3,
+                         "warnings": ["the source model is at chance on this stream: 90 %", None,
+                                      "the source model is at chance on this stream: 91 %"]})
+    section = "".join(_chance_section(rows))
+    assert "in 2 cell(s) the source model is at chance" in section
+    assert "fmnist-c/m/bn/i111/425" in section and "fmnist-c/m/test/i111/425" in section and "/tent/" not in section
+    assert _chance_section(rows.with_columns(pl.lit(None, pl.String).alias("warnings"))) == []

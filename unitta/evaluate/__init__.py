@@ -29,8 +29,8 @@ from unitta.cell import Cell
 from unitta.cell.horizon import round_errors
 from unitta.cell.provenance import git_commit, now, ray_node_id, ray_version
 from unitta.cell.realtime import Schedule
-from unitta.evaluate.chance import SourceProbe, chance_warning, probe_of
 from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch
+from unitta.evaluate.chance import SourceProbe, chance_warning, probe_of
 from unitta.evaluate.inputs import load_inputs
 from unitta.evaluate.metrics import stream_metrics
 from unitta.results import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
