@@ -189,7 +189,7 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
             outcome.count(row)
             if line := chance_line(row):
                 bar.write(line)
-            bar.update(row["status"], backend.running(), images=row.get("n_samples"))
+            bar.update(row["status"], backend.running(), images=row.get("n_samples"), cell_id=row.get("cell_id"))
             compactor.written()
         _flush_members(out, name, planner)
         bar.grow(planner.n_cells - planner.n_skipped)
