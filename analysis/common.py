@@ -43,7 +43,6 @@ __all__ = [
     "sweep_panels",
     "method_label",
     "method_order",
-    "setting_order",
     "half_notation",
     "METRICS",
     "metric_label",
@@ -234,12 +233,6 @@ def method_order(labels) -> list[str]:
         return (_METHOD_RANK.get(base, len(_METHOD_RANK) // 2 + 0.5), base, label)
 
     return sorted(set(labels), key=key)
-
-
-def setting_order(codes) -> list[str]:
-    """Setting codes in the paper's order (unknown codes last, alphabetically)."""
-    rank = {c: i for i, c in enumerate(SETTING_ORDER)}
-    return sorted(set(codes), key=lambda c: (rank.get(c, len(rank)), c))
 
 
 def half_notation(half: str) -> str:
