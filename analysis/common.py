@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from unitta.data.records import RECORDS
 from unitta.files import os_error_text
 from unitta.results.replicates import (
     METHOD_KEYS,
@@ -43,7 +44,6 @@ __all__ = [
     "sweep_panels",
     "method_label",
     "method_order",
-    "setting_order",
     "half_notation",
     "METRICS",
     "metric_label",
@@ -236,12 +236,6 @@ def method_order(labels) -> list[str]:
     return sorted(set(labels), key=key)
 
 
-def setting_order(codes) -> list[str]:
-    """Setting codes in the paper's order (unknown codes last, alphabetically)."""
-    rank = {c: i for i, c in enumerate(SETTING_ORDER)}
-    return sorted(set(codes), key=lambda c: (rank.get(c, len(rank)), c))
-
-
 def half_notation(half: str) -> str:
     """'nu' -> '(n,u)'."""
     return f"({half[0]},{half[1]})"
@@ -250,6 +244,9 @@ def half_notation(half: str) -> str:
 # The coordinates a caption always names (the others only where they vary or differ from the default).
 _CAPTION_KEYS = ("dataset", "model", "sampler", "delta", "batch_size", "S_cell", "length", "n_per_domain", "severity",
                  "factor_overrides")
+# A dataset whose domains are folders, not corruptions (an image folder, a natural-shift set): its caption names
+# its content (the folder's digest) and input size in place of a severity it does not have.
+_FOLDER_CAPTION_KEYS = ("data_digest", "input_size")
 # A panel's axes: its rows (method variants) and columns (settings); every other coordinate is fixed in it.
 _PANEL_AXES = (*METHOD_KEYS, "setting")
 
@@ -274,7 +271,7 @@ def sweep_panels(df: pl.DataFrame) -> list[Panel]:
     for dataset in sorted(df["dataset"].unique().to_list()):
         sub = df.filter(pl.col("dataset") == dataset)
         groups = sub.select(keys).unique(maintain_order=True).sort(keys, nulls_last=True).to_dicts()
-        shown = [k for k in keys if k in _CAPTION_KEYS or len({str(g[k]) for g in groups}) > 1]
+        shown = [k for k in keys if k in _caption_keys(dataset, groups) or len({str(g[k]) for g in groups}) > 1]
         for i, key in enumerate(groups):
             cond = pl.lit(True)
             for k, v in key.items():
@@ -287,6 +284,16 @@ def sweep_panels(df: pl.DataFrame) -> list[Panel]:
             caption = f"{dataset}: {fixed}; seeds {seeds} (mean)" if fixed else f"{dataset}; seeds {seeds} (mean)"
             panels.append(Panel(name.replace("/", "_"), caption, rows))
     return panels
+
+
+def _caption_keys(dataset: str, groups: list[dict]) -> tuple[str, ...]:
+    """The keys a caption of ``dataset`` always names: no severity for a dataset without corruptions, its digest
+    and input size instead (where the rows have them)."""
+    record = RECORDS.get(dataset)
+    if record is None or record.has_corruptions:
+        return _CAPTION_KEYS
+    present = tuple(k for k in _FOLDER_CAPTION_KEYS if any(g.get(k) is not None for g in groups))
+    return tuple(k for k in _CAPTION_KEYS if k != "severity") + present
 
 
 def _caption_value(key: str, value) -> str:

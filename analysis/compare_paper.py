@@ -52,7 +52,6 @@ from analysis.common import (  # noqa: E402
     load_dirs,
     method_order,
     run_analysis,
-    setting_order,
     split_rows,
     sweep_panels,
 )
@@ -61,6 +60,7 @@ from analysis.stats import binomial_halfwidth, complete_block  # noqa: E402
 from analysis.tables import cell_status  # noqa: E402
 from analysis.tables import tex_escape as _tex
 from unitta.paper import PAPER_DATASETS, load_paper_table  # noqa: E402
+from unitta.streams.settings import setting_order  # noqa: E402
 
 __all__ = [
     "DEFAULT_TOLERANCE", "Comparison", "compare_panel", "spearman", "with_uncertainty", "method_deltas",

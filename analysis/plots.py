@@ -319,10 +319,7 @@ def factor_lines(rows: pl.DataFrame, factors: list[str], path: Path, title: str)
         if not gap:
             ax.set_ylim(bottom=0)
         if f.endswith("beta") and rows[f].drop_nulls().max() / max(rows[f].drop_nulls().min(), 1e-9) > 20:
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            log_axis(ax, rows[f].drop_nulls().to_list())
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7.5)
     handles = {}
@@ -411,6 +408,39 @@ def layer_bars(rows: pl.DataFrame, path: Path, title: str) -> Path:
     return path
 
 
+# Mantissas of log-axis ticks, sparse to dense: the first set that puts at least LOG_TICKS_MIN ticks in the range.
+_LOG_MANTISSAS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 1.5, 2.0, 3.0, 5.0, 7.0), (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0,
+                                                                          7.0, 8.0))
+LOG_TICKS_MIN = 3
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Labelled ticks of a log axis over [low, high] (> 0): round values (1, 2, 5, 10 ... or denser), at least
+    ``LOG_TICKS_MIN`` of them where the densest set allows, so that a range like 0.9 .. 2.6 reads 1, 1.5, 2
+    rather than a lone 1 and 2."""
+    low, high = min(low, high), max(low, high)
+    decades = range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1)
+    ticks: list[float] = []
+    for mantissas in _LOG_MANTISSAS:
+        ticks = [float(f"{m * 10.0**e:.6g}") for e in decades for m in mantissas if low <= m * 10.0**e <= high]
+        if len(ticks) >= LOG_TICKS_MIN:
+            return ticks
+    return ticks
+
+
+def log_axis(ax, values: list[float]) -> None:
+    """A log x axis labelled at ``log_ticks`` of the values' range (padded by 10 % each side)."""
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    ax.set_xscale("log")
+    if not values:
+        return
+    low, high = min(values) / 1.1, max(values) * 1.1
+    ax.set_xlim(low, high)
+    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(log_ticks(low, high)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
     """Per method: mean error over the panel's settings (y) against time per image relative to TEST on the same
     settings (x, log scale): what a method's accuracy costs. Without TEST rows, x is milliseconds per image."""
@@ -430,10 +460,7 @@ def error_vs_cost(rows: pl.DataFrame, path: Path, title: str) -> Path:
     ax.scatter(points["_x"].to_list(), points["error"].to_list(), s=22, color="#1f5f8b", zorder=3)
     for r in points.iter_rows(named=True):
         ax.annotate(r["method"], (r["_x"], r["error"]), textcoords="offset points", xytext=(4, 3), fontsize=7.5)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    log_axis(ax, points["_x"].to_list())
     ax.set_xlabel("time per image relative to TEST (log)" if relative else "ms per image (log; no TEST rows)",
                   fontsize=8.5)
     ax.set_ylabel("mean error over settings (%)", fontsize=8.5)

@@ -125,6 +125,7 @@ def build_report(dirs: list[str | Path], out: Path, paper_dataset: str | None = 
     panel_rows = {panel.name: panel.rows for panel in sweep_panels(sweep_rows)}
     body = ["<h1>unitta reproduction report</h1>", _overview(df, dirs)]
     body += [f'<p class="warn">{html.escape(w)}</p>' for w in _segment_warnings(sweep_rows)]
+    body += _chance_section(df)
     nav = []
     panels = sorted(panel_rows)
     for panel in panels:
@@ -249,6 +250,22 @@ def _segment_warnings(rows: pl.DataFrame) -> list[str]:
         return []
     cells = [row_stream_cell(r) for r in rows.select(keys).unique(maintain_order=True).iter_rows(named=True)]
     return short_segment_warnings(c for c in cells if c is not None)
+
+
+def _chance_section(df: pl.DataFrame) -> list[str]:
+    """A warning at the top and one line per cell whose source model is at chance on its stream (the row's
+    ``warnings``, unitta.evaluate.chance): such cells say nothing about the methods."""
+    if "warnings" not in df.columns:
+        return []
+    hits = df.filter(pl.col("warnings").fill_null("").str.contains("at chance"))
+    if not hits.height:
+        return []
+    keys = [k for k in ("dataset", "model", "method", "setting", "seed") if k in hits.columns]
+    lines = [f"<li>{html.escape('/'.join(str(r[k]) for k in keys))}: {html.escape(r['warnings'])}</li>"
+             for r in hits.sort(keys).iter_rows(named=True)]
+    return [f'<p class="warn" id="chance">Warning: in {hits.height} cell(s) the source model is at chance on its '
+            "stream (check its weights: random, or trained for other classes or data?); their numbers say nothing "
+            "about the methods.</p>", f'<ul class="warn">{"".join(lines)}</ul>']
 
 
 def _overview(df: pl.DataFrame, dirs) -> str:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from analysis.common import SETTING_CAPTION, half_notation, method_order, setting_order
+from analysis.common import SETTING_CAPTION, half_notation, method_order
 from analysis.stats import t_interval
+from unitta.streams.settings import setting_order
 
 __all__ = ["tex_escape", "cell_status", "PaperTable", "paper_table", "to_markdown", "to_latex", "ranking",
            "ranking_markdown", "per_domain_errors", "per_domain_markdown"]

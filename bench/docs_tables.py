@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script: make the repository root impor
 
 from analysis import long_horizon, selection  # noqa: E402
 
-__all__ = ["DocTable", "TABLES", "render", "replace_block", "main"]
+__all__ = ["DocTable", "FLIPS", "TABLES", "differences", "render", "replace_block", "tolerance_pp", "main"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,52 @@ TABLES = {t.name: t for t in (
              "python -m unitta.sweep sweeps/long_horizon_reduced_ccc.yaml", _long_horizon_rounds),
 )}
 
+# How far a number may move on another machine: a handful of predictions flipped by a different CPU's float
+# rounding (another BLAS, another vector width), in the smallest cell the table reads (docs/analysis.md, "Docs from
+# runs"): FLIPS / n_samples of that cell, in percentage points.
+FLIPS = 3
+_NUMBER = re.compile(r"(-?\d+\.\d+)")
+
+
+def tolerance_pp(dirs: list[Path]) -> float:
+    """Percentage points a table's numbers may differ by on another machine: ``FLIPS`` predictions of the smallest
+    stream among the rows the table reads."""
+    from unitta.results import load_results
+
+    sizes = [n for d in dirs for n in load_results(d)["n_samples"].drop_nulls().to_list() if n]
+    return 100.0 * FLIPS / min(sizes) if sizes else 0.0
+
+
+def differences(old: str, new: str, tolerance: float) -> list[str]:
+    """Where two renderings of a table differ beyond ``tolerance`` (numbers with a decimal point) or at all (the
+    text around them; runs of spaces and best-value markers are not compared: column widths and a tie's bold move
+    with the digits)."""
+    def parts(text: str) -> list[str]:
+        return _NUMBER.split(re.sub(r"\s+", " ", text.replace("**", "")))
+
+    a, b = parts(old), parts(new)
+    if len(a) != len(b):
+        return [f"the tables differ in shape ({(len(a) - 1) // 2} vs {(len(b) - 1) // 2} numbers)"]
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if i % 2 == 0 and x != y:
+            out.append(f"text {x.strip()[:40]!r} vs {y.strip()[:40]!r}")
+        elif i % 2 == 1 and abs(float(x) - float(y)) > tolerance + 1e-9:
+            out.append(f"{x} vs {y} (more than {tolerance:.2f} apart)")
+    return out
+
+
 _BLOCK = re.compile(r"(<!-- docs_tables: (?P<name>[a-z0-9_]+) -->\n)(?P<body>.*?)(<!-- /docs_tables -->)", re.S)
 
 
 def blocks(text: str) -> list[str]:
     """The table names of a doc's generated blocks, in order."""
     return [m.group("name") for m in _BLOCK.finditer(text)]
+
+
+def block_of(text: str, name: str) -> str:
+    """The body of the block of ``name``."""
+    return next(m.group("body") for m in _BLOCK.finditer(text) if m.group("name") == name)
 
 
 def replace_block(text: str, name: str, table: str) -> str:
@@ -92,7 +132,9 @@ def render(table: DocTable, results_root: Path = ROOT) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Regenerate (or --check) the docs' tables from results folders.")
     parser.add_argument("names", nargs="*", metavar="NAME", help=f"tables (default: all): {', '.join(TABLES)}")
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table is stale")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a table differs beyond another machine's float rounding "
+                             f"({FLIPS} predictions of the smallest cell)")
     parser.add_argument("--results-root", type=Path, default=ROOT,
                         help="where the results folders are (default: the repository root)")
     parser.add_argument("--docs-root", type=Path, default=ROOT, help="where docs/ is (default: the repository root)")
@@ -115,9 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         if updated == text:
             print(f"{name}: {table.doc} up to date")
         elif args.check:
+            tolerance = tolerance_pp([args.results_root / r for r in table.results])
+            off = differences(block_of(text, name), new, tolerance)
+            if not off:
+                print(f"{name}: {table.doc} agrees within {tolerance:.2f} points ({FLIPS} predictions of the smallest "
+                      "cell: another machine's float rounding)")
+                continue
             stale += 1
-            print(f"{name}: {table.doc} differs from {', '.join(table.results)} (run: python bench/docs_tables.py "
-                  f"{name})")
+            print(f"{name}: {table.doc} differs from {', '.join(table.results)} beyond {tolerance:.2f} points: "
+                  f"{'; '.join(off[:3])} (run: python bench/docs_tables.py {name})")
         else:
             doc.write_text(updated)
             print(f"{name}: {table.doc} updated from {', '.join(table.results)}")

@@ -41,3 +41,16 @@ def test_missing_results_leave_the_doc_and_name_the_command(docs_tables, tmp_pat
     assert docs_tables.main(["selection_quick", "--check", "--results-root", str(tmp_path)]) == 0
     assert "unitta select sweeps/select_quick.yaml" in capsys.readouterr().out
     assert docs_tables.main(["nope"]) == 2
+
+
+def test_check_allows_another_machines_rounding_and_nothing_more(docs_tables) -> None:
+    """The selection table's numbers moved by 0.02-0.04 points on another CPU (a prediction or two of a 735-image
+    stream): within 3 predictions of the smallest cell they agree; a larger move, a changed name or a changed
+    shape does not; column padding and a moved best-value marker are not differences."""
+    tolerance = 100.0 * docs_tables.FLIPS / 735  # 0.41 points
+    old = "| method | default |\n|---|---|\n| roid | **62.87** |\n| tent | 64.15 |\n"
+    assert docs_tables.differences(old, old.replace("62.87", "62.83").replace("64.15", "64.13"), tolerance) == []
+    assert docs_tables.differences(old, old.replace("**62.87**", "62.87  "), tolerance) == []
+    assert docs_tables.differences(old, old.replace("64.15", "64.65"), tolerance) == ["64.15 vs 64.65 (more than 0.41 apart)"]
+    assert docs_tables.differences(old, old.replace("tent", "eata"), tolerance)
+    assert docs_tables.differences(old, old + "| bn | 70.00 |\n", tolerance)

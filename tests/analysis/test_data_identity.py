@@ -44,3 +44,18 @@ def test_each_folder_is_its_own_panel_and_stream(two_folders_one_output):
         assert f"(data {source['data_digest'][:12]})" in name
     errors = df.filter(pl.col("method") == "test").sort("data_digest")["error"].to_list()
     assert errors[0] != errors[1]  # severity 5 and 1: different data, different errors
+
+
+def test_a_folders_caption_names_its_digest_and_input_size_not_a_severity():
+    """An image folder has no severities: its table's caption names what the rows computed on (the folder's digest,
+    the input size) instead of the default severity=5; a corrupted dataset's caption keeps its severity."""
+    from analysis.common import sweep_panels
+
+    base = {"model": "resnet20", "method": "test", "setting": "i111", "seed": 425, "status": "ok", "error": 50.0,
+            "severity": 5, "batch_size": 64, "n_per_domain": 100}
+    folder = sweep_panels(pl.DataFrame([{**base, "dataset": "folder", "data_digest": "abcdef0123456789",
+                                         "input_size": 64}]))[0]
+    assert "severity" not in folder.caption and "data_digest=abcdef012345" in folder.caption
+    assert "input_size=64" in folder.caption
+    corrupted = sweep_panels(pl.DataFrame([{**base, "dataset": "fmnist-c", "data_digest": None, "input_size": None}]))
+    assert "severity=5" in corrupted[0].caption and "input_size" not in corrupted[0].caption

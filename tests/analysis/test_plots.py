@@ -130,3 +130,22 @@ def test_grid_titles_overlap_no_tick_label_and_long_labels_do_not_squash_the_pan
         widths = [box.width for box in heatmaps]
         assert max(widths) - min(widths) < 1.0  # pixels: the long label squashes no panel
         plt.close(fig)
+
+
+def test_a_log_axis_over_a_narrow_range_has_readable_labels():
+    """The cost plot's x (time relative to TEST) often spans 1 .. 2.5: labelled at 1, 1.5, 2 (it showed a lone
+    1 and 2); a wide range keeps the decades."""
+    import matplotlib.pyplot as plt
+
+    from analysis.plots import log_axis, log_ticks
+
+    assert log_ticks(0.9, 2.6) == [1.0, 1.5, 2.0]
+    assert log_ticks(1.0, 1000.0) == [1.0, 10.0, 100.0, 1000.0]
+    assert log_ticks(0.05, 0.3) == [0.05, 0.1, 0.2]
+    fig, ax = plt.subplots()
+    ax.plot([1.0, 1.3, 2.4], [10, 20, 30], "o")
+    log_axis(ax, [1.0, 1.3, 2.4])
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    plt.close(fig)
+    assert labels == ["1", "1.5", "2"], labels

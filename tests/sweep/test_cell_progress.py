@@ -55,3 +55,41 @@ def test_a_ray_cell_tells_the_board_its_images(ray_cluster) -> None:
     row, _ = ray_cluster.get(ray_cluster.remote(cell_task).remote(cell, load_cell_dataset(cell), {}, (), None, board))
     assert row["status"] == "ok"
     assert ray_cluster.get(board.snapshot.remote()) == {cell.cell_id(): (row["n_samples"], row["n_samples"])}
+
+
+def test_a_finished_cell_counts_its_images_once_and_the_last_line_shows_no_running_cell(monkeypatch, capsys):
+    """Two cells of 1,000 images over 10 s: while the board still lists the first cell as it finishes, its images
+    are counted once (100 images/s, not 200), and the last line has running=0 and no running cells' images."""
+    import io
+
+    from unitta.run import progress as progress_module
+
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    bar = progress_module.Progress(2, "p", enabled=True)
+    bar.stream, bar.interactive = io.StringIO(), False
+    now[0] = 5.0
+    bar.images({"a": (500, 1_000), "b": (0, 1_000)})
+    now[0] = 10.0
+    bar.update("ok", running=1, images=1_000, cell_id="a")  # the board has not dropped 'a' yet
+    assert bar.running_images == {"b": (0, 1_000)}
+    rate, _ = bar._eta()
+    assert rate == 100.0
+    bar.update("ok", running=0, images=1_000, cell_id="b")
+    last = bar.stream.getvalue().strip().splitlines()[-1]
+    assert "running=0" in last and "running cells" not in last and "2/2 cells" in last
+
+
+def test_the_rate_is_over_the_last_minute(monkeypatch):
+    """1,000 images in the first 10 s, then 100 in the next 100 s: the rate shown is the last minute's (~1/s),
+    not the run's (1,100 / 110 s = 10/s)."""
+    from unitta.run import progress as progress_module
+
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    bar = progress_module.Progress(3, "p", enabled=False)
+    for t, done in [(10.0, 1_000), (50.0, 1_040), (110.0, 1_100)]:
+        now[0] = t
+        bar.images({"a": (done, 5_000)})
+    rate, left = bar._eta()
+    assert rate == pytest.approx(60 / 60, rel=0.01) and left == pytest.approx((3_900 + 2 * 5_000) / rate, rel=0.01)

@@ -51,6 +51,9 @@ def test_summary_table_gives_each_sampler_its_own_column():
     lines = summary_table(pl.DataFrame(rows)).splitlines()
     assert lines[2].split() == ["method", "n1i1:official", "n1i1:dirichlet@0.1", "n1i1:dirichlet@0.01",
                                 "1111:sorted", "avg"]
+    # settings in the paper's order (the tables' and heatmaps'), whatever order the rows come in
+    flipped = summary_table(pl.DataFrame(rows[::-1])).splitlines()[2].split()
+    assert flipped[1:3] == ["n1i1:dirichlet@0.01", "n1i1:dirichlet@0.1"] and flipped[-2] == "1111:sorted"
     assert lines[3].split() == ["bn", "10.00", "20.00", "40.00", "30.00", "25.00"]  # nothing averaged across samplers
     exact_only = summary_table(pl.DataFrame([{**rows[0], "sampler": "exact"}])).splitlines()
     assert exact_only[2].split() == ["method", "n1i1", "avg"]  # one ULMM sampler: plain setting codes
@@ -69,3 +72,14 @@ def test_summary_table_averages_only_seeds():
     assert len(titles) == 3 and any("batch_size=16" in t for t in titles) and any("protocol=realtime" in t for t in titles)
     values = sorted(line.split()[1] for line in text.splitlines() if line.startswith("tent"))
     assert values == ["15.00", "50.00", "70.00"]
+
+
+def test_the_console_orders_settings_as_the_tables_do():
+    """The quick sweep's settings as its config lists them (i111, n111, nu11, nuiu) and shuffled: one order, the
+    paper's (unitta.streams.settings.setting_order), on the console as in analysis/tables.py."""
+    from unitta.streams.settings import setting_order
+
+    base = {"dataset": "fmnist-c", "model": "resnet20", "method": "bn", "status": "ok", "error": 1.0}
+    codes = ["nuiu", "i111", "nu11", "n111"]
+    header = summary_table(pl.DataFrame([{**base, "setting": c} for c in codes])).splitlines()[2].split()
+    assert header[1:-1] == setting_order(codes) == setting_order(codes[::-1])

@@ -64,3 +64,23 @@ def read_tensorboard(folder: Path) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(str(folder))
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def read_tensorboard_hparams(folder: Path) -> tuple[dict[str, Any], set[str]]:
+    """(hyper-parameter -> typed value, the declared metric names) of a TensorBoard event folder's HParams."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    values: dict[str, Any] = {}
+    metrics: set[str] = set()
+    for content in acc.PluginTagToContent("hparams").values():
+        data = plugin_data_pb2.HParamsPluginData.FromString(content)
+        if data.HasField("session_start_info"):
+            for name, value in data.session_start_info.hparams.items():
+                kind = value.WhichOneof("kind")
+                values[name] = getattr(value, kind)
+        if data.HasField("experiment"):
+            metrics |= {m.name.tag for m in data.experiment.metric_infos}
+    return values, metrics

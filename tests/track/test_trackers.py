@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.sweep.conftest import SMALL, ray_cluster, small_config  # noqa: F401  (ray_cluster: the session's Ray)
-from tests.track.readers import read_tensorboard, read_wandb_run
+from tests.track.readers import read_tensorboard, read_tensorboard_hparams, read_wandb_run
 from tests.track.servers import Gate, free_port, mlflow_server
 from unitta.results import load_results
 from unitta.results.tracking_record import read_tracking_record
@@ -118,6 +118,9 @@ def test_wandb_offline_and_tensorboard_hold_the_same_cells(tracked):
         assert [s for s, _ in scalars["error_curve"]] == list(range(len(row["error_curve"])))
         name = row["per_domain"][0]["name"]
         assert scalars[f"domain_error/{name}"][0][1] == pytest.approx(row["per_domain"][0]["error"], rel=1e-6)
+        hparams, declared = read_tensorboard_hparams(tmp / "tb" / "tracked" / row["cell_id"])
+        assert hparams["seed"] == 425 and hparams["batch_size"] == row["batch_size"]  # numbers, not strings
+        assert hparams["method"] == row["method"] and {"error", "balanced_error", "ece", "nll"} <= declared
     ids = set(df["cell_id"])
     assert set((tmp / "tb" / "unitta-logged-cells.txt").read_text().split()) == ids
     assert set((tmp / "wb" / "wandb" / "unitta-logged-cells-unitta.txt").read_text().split()) == ids

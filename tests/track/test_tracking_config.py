@@ -99,7 +99,10 @@ def test_a_row_becomes_params_tags_metrics_and_curves():
            "domain_errors": [8.0], "error_text": None, "hostname": "h", "worker_pid": 7, "started_at": at,
            "finished_at": at, "tune_objective_value": math.nan}
     run = cell_run(row, "parent")
-    assert run.sweep == "parent" and run.name == "tent/nui1/425"
+    assert run.sweep == "parent" and run.name == "fmnist-c/tent/nui1/425"
+    assert run.typed_params["seed"] == 425 and run.typed_params["forgetting"] is False
+    named = cell_run({**row, "model": "resnet20", "factor_overrides": '{"class_beta": 10.0, "domain_alpha": 0.5}'})
+    assert named.name == "fmnist-c/resnet20/tent/nui1/425/class_beta=10,domain_alpha=0.5"
     assert run.tags == {"unitta.cell_id": "c1", "unitta.sweep_name": "s", "unitta.status": "ok",
                         "unitta.git_commit": "abc", "unitta.model_weights": "sha", "unitta.sweep": "parent"}
     assert run.params == {"dataset": "fmnist-c", "method": "tent", "seed": "425", "setting": "nui1",

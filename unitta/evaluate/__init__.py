@@ -27,6 +27,7 @@ import numpy as np
 
 from unitta.cell import Cell
 from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch
+from unitta.evaluate.chance import SourceProbe, chance_warning, probe_of
 from unitta.evaluate.horizon import round_errors
 from unitta.evaluate.inputs import load_inputs
 from unitta.evaluate.metrics import stream_metrics
@@ -180,8 +181,8 @@ def evaluate(
                         never_adapts=not method.adapts)
     clean = inputs.clean
     before = _clean_error(method.source_model, clean, cell.batch_size, device) if clean is not None else None
-    probe = _source_probe(cell, method, dataset, stream, device)
-    warning = chance_warning(*probe, inputs.info.num_classes)
+    probe = _source_probe(cell, method, dataset, stream, device, inputs.info.num_classes)
+    warning = chance_warning(probe)
     if warning:
         print(f"warning: {warning}", flush=True)  # the cell's log; the row's `warnings` column too
     adapted = adapt_stream(method, stream, dataset, cell, device, progress, schedule, report)
@@ -192,13 +193,13 @@ def evaluate(
             "source_error_after": _clean_error(method.predict, clean, cell.batch_size, device),
         }
     row = result_row(cell, stream, dataset, method, adapted, device, wall_start, forgetting)
-    return {**row, "source_probe_error": probe[0], "warnings": warning}
+    return {**row, "source_probe_error": probe.error, "warnings": warning}
 
 
-def _source_probe(cell: Cell, method, dataset, stream, device) -> tuple[float, int]:
-    """(error %, images) of the source model, not adapting, on up to ``SOURCE_PROBE_IMAGES`` stream positions
-    spread evenly over the stream (every domain of it, whatever its order): the baseline ``chance_warning``
-    reads. A few source forwards before the stream; they change no state."""
+def _source_probe(cell: Cell, method, dataset, stream, device, num_classes: int) -> SourceProbe:
+    """The source model, not adapting, on up to ``SOURCE_PROBE_IMAGES`` stream positions spread evenly over the
+    stream (every domain of it, whatever its order): the evidence ``chance_warning`` reads
+    (unitta.evaluate.chance). A few source forwards before the stream; they change no state."""
     import torch
 
     from unitta.methods.parts.backend import backend_mode
@@ -206,27 +207,12 @@ def _source_probe(cell: Cell, method, dataset, stream, device) -> tuple[float, i
     n = len(stream.indices)
     positions = np.unique(np.linspace(0, n - 1, min(SOURCE_PROBE_IMAGES, n)).astype(np.int64))
     labels = np.asarray(dataset.labels[stream.indices[positions]], dtype=np.int64)
-    wrong = torch.zeros((), dtype=torch.int64, device=device)
+    predictions = []
     with torch.no_grad(), backend_mode(cell.precision, device):
         for start in range(0, len(positions), cell.batch_size):
-            part = positions[start:start + cell.batch_size]
-            x = device_batch(dataset, stream.indices[part], device)
-            y = torch.from_numpy(labels[start:start + cell.batch_size]).to(device)
-            wrong += (method.source_model(x).argmax(dim=1) != y).sum()
-    return 100.0 * int(wrong) / len(positions), len(positions)
-
-
-def chance_warning(error: float, n: int, num_classes: int) -> str | None:
-    """One line when the source model's error on ``n`` images is not clearly below chance (``1 - 1/K``, K classes):
-    within two binomial standard errors of it, or above. Such a model (random weights, a checkpoint for other
-    classes or another dataset) makes every adapting method look alike (docs/own_data.md, "Your model")."""
-    chance = 100.0 * (1.0 - 1.0 / num_classes)
-    standard_error = 100.0 * math.sqrt((chance / 100.0) * (1.0 - chance / 100.0) / max(n, 1))
-    if num_classes < 2 or error < chance - 2.0 * standard_error:
-        return None
-    return (f"the source model is at chance on this stream: {error:.1f} % error on {n} images spread over it "
-            f"(chance {chance:.1f} % for {num_classes} classes); check its weights (random, or trained for other "
-            "classes or data?): no adaptation starts from there")
+            x = device_batch(dataset, stream.indices[positions[start:start + cell.batch_size]], device)
+            predictions.append(method.source_model(x).argmax(dim=1))
+    return probe_of(torch.cat(predictions).cpu().numpy(), labels, num_classes)
 
 
 SOURCE_PROBE_IMAGES = 512  # the source model's error on this many stream images: chance_warning's evidence

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from unitta.results import STATUS_FAILED, STATUS_OK
 from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels
+from unitta.streams.settings import setting_order
 
 __all__ = ["failure_lines", "summary_table", "column_label"]
 
@@ -29,7 +30,7 @@ def summary_table(df, value: str = "error") -> str:
         dataset, model = key[0], key[1]
         title = f"{dataset} ({model})" + "".join(f", {k}={v}" for k, v in zip(spread, key[2:]))
         part = part.with_columns(pl.col("method_label").alias("method"))
-        settings = list(dict.fromkeys(part["column"].to_list()))
+        settings = setting_order(part["column"].to_list())
         methods = list(dict.fromkeys(part["method"].to_list()))
         ok = part.filter(pl.col("status") == STATUS_OK)
         means = {

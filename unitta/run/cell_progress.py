@@ -59,14 +59,17 @@ def cell_reporter(cell_id: str, send: Callable[[str, int, int], None] | None,
 
 
 def images_eta(finished_images: int, finished_cells: int, running: dict[str, tuple[int, int]], waiting_cells: int,
-               elapsed_s: float) -> tuple[float, float | None]:
-    """(images per second so far, seconds left): the rate of every image adapted on in this run (finished cells'
-    streams and running cells' progress); what is left is the running cells' remaining images plus, for each cell
-    not started yet, the mean stream length of the cells seen so far. None while no image is done."""
+               elapsed_s: float, rate: float | None = None) -> tuple[float, float | None]:
+    """(images per second, seconds left): ``rate`` (e.g. over a recent window), by default the rate of every image
+    adapted on in this run (finished cells' streams and running cells' progress); what is left is the running
+    cells' remaining images plus, for each cell not started yet, the mean stream length of the cells seen so far.
+    None while no image is done."""
     done = finished_images + sum(d for d, _ in running.values())
     if done <= 0 or elapsed_s <= 0:
         return 0.0, None
-    rate = done / elapsed_s
+    rate = done / elapsed_s if rate is None else rate
+    if rate <= 0:
+        return 0.0, None
     lengths = finished_cells + len(running)
     mean_length = (finished_images + sum(t for _, t in running.values())) / lengths if lengths else 0.0
     left = sum(t - d for d, t in running.values()) + waiting_cells * mean_length

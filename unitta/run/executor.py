@@ -78,6 +78,7 @@ class RunOutcome:
     n_skipped: int = 0
     n_ok: int = 0
     n_failed: int = 0
+    n_chance: int = 0  # rows whose source model is at chance on its stream (unitta.evaluate.chance)
     seconds: float = 0.0
     cell_seconds: list[float] = field(default_factory=list)
     results_path: Path | None = None
@@ -90,6 +91,19 @@ class RunOutcome:
             self.n_failed += 1
         if row.get("duration_s") is not None:
             self.cell_seconds.append(float(row["duration_s"]))
+        if chance_line(row):
+            self.n_chance += 1
+
+
+def chance_line(row: dict[str, Any]) -> str | None:
+    """The console line of a row whose source model is at chance (its ``warnings``, unitta.evaluate.chance), naming
+    the cell; None for any other row."""
+    warnings = row.get("warnings") or ""
+    if "at chance" not in warnings:
+        return None
+    keys = ("dataset", "model", "method", "setting", "seed")
+    where = "/".join(str(row[k]) for k in keys if row.get(k) is not None)
+    return f"warning: {where}: {warnings}"
 
 
 class Planner(Protocol):
@@ -173,7 +187,9 @@ def _loop(planner: Planner, backend, out: Path, bar: Progress, outcome: RunOutco
             record(out, row, text)
             feed.add(row)  # after the row is in Parquet; never blocks (docs/tracking.md)
             outcome.count(row)
-            bar.update(row["status"], backend.running(), images=row.get("n_samples"))
+            if line := chance_line(row):
+                bar.write(line)
+            bar.update(row["status"], backend.running(), images=row.get("n_samples"), cell_id=row.get("cell_id"))
             compactor.written()
         _flush_members(out, name, planner)
         bar.grow(planner.n_cells - planner.n_skipped)

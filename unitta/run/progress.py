@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 
 from unitta.results import STATUS_FAILED, STATUS_OK
 from unitta.run.cell_progress import images_eta
@@ -12,6 +13,7 @@ from unitta.run.cell_progress import images_eta
 __all__ = ["Progress", "LINE_EVERY_S"]
 
 LINE_EVERY_S = 30.0  # off a terminal: at most one progress line this often
+RATE_WINDOW_S = 60.0  # images/s over the last minute (over the run while it is younger)
 
 
 class Progress:
@@ -31,6 +33,7 @@ class Progress:
         self.stream = sys.stderr
         self.interactive = self.stream.isatty()
         self.started = self.last_line = time.monotonic()
+        self.samples: deque[tuple[float, int]] = deque([(self.started, 0)])  # (time, images done) for the rate
         self.bar = None
         if self.interactive:
             from tqdm.auto import tqdm
@@ -53,8 +56,11 @@ class Progress:
             if self.bar is not None:
                 self.bar.total = total
 
-    def update(self, status: str | None, running: int, images: int | None = None) -> None:
-        """A cell finished with ``status`` (``images``: its stream's length), or (status None) time passed."""
+    def update(self, status: str | None, running: int, images: int | None = None, cell_id: str | None = None) -> None:
+        """A cell finished with ``status`` (``images``: its stream's length; ``cell_id``: it leaves the running
+        cells' board, so its images count once), or (status None) time passed."""
+        if cell_id is not None:
+            self.running_images.pop(cell_id, None)
         if status == STATUS_OK:
             self.ok += 1
         elif status == STATUS_FAILED:
@@ -62,6 +68,7 @@ class Progress:
         if images:
             self.finished_images += images
             self.cells_with_images += 1
+        self._sample()
         if self.bar is None:
             self._line(running)
             return
@@ -76,13 +83,28 @@ class Progress:
         self.running_images = running
         self.update(None, len(running))
 
+    def _sample(self) -> None:
+        """Note the images done now (finished cells' streams and running cells' progress, each counted once),
+        keeping the samples of the last ``RATE_WINDOW_S`` and one before them."""
+        now = time.monotonic()
+        self.samples.append((now, self.finished_images + sum(d for d, _ in self.running_images.values())))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= RATE_WINDOW_S:
+            self.samples.popleft()
+
+    def _recent_rate(self) -> float:
+        """Images per second over the last ``RATE_WINDOW_S`` or so (over the run while it is younger)."""
+        (then, done_then), (now, done) = self.samples[0], self.samples[-1]
+        return (done - done_then) / (now - then) if now > then else 0.0
+
     def _eta(self) -> tuple[float, float | None]:
+        """(images per second over the recent window, seconds left at that rate; ``images_eta``)."""
         finished = self.ok + self.failed
         waiting = max(self.total - finished - len(self.running_images), 0)
+        now = self.samples[-1][0]
         rate, left = images_eta(self.finished_images, self.cells_with_images, self.running_images, waiting,
-                                time.monotonic() - self.started)
+                                now - self.started, rate=self._recent_rate())
         if left is None and 0 < finished < self.total:  # no image count yet (old rows): from cells
-            left = (time.monotonic() - self.started) / finished * (self.total - finished)
+            left = (now - self.started) / finished * (self.total - finished)
         return rate, left
 
     def _counts(self, running: int) -> str:
@@ -92,7 +114,7 @@ class Progress:
         """', 1,234 images/s, running cells at 3,000/9,000 images, ETA 12 min' (what is known of it)."""
         rate, left = self._eta()
         parts = [f"{rate:,.0f} images/s"] if rate > 0 else []
-        if self.running_images:
+        if self.running_images and self.ok + self.failed < self.total:
             done, total = (sum(v[i] for v in self.running_images.values()) for i in (0, 1))
             parts.append(f"running cells at {done:,}/{total:,} images")
         if left is not None and self.ok + self.failed < self.total:

@@ -97,6 +97,21 @@ SETTINGS_36: tuple[Setting, ...] = _grid(CORRELATIONS)
 # The same as 4-character codes: the project's one home for setting codes (configs, analysis, results).
 SETTING_CODES_24: tuple[str, ...] = tuple(s.code for s in SETTINGS_24)
 SETTING_CODES_36: tuple[str, ...] = tuple(s.code for s in SETTINGS_36)
+
+
+def setting_order(codes) -> list[str]:
+    """Setting codes (each once) in the paper's order, the one order of every table, heatmap and console summary;
+    unknown codes last, alphabetically. A stream label ``<setting>:<sampler>[@delta]`` sorts by its setting (the
+    labels of one setting in the order given)."""
+    rank = {c: i for i, c in enumerate(SETTING_CODES_36)}
+
+    def key(code) -> tuple[int, str]:
+        setting = str(code).split(":", 1)[0]
+        return (rank[setting], "") if setting in rank else (len(rank), str(code))
+
+    return sorted(dict.fromkeys(codes), key=key)
+
+
 # The halves of a code: the 4 class settings and the 6 domain settings of the paper's grid.
 CLASS_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu")
 DOMAIN_HALVES: tuple[str, ...] = ("i1", "iu", "n1", "nu", "11", "1u")

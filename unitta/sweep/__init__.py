@@ -109,8 +109,10 @@ def _report(cfg: SweepConfig, cells: list[Cell], outcome: RunOutcome) -> int:
     print(summary_table(mine))
     failed = mine.filter(pl.col("status") == STATUS_FAILED)
     print(
-        f"\n{outcome.n_ok + outcome.n_failed} cells run ({outcome.n_failed} failed), {outcome.n_skipped} "
-        f"already done, in {outcome.seconds:.1f} s; results: {outcome.results_path or outcome.out_dir}"
+        f"\n{outcome.n_ok + outcome.n_failed} cells run ({outcome.n_failed} failed"
+        + (f", {outcome.n_chance} with the source model at chance" if outcome.n_chance else "")
+        + f"), {outcome.n_skipped} already done, in {outcome.seconds:.1f} s; "
+        f"results: {outcome.results_path or outcome.out_dir}"
     )
     for line in failure_lines(failed, outcome.out_dir / "logs"):
         print(line)

@@ -51,6 +51,7 @@ class CellRun:
     sweep: str
     name: str
     params: dict[str, str] = field(default_factory=dict)
+    typed_params: dict[str, str | int | float | bool] = field(default_factory=dict)  # the params, numbers kept numbers
     tags: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)  # name -> [(step, value)], nulls left out
@@ -59,8 +60,25 @@ class CellRun:
 
 
 def run_label(row: dict[str, Any]) -> str:
-    """A short readable name: method/setting/seed (the cell id tells cells with the same label apart)."""
-    return "/".join(str(row[k]) for k in ("method", "setting", "seed") if row.get(k) is not None) or row["cell_id"]
+    """A readable name, unique across a multi-dataset sweep: dataset/model/method/setting/seed, then the factors
+    set on the cell (``class_beta=10``) where there are any (the cell id tells apart cells that differ elsewhere)."""
+    parts = [str(row[k]) for k in ("dataset", "model", "method", "setting", "seed") if row.get(k) is not None]
+    factors = row.get("factor_overrides")
+    if isinstance(factors, str) and factors not in ("", "{}"):
+        try:
+            factors = json.loads(factors)
+        except ValueError:
+            factors = None
+    if isinstance(factors, dict) and factors:
+        parts.append(",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(factors.items())))
+    return "/".join(parts) or row["cell_id"]
+
+
+def _typed(value: Any) -> str | int | float | bool:
+    """A parameter as the tracker's typed value: a number or a bool as itself, anything else as text."""
+    if isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
+    return _text(value)
 
 
 def _ms(value: Any) -> int | None:
@@ -108,6 +126,7 @@ def cell_run(row: dict[str, Any], sweep: str | None = None) -> CellRun | None:
             run.metrics.update(_per_domain(value))
         elif key in COORDINATES or isinstance(value, (str, bool)):
             run.params[key] = _text(value)
+            run.typed_params[key] = _typed(value)
         elif (number := _number(value)) is not None:
             run.metrics[key] = number
     return run

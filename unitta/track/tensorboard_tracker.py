@@ -1,7 +1,8 @@
 """TensorBoard: one event-file folder per cell, ``<dir>/<sweep>/<cell_id>/`` (docs/tracking.md).
 
 Each cell's folder holds its metrics as scalars at step 0, the error curve and round errors as scalars over
-steps, per-domain errors as ``domain_error/<name>``, its parameters in TensorBoard's HParams dashboard and its
+steps, per-domain errors as ``domain_error/<name>``, its parameters (numbers as numbers) in TensorBoard's HParams
+dashboard with every numeric metric declared there, and its
 ``unitta.*`` tags as text; the folders of one sweep sit under the sweep's name (TensorBoard's run selector
 groups them like a parent run). A local ledger (``unitta.track.ledger``) records the cells written: a cell
 folder that is not in it (cut off mid-write) is rewritten whole.
@@ -53,7 +54,8 @@ class TensorboardTracker:
                 for step, value in steps:
                     writer.add_scalar(name, value, step, walltime=wall)
             writer.add_text("unitta_tags", "\n".join(f"{k}: {v}  " for k, v in sorted(run.tags.items())), 0)
-            for summary in hparams(run.params, {"error": run.metrics.get("error", float("nan"))}):
+            # typed values (a seed is a number in the HParams table) and every numeric metric declared
+            for summary in hparams(run.typed_params, dict(run.metrics)):
                 writer.file_writer.add_summary(summary)
             writer.close()
         except Exception as exc:  # a full disk, a folder that cannot be written ...
