@@ -94,7 +94,8 @@ def test_predict_scores_with_the_supports_as_they_are(fmnist_cnn):
     assert t3a.cost.backwards == 0
 
 
-def test_filter_k_below_one_is_refused_in_one_line(fmnist_cnn):
-    with pytest.raises(ValueError, match=r"filter_k=0 must be >= 1") as err:
-        get_method("t3a", fmnist_cnn.model, fmnist_cnn.info, filter_k=0)
+@pytest.mark.parametrize("filter_k", [0, -1, 10_001])
+def test_filter_k_out_of_range_is_refused_in_one_line(fmnist_cnn, filter_k):
+    with pytest.raises(ValueError, match=rf"filter_k={filter_k} must be in \[1, 10000\]") as err:
+        get_method("t3a", fmnist_cnn.model, fmnist_cnn.info, filter_k=filter_k)
     assert "\n" not in str(err.value)

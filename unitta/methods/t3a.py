@@ -47,9 +47,12 @@ from unitta.methods.parts.losses import softmax_entropy
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.space import IntUniform
 from unitta.methods.parts.tta_method import TTAMethod
-from unitta.methods.parts.validate import check_at_least
 
 __all__ = ["T3A", "SupportBank"]
+
+# The paper's largest M is 100 (its grid 1, 5, 20, 50, 100, all); 10,000 per class is 82 GB of float32 supports for
+# ImageNet's 1,000 classes x 2,048 features: a larger value is a typo, refused before any cell.
+MAX_FILTER_K = 10_000
 
 
 class SupportBank(nn.Module):
@@ -94,7 +97,11 @@ class T3A(TTAMethod):
         filter_k: int = 100  # paper's M; ttab top_M 100; Benchmark-TTA cifar10_c/t3a.yaml FILTER_K 100
 
         def __post_init__(self) -> None:
-            check_at_least("filter_k", self.filter_k, 1, "supports kept per class; -1 (keep all) is not offered")
+            if not 1 <= self.filter_k <= MAX_FILTER_K:
+                raise ValueError(
+                    f"filter_k={self.filter_k!r} must be in [1, {MAX_FILTER_K}] (supports kept per class; the bank "
+                    "holds classes x filter_k feature vectors; -1, keep all, is not offered)"
+                )
 
     presets = {
         "cifar100": {"filter_k": 20},  # Benchmark-TTA best_cfgs/Online_TTA/cifar100_c/t3a.yaml FILTER_K
