@@ -39,7 +39,7 @@ def test_the_switch_sends_a_cpu_run_down_the_cuda_branches():
         set_device_paths("gpu")
 
 
-@pytest.mark.parametrize("method", ["rotta", "roid", "lame", "deyo"])  # CMF: ROID's masked forward (bench/opcount.py)
+@pytest.mark.parametrize("method", ["rotta", "roid", "lame", "deyo", "t3a"])  # CMF: ROID's masked forward (bench/opcount.py)
 def test_cuda_paths_keep_shapes_static_with_at_most_one_sync(opcount, stream, method):
     model, info, batches = stream
     threads = torch.get_num_threads()
