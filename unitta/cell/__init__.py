@@ -35,7 +35,7 @@ from unitta.cell.horizon import check_ccc
 from unitta.data.records import RECORDS
 from unitta.streams import CCC_SAMPLER
 from unitta.streams.ccc import check_ccc_setting
-from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS
+from unitta.streams.protocols import DEFAULT_DELTA, GRADUAL_SAMPLERS, GRADUAL_STEPS, PROTOCOL_SETTINGS
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
 __all__ = ["Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PLACEMENT_FIELDS", "check_played_size", "check_stream_size",
@@ -78,7 +78,9 @@ def round_positions(dataset: str, sampler: str, setting: str, S: int | None, len
         family = dataset if shape is None else record.preset_family
         cap = S if S is not None else min(default_state_cap(setting, family), max(1, per_domain // classes))
         return cap * domains * classes
-    return None if sampler == CCC_SAMPLER else per_domain * domains
+    if sampler == CCC_SAMPLER:
+        return None
+    return per_domain * domains * (len(GRADUAL_STEPS) if sampler in GRADUAL_SAMPLERS else 1)
 
 
 def check_played_size(dataset: str, sampler: str, setting: str, S: int | None, length: int | None,
@@ -121,8 +123,9 @@ class Cell:
     S: the official sampler's per-state cap (None: the dataset's default; with n_per_domain set, at
         most the subset's pool size per (domain, class)).
     length: the exact sampler's stream length N (None: the dataset's size).
-    sampler: 'official' | 'exact' (ULMM streams) | 'sorted' | 'dirichlet' (the other benchmark's correlated
-        orders, each with its own setting code: '1111' / 'n1i1'; docs/streams.md).
+    sampler: 'official' | 'exact' (ULMM streams) | 'sorted' | 'dirichlet' | 'gradual' | 'gradual_correlated' (the
+        other benchmark's orders, each with its own setting code: '1111' / 'n1i1' / 'i111' / '1111'; the gradual
+        ones play every corruption at severities 1..5..1 and need a dataset with severities; docs/streams.md).
     delta: the dirichlet sampler's concentration (None there: DEFAULT_DELTA; must be None for the others).
     method_kwargs: hyper-parameter overrides passed to ``get_method``.
     n_per_domain: use a class-balanced subset of this many images per domain (small tests/debugging).
@@ -181,6 +184,8 @@ class Cell:
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the ccc sampler walks its own corruptions over the clean test "
                                  "set; it takes a length and class factors only")
+        if self.sampler in GRADUAL_SAMPLERS:
+            self._check_gradual()
         fixed = PROTOCOL_SETTINGS.get(self.sampler)
         if fixed is not None:
             if self.setting != fixed:
@@ -188,6 +193,21 @@ class Cell:
             extra = [k for k, v in (("factors", self.factors), ("S", self.S), ("length", self.length)) if v]
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the {self.sampler} sampler takes none (each image once)")
+
+    def _check_gradual(self) -> None:
+        """The gradual orders play every severity of every corruption (docs/streams.md): a dataset with severities,
+        and no severity of the cell's own."""
+        record = RECORDS.get(self.dataset)
+        if record is not None and not record.has_corruptions:
+            with_severities = ", ".join(name for name, r in RECORDS.items() if r.has_corruptions)
+            kind = {"folder": "an image folder", "mixture": "a mixture of natural-shift sets"}.get(
+                record.loader, "a natural-shift set")
+            raise ValueError(f"sampler={self.sampler}: {self.dataset} is {kind}, without corruption severities; the "
+                             f"gradual orders need a corrupted dataset with severities 1-5 ({with_severities}); for "
+                             "a continual stream over its domains use sampler: sorted")
+        if self.severity != 5:
+            raise ValueError(f"severity={self.severity}: the {self.sampler} sampler plays every severity "
+                             f"({', '.join(map(str, GRADUAL_STEPS))} per corruption); drop severity")
 
     @property
     def model_name(self) -> str:
