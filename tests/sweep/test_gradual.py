@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import polars as pl
 import pytest
 import yaml
 
+from analysis import heatmaps
+from analysis.common import AnalysisError, use_metric
+from unitta.cell import Cell
+from unitta.evaluate.adapt import _batch_plan
 from unitta.results import load_results
+from unitta.streams import make_stream
 from unitta.sweep import main
 
 # Two corruptions x 9 severity steps x 20 images = 360 positions a cell; the missing severities 1-4 of the two
 # corruptions are prepared once into the test's own data folder (8 domains of 20 images).
 CONFIG = {"name": "gradual", "datasets": ["fmnist-c"], "methods": ["test", "tent"],
           "sampler": ["gradual", "gradual_correlated"], "corruptions": ["motion_blur", "gaussian_noise"],
-          "n_per_domain": 20, "batch_size": 20, "seeds": [1], "resources": {"num_cpus": 1, "num_gpus": 0}}
+          "n_per_domain": 20, "batch_size": 16, "seeds": [1], "resources": {"num_cpus": 1, "num_gpus": 0}}
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +69,21 @@ def test_both_protocols_run_to_finite_errors_with_the_error_at_severity_5(swept)
     assert rows[("gradual", "test")]["severity5_error"] > rows[("gradual", "test")]["error"]
 
 
+def test_analysis_tables_show_the_protocols_and_their_error_at_severity_5(swept, tmp_path):
+    out, _ = swept
+    heatmaps.analyse([out], tmp_path)
+    tables = {p.name: p.read_text() for p in tmp_path.glob("table_*.md")}
+    assert any("sampler=gradual," in t and "severity=1..5..1" in t and "| i111 |" in t for t in tables.values())
+    assert "1111:gradual_correlated" in (tmp_path / "orders_fmnist-c.md").read_text()
+    heatmaps.analyse([out], tmp_path / "at5", "severity5_error")
+    at5 = "".join(p.read_text() for p in (tmp_path / "at5").glob("table_*_severity5_error.md"))
+    test = load_results(out).filter(pl.col("method") == "test", pl.col("sampler") == "gradual")["severity5_error"][0]
+    assert "Error at severity 5 (%)" in at5 and f"| test | {test:.1f} |" in at5
+    assert use_metric(load_results(out), "severity5_error").height == 4  # every row is a gradual one here
+    with pytest.raises(AnalysisError, match="only the gradual samplers' cells have it"):
+        use_metric(load_results(out).with_columns(pl.lit(None, pl.Float64).alias("severity5_error")), "severity5_error")
+
+
 def test_older_rows_read_with_a_null_severity5_error(swept, tmp_path):
     out, _ = swept
     old = tmp_path / "old"  # a folder written before the column existed: its results.parquet lacks it
@@ -83,3 +105,12 @@ def test_a_dataset_without_severities_is_one_line_and_exit_2(tmp_path, capsys, d
         assert len(err) == 1 and f"sampler=gradual: {dataset} is {kind}, without corruption severities" in err[0]
         assert "use sampler: sorted" in err[0]
     assert not out.exists()
+
+
+def test_batches_are_cut_at_every_severity_step():
+    """Each step is its own loader in the other benchmark: no batch mixes two steps, and nothing is reset."""
+    domains = np.repeat(np.arange(10), 20)  # 2 corruptions x 5 severities x 20 images
+    stream = make_stream(np.tile(np.arange(20) % 10, 10), domains, "i111", sampler="gradual", seed=1)
+    bounds, resets = _batch_plan(stream, Cell(sampler="gradual", setting="i111", batch_size=16))
+    assert set(range(0, 2 * 9 * 20 + 1, 20)) <= set(bounds.tolist()) and np.diff(bounds).max() == 16
+    assert len(bounds) - 1 == 2 * 9 * 2 and not resets.any()  # 16 + 4 images a step
