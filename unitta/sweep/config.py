@@ -21,10 +21,11 @@ seed, batch size), so the same YAML always gives the same cells with the same id
 the grid once online and once in real time (docs/results.md, "Real time").
 
 ``sampler`` may list several samplers. The ULMM samplers (official, exact) run every listed setting and
-factor point; the other benchmark's correlated orders (sorted, dirichlet; docs/streams.md) run once per
-grid point with their own setting code (1111 / n1i1), dirichlet once per ``delta``::
+factor point; the other benchmark's orders (sorted, dirichlet, gradual, gradual_correlated; docs/streams.md) run
+once per grid point with their own setting code (1111 / n1i1 / i111 / 1111), dirichlet once per ``delta``; the
+gradual ones play every corruption at severities 1..5..1 (a dataset without severities is refused)::
 
-    sampler: [official, sorted, dirichlet]
+    sampler: [official, sorted, dirichlet, gradual, gradual_correlated]
     delta: [0.01, 0.1]
     settings: [i111, i1i1]
 """
@@ -182,7 +183,7 @@ class SweepConfig(RunConfig, CellFields):
             raise ValueError(f"settings: {exc}") from None
 
     def _check_samplers(self, has_settings: bool) -> None:
-        """The keys that only some samplers take (the sorted / dirichlet orders take no settings or factors)."""
+        """The keys that only some samplers take (the other benchmark's orders take no settings or factors)."""
         if self.delta is not None and "dirichlet" not in self.sampler:
             raise ValueError("delta: only the dirichlet sampler takes a delta; add dirichlet to sampler or drop delta")
         if self.ulmm_samplers() or CCC_SAMPLER in self.sampler:
