@@ -29,6 +29,7 @@ from unitta.results.replicates import (
     normalise_rows,
     with_method_labels,
 )
+from unitta.streams.protocols import GRADUAL_SAMPLERS
 from unitta.streams.settings import SETTING_CODES_36
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
 # Lower is better for all of them.
 METRICS = {
     "error": "Error (%)",
+    "severity5_error": "Error at severity 5 (%)",  # the gradual samplers' only (docs/streams.md)
     "balanced_error": "Balanced error (%)",
     "worst_class_error": "Worst-class error (%)",
     "ece": "ECE (%)",
@@ -77,9 +79,13 @@ def use_metric(df: pl.DataFrame, metric: str) -> pl.DataFrame:
         return df
     ok = df.filter(pl.col("status") == "ok")
     if metric not in df.columns or ok[metric].is_null().all():
-        hint = " (run the cells with forgetting: true)" if metric == "source_error_after" else (
-            " (result folders written before unitta's metric columns hold only error; rerun them)")
+        hint = {"source_error_after": " (run the cells with forgetting: true)",
+                "severity5_error": " (only the gradual samplers' cells have it: sampler: gradual or "
+                                   "gradual_correlated, docs/streams.md)"}.get(
+            metric, " (result folders written before unitta's metric columns hold only error; rerun them)")
         raise AnalysisError(f"--metric {metric}: no result row has it{hint}")
+    if metric == "severity5_error":  # the other samplers' streams have no severity steps: their panels are left out
+        df = df.filter(pl.col("sampler").is_in(GRADUAL_SAMPLERS))
     return df.with_columns(pl.col("error").alias("error_rate"), pl.col(metric).alias("error"))
 
 REQUIRED_COLUMNS = ("cell_id", "dataset", "method", "setting", "status", "error")
@@ -278,7 +284,7 @@ def sweep_panels(df: pl.DataFrame) -> list[Panel]:
                 cond = cond & (pl.col(k).is_null() if v is None else (pl.col(k) == v))
             rows = with_method_labels(sub.filter(cond))
             name = dataset if len(groups) == 1 else f"{dataset}_{i + 1}"
-            fixed = ", ".join(f"{k}={_caption_value(k, key[k])}" for k in shown
+            fixed = ", ".join(f"{k}={_caption_value(k, key[k], key.get('sampler'))}" for k in shown
                               if k != "dataset" and key[k] not in (None, "{}"))
             seeds = sorted(rows["seed"].unique().to_list()) if "seed" in rows.columns else []
             caption = f"{dataset}: {fixed}; seeds {seeds} (mean)" if fixed else f"{dataset}; seeds {seeds} (mean)"
@@ -296,5 +302,7 @@ def _caption_keys(dataset: str, groups: list[dict]) -> tuple[str, ...]:
     return tuple(k for k in _CAPTION_KEYS if k != "severity") + present
 
 
-def _caption_value(key: str, value) -> str:
+def _caption_value(key: str, value, sampler: str | None = None) -> str:
+    if key == "severity" and sampler in GRADUAL_SAMPLERS:
+        return "1..5..1"  # a gradual stream plays every severity (its severity field stays at the default, 5)
     return str(value)[:12] if key in ("model_code", "model_weights", "data_digest") else str(value)

@@ -97,7 +97,8 @@ def test_bad_arguments_are_one_line_errors(kwargs: dict, expected: str) -> None:
 
 
 def test_check_delta_and_settings() -> None:
-    assert check_delta("0.5") == 0.5 and PROTOCOL_SETTINGS == {"sorted": "1111", "dirichlet": "n1i1"}
+    assert check_delta("0.5") == 0.5 and PROTOCOL_SETTINGS == {"sorted": "1111", "dirichlet": "n1i1", "gradual": "i111",
+                                                               "gradual_correlated": "1111"}
     with pytest.raises(ValueError, match="expected a number"):
         check_delta("x")
 

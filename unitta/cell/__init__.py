@@ -59,7 +59,7 @@ from unitta.data.records import FOLDER_LOADERS, RECORDS
 from unitta.profile_names import PROFILES
 from unitta.streams import CCC_SAMPLER, SAMPLERS
 from unitta.streams.ccc import check_ccc, check_ccc_setting
-from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SETTINGS, check_delta
+from unitta.streams.protocols import DEFAULT_DELTA, GRADUAL_SAMPLERS, GRADUAL_STEPS, PROTOCOL_SETTINGS, check_delta
 from unitta.streams.settings import FACTOR_KEYS, MAX_STREAM_LENGTH
 
 __all__ = ["FIELDS", "Cell", "DEFAULT_MODELS", "LATER_FIELDS", "PLACEMENT_FIELDS", "cell_columns", "check_played_size",
@@ -102,7 +102,9 @@ def round_positions(dataset: str, sampler: str, setting: str, S: int | None, len
         family = dataset if shape is None else record.preset_family
         cap = S if S is not None else min(default_state_cap(setting, family), max(1, per_domain // classes))
         return cap * domains * classes
-    return None if sampler == CCC_SAMPLER else per_domain * domains
+    if sampler == CCC_SAMPLER:
+        return None
+    return per_domain * domains * (len(GRADUAL_STEPS) if sampler in GRADUAL_SAMPLERS else 1)
 
 
 def check_played_size(dataset: str, sampler: str, setting: str, S: int | None, length: int | None,
@@ -135,8 +137,10 @@ class Cell:
     model: str | None = cell_field(None, column="string", config="cell")
     # hyper-parameter overrides passed to ``get_method``
     method_kwargs: dict[str, Any] = cell_field(factory=dict, column="string", config="cell")
-    # 'official' | 'exact' (ULMM streams) | 'sorted' | 'dirichlet' (the other benchmark's correlated orders, each with
-    # its own setting code: '1111' / 'n1i1') | 'ccc'; which samplers take S, length, delta, ccc: ``_check_sampler``
+    # 'official' | 'exact' (ULMM streams) | 'sorted' | 'dirichlet' | 'gradual' | 'gradual_correlated' (the other
+    # benchmark's orders, each with its own setting code: '1111' / 'n1i1' / 'i111' / '1111'; the gradual ones play
+    # every corruption at severities 1..5..1: a dataset with severities, ``_check_gradual``) | 'ccc'; which samplers
+    # take S, length, delta, ccc: ``_check_sampler``
     sampler: str = cell_field("official", check=one_of(SAMPLERS, "sampler"), column="string", grid="sampler")
     # overrides of the setting's default factors, keys among FACTOR_KEYS (UniTTA paper, section 3.2)
     factors: dict[str, float] = cell_field(factory=dict, check=check_factor_keys, column="string",
@@ -240,9 +244,26 @@ class Cell:
             if extra:
                 raise ValueError(f"{', '.join(extra)}: the ccc sampler walks its own corruptions over the clean test "
                                  "set; it takes a length and class factors only")
+        if self.sampler in GRADUAL_SAMPLERS:
+            self._check_gradual()
         fixed = PROTOCOL_SETTINGS.get(self.sampler)
         if fixed is not None and self.setting != fixed:
             raise ValueError(f"setting={self.setting!r}: the {self.sampler} sampler's setting is {fixed!r}")
+
+    def _check_gradual(self) -> None:
+        """The gradual orders play every severity of every corruption (docs/streams.md): a dataset with severities,
+        and no severity of the cell's own."""
+        record = RECORDS.get(self.dataset)
+        if record is not None and not record.has_corruptions:
+            with_severities = ", ".join(name for name, r in RECORDS.items() if r.has_corruptions)
+            kind = {"folder": "an image folder", "mixture": "a mixture of natural-shift sets"}.get(
+                record.loader, "a natural-shift set")
+            raise ValueError(f"sampler={self.sampler}: {self.dataset} is {kind}, without corruption severities; the "
+                             f"gradual orders need a corrupted dataset with severities 1-5 ({with_severities}); for "
+                             "a continual stream over its domains use sampler: sorted")
+        if self.severity != 5:
+            raise ValueError(f"severity={self.severity}: the {self.sampler} sampler plays every severity "
+                             f"({', '.join(map(str, GRADUAL_STEPS))} per corruption); drop severity")
 
     @property
     def model_name(self) -> str:

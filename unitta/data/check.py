@@ -23,9 +23,8 @@ import numpy as np
 
 from unitta.data.cifar_c import IMAGE_SHAPE, ROWS_PER_SEVERITY, SOURCES
 from unitta.data.download import file_digest
-from unitta.data.records import ALL_CORRUPTIONS, CORRUPTIONS, HELD_OUT_CORRUPTIONS
+from unitta.data.records import ALL_CORRUPTIONS, CORRUPTIONS, HELD_OUT_CORRUPTIONS, NUM_SEVERITIES
 
-NUM_SEVERITIES = 5
 IMAGENET_CLASSES = 1000
 IMAGENET_PER_CLASS = 50  # ImageNet's validation set: 50 images per class (50,000 per severity)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
-    "CORRUPTIONS", "HELD_OUT_CORRUPTIONS", "ALL_CORRUPTIONS", "DatasetRecord", "RECORDS", "DATASETS", "NATURAL_SHIFT",
-    "FOLDER_LOADERS", "NATURAL_LOADERS", "dataset_record",
+    "CORRUPTIONS", "HELD_OUT_CORRUPTIONS", "ALL_CORRUPTIONS", "NUM_SEVERITIES", "DatasetRecord", "RECORDS", "DATASETS",
+    "NATURAL_SHIFT", "FOLDER_LOADERS", "NATURAL_LOADERS", "dataset_record",
 ]
 
 # The reference's corruption order (the reference's configs/order/*.yaml; docs/streams.md): it defines domain ids,
@@ -40,6 +40,8 @@ CORRUPTIONS: tuple[str, ...] = (
 # the 15, ImageNet-C in its extra.tar; Fashion-MNIST-C generates them (unitta/data/held_out_corruptions.py).
 HELD_OUT_CORRUPTIONS: tuple[str, ...] = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
 ALL_CORRUPTIONS: tuple[str, ...] = CORRUPTIONS + HELD_OUT_CORRUPTIONS
+# Every corruption comes at severities 1..5 (Hendrycks & Dietterich, ICLR'19; CIFAR-10-C stacks them in one file).
+NUM_SEVERITIES = 5
 _EXTRA_TAR = " (the held-out corruptions are in its extra.tar)"
 
 # The loaders of image folders (a user's own folder, a natural-shift set, a mixture of natural-shift sets): their

@@ -30,10 +30,11 @@ from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device
 from unitta.evaluate.chance import SourceProbe, chance_warning, probe_of
 from unitta.evaluate.horizon import round_errors
 from unitta.evaluate.inputs import load_inputs
-from unitta.evaluate.metrics import stream_metrics
+from unitta.evaluate.metrics import severity_error, stream_metrics
 from unitta.evaluate.provenance import git_commit, now, ray_node_id, ray_version
 from unitta.evaluate.realtime import Schedule
 from unitta.results import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
+from unitta.streams.protocols import GRADUAL_SAMPLERS, domain_severity
 
 __all__ = ["SOURCE_PROBE_IMAGES", "chance_warning", "evaluate", "run_cell", "failed_row", "result_row", "short_error"]
 
@@ -106,6 +107,7 @@ def result_row(
         "S": stream.S,
         **{key: float(value) for key, value in stream.factors.items()},
         **metrics,  # "error" is the paper's "Total Avg" micro error
+        "severity5_error": _severity5_error(stream, correct),
         **adapted.schedule.columns(),
         **(forgetting or {"source_error_before": None, "source_error_after": None}),
         "round_errors": round_errors(correct, cell.rounds),
@@ -137,6 +139,14 @@ def result_row(
         **adapted.criteria,
         **({"report_values": json.dumps(adapted.reports)} if adapted.reports else {}),
     }
+
+
+def _severity5_error(stream, correct: np.ndarray) -> float | None:
+    """The gradual orders' error at severity 5 alone (the other benchmark's "mean error at 5": its severity-5 steps
+    all have one size, so their mean error is this micro error); None for the other samplers."""
+    if stream.sampler not in GRADUAL_SAMPLERS:
+        return None
+    return severity_error(correct, domain_severity(stream.domains), 5)
 
 
 def evaluate(

@@ -15,6 +15,7 @@ from unitta.evaluate.criteria import CriteriaMeter
 from unitta.evaluate.horizon import ResetCounter, batch_bounds, reset_points
 from unitta.evaluate.metrics import NLL_FLOOR
 from unitta.evaluate.realtime import Schedule
+from unitta.streams.protocols import GRADUAL_SAMPLERS
 
 __all__ = ["Adapted", "Report", "Stopped", "adapt_stream", "device_batch"]
 
@@ -71,9 +72,13 @@ class Adapted:
 
 
 def _batch_plan(stream, cell: Cell) -> tuple[np.ndarray, np.ndarray]:
-    """(batch start positions + the end, reset-before flag per batch) of the cell's rounds and reset protocol."""
+    """(batch start positions + the end, reset-before flag per batch) of the cell's rounds and reset protocol.
+
+    Batches are cut at domain changes under 'each_shift', and at the severity steps of a gradual order (the other
+    benchmark loads every step on its own, so a step's last batch may be short; docs/streams.md)."""
     n_round = len(stream.indices) // cell.rounds
-    shift = stream.domains[:n_round] if cell.reset == "each_shift" else None
+    cut = cell.reset == "each_shift" or cell.sampler in GRADUAL_SAMPLERS
+    shift = stream.domains[:n_round] if cut else None
     bounds = batch_bounds(n_round, cell.rounds, cell.batch_size, shift)
     return bounds, reset_points(bounds, cell.reset, stream.domains)
 

@@ -15,7 +15,7 @@ from typing import Any
 from unitta.cell import Cell, check_played_size
 from unitta.data.records import FOLDER_LOADERS, NATURAL_LOADERS, RECORDS, dataset_record
 from unitta.data.source import clean_test_problem, source_problem
-from unitta.evaluate.inputs import iid_overrides
+from unitta.evaluate.inputs import cell_severities, iid_overrides
 from unitta.methods import method_class
 
 __all__ = ["DATASET_SHAPES", "dataset_shape", "infeasibility", "input_problems"]
@@ -40,7 +40,7 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     labels = np.tile(np.arange(num_classes, dtype=np.int64), num_domains)
     domains = np.repeat(np.arange(num_domains, dtype=np.int64), num_classes)
     if cell.sampler not in ("official", "exact"):
-        return None  # sorted / dirichlet take no factors; their setting and delta were checked by Cell
+        return None  # the other benchmark's orders take no factors; their setting and delta were checked by Cell
     factors: dict[str, Any] = dict(cell.factors)
     size: dict[str, Any] = {"S": 1} if cell.sampler == "official" else {"length": 4 * num_domains * num_classes}
     size.update(iid_overrides(cell, num_domains, num_classes))
@@ -54,7 +54,8 @@ def infeasibility(cell: Cell, num_domains: int, num_classes: int) -> str | None:
     return None
 
 
-def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | None:
+def _data_problem(dataset: str, data_dir: str | None, severities: tuple[int, ...]) -> str | None:
+    """The first problem of the dataset's files at ``severities`` (``cell_severities``: all five for a gradual cell)."""
     from unitta.data import default_data_dir
 
     record = dataset_record(dataset)
@@ -64,7 +65,7 @@ def _data_problem(dataset: str, data_dir: str | None, severity: int) -> str | No
         from unitta.data.natural import natural_problem
 
         return natural_problem(record, data_dir, default_data_dir())
-    return record.data_problem(data_dir, severity, default_data_dir())
+    return next(filter(None, (record.data_problem(data_dir, s, default_data_dir()) for s in severities)), None)
 
 
 def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
@@ -88,7 +89,8 @@ def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
 
 def _shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
     if RECORDS[cell.dataset].loader in FOLDER_LOADERS:
-        if RECORDS[cell.dataset].loader != "mixture" and _data_problem(cell.dataset, cell.data_dir, cell.severity):
+        severities = cell_severities(cell)
+        if RECORDS[cell.dataset].loader != "mixture" and _data_problem(cell.dataset, cell.data_dir, severities):
             return None, None  # the missing folder is reported once, by _data_problem
         return _folder_shape(cell)
     return DATASET_SHAPES[cell.dataset], None
@@ -179,7 +181,7 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
         shape, why = _shape(cell)
         add(why)
         if shape is None:
-            add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
+            add(_data_problem(cell.dataset, cell.data_dir, cell_severities(cell)))
             continue
         domains, classes, per_domain = shape
         # feasibility depends on the factors, not on the seed; the official sampler at its default factors is
@@ -200,11 +202,11 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
         if cell.n_per_domain is not None and (cell.n_per_domain % classes or cell.n_per_domain > per_domain):
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
-        data_key = ("data", cell.dataset, cell.data_dir, cell.severity, cell.model, cell.checkpoint_dir,
-                    cell.checkpoint)
-        if data_key not in checked:
-            checked.add(data_key)
-            add(_data_problem(cell.dataset, cell.data_dir, cell.severity))
+        severities = cell_severities(cell)
+        key = ("data", cell.dataset, cell.data_dir, severities, cell.model, cell.checkpoint_dir, cell.checkpoint)
+        if key not in checked:
+            checked.add(key)
+            add(_data_problem(cell.dataset, cell.data_dir, severities))
             add(_model_problem(cell, classes))
         if cell.forgetting and ("clean", cell.dataset, cell.data_dir) not in checked:
             checked.add(("clean", cell.dataset, cell.data_dir))

@@ -21,8 +21,8 @@ import numpy as np
 from unitta.cell import Cell
 from unitta.data.records import FOLDER_LOADERS, NATURAL_LOADERS, RECORDS
 
-__all__ = ["CellInputs", "DatasetUnavailable", "build_stream", "iid_overrides", "input_size", "load_cell_dataset",
-           "load_cell_model", "load_cell_source", "load_inputs", "model_layers"]
+__all__ = ["CellInputs", "DatasetUnavailable", "build_stream", "cell_severities", "iid_overrides", "input_size",
+           "load_cell_dataset", "load_cell_model", "load_cell_source", "load_inputs", "model_layers"]
 
 
 class DatasetUnavailable(RuntimeError):
@@ -99,6 +99,17 @@ def load_cell_dataset(cell: Cell):
         raise DatasetUnavailable(f"{cell.dataset}: {exc}".replace("\n", " ")) from None
 
 
+def cell_severities(cell: Cell) -> tuple[int, ...]:
+    """The severities the cell's dataset is loaded at: all five for the gradual orders (their dataset holds every
+    (corruption, severity) domain, corruption-major: ``unitta.streams.protocols``), else the cell's one."""
+    from unitta.data.records import NUM_SEVERITIES
+    from unitta.streams.protocols import GRADUAL_SAMPLERS
+
+    if cell.sampler in GRADUAL_SAMPLERS:
+        return tuple(range(1, NUM_SEVERITIES + 1))
+    return (cell.severity,)
+
+
 def _load_dataset(cell: Cell):
     """The cell's dataset (``unitta.data.load_dataset``); errors propagate (a cell's failed row names them)."""
     from unitta.data import load_dataset
@@ -108,7 +119,7 @@ def _load_dataset(cell: Cell):
     if RECORDS[cell.dataset].loader in FOLDER_LOADERS:
         extra = dict(image_size=input_size(cell.dataset, cell.model, cell.input_size), domains=cell.domains,
                      classes=cell.classes, num_workers=cell.num_threads, members=cell.datasets_as_domains)
-    dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=cell.severity,
+    dataset = load_dataset(cell.dataset, data_dir=cell.data_dir, severity=list(cell_severities(cell)),
                            n_per_domain=cell.n_per_domain, **extra)
     if cell.cache_images and extra:
         from unitta.data.folder import decode_all

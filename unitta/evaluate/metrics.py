@@ -10,7 +10,9 @@ Every function takes numpy arrays in stream order and is exact (no sampling, no 
 - ``negative_log_likelihood``: the mean of -log p(true class), in nats;
 - ``domain_errors``: error per true domain id (None for a domain the stream never visits);
 - ``error_curve``: error over ten (a cell's ``curve_points``) equal parts of the stream (positions split as
-  ``numpy.array_split``), to show collapse over time (None for an empty part of a stream shorter than ten).
+  ``numpy.array_split``), to show collapse over time (None for an empty part of a stream shorter than ten);
+- ``severity_error``: the error over the positions of one corruption severity (the gradual protocols' error at
+  severity 5, docs/results.md).
 numpy only: analysis code can import it without torch.
 """
 
@@ -31,6 +33,7 @@ __all__ = [
     "negative_log_likelihood",
     "domain_errors",
     "error_curve",
+    "severity_error",
     "stream_metrics",
 ]
 
@@ -98,6 +101,12 @@ def domain_errors(domains: np.ndarray, correct: np.ndarray, num_domains: int) ->
 def error_curve(correct: np.ndarray, parts: int = CURVE_PARTS) -> list[float | None]:
     """Error (%) over ``parts`` equal parts of the stream (``numpy.array_split``); None for an empty part."""
     return [None if len(p) == 0 else error(p) for p in np.array_split(np.asarray(correct), parts)]
+
+
+def severity_error(correct: np.ndarray, severities: np.ndarray, severity: int = 5) -> float | None:
+    """Error (%) over the positions whose severity is ``severity``; None when the stream has none."""
+    at = np.asarray(severities) == severity
+    return error(np.asarray(correct)[at]) if at.any() else None
 
 
 def stream_metrics(

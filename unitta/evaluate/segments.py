@@ -23,7 +23,7 @@ import numpy as np
 
 from unitta.cell import Cell
 from unitta.data.records import dataset_record
-from unitta.evaluate.inputs import build_stream
+from unitta.evaluate.inputs import build_stream, cell_severities
 from unitta.streams.settings import Setting, default_state_cap
 
 __all__ = ["MIN_SEGMENT_BATCHES", "mean_domain_segment", "short_segment_warning", "short_segment_warnings",
@@ -53,9 +53,11 @@ class _StandIn:
 
 
 def _stand_in(cell: Cell) -> _StandIn:
+    """The cell's dataset as the sampler sees it: a gradual cell's holds every severity of every corruption."""
     record = dataset_record(cell.dataset)
     per_domain = cell.n_per_domain or record.images_per_domain
-    return _StandIn(record.num_domains, record.num_classes, max(1, per_domain // record.num_classes))
+    domains = record.num_domains * len(cell_severities(cell))
+    return _StandIn(domains, record.num_classes, max(1, per_domain // record.num_classes))
 
 
 def _state_cap(cell: Cell, pool: int) -> int:
@@ -108,7 +110,7 @@ def _lengthening(cell: Cell, segment: float) -> str:
         now = cell.length or data.num_domains * k * data.pool
         need = _grown(math.ceil(now * scale), lambda n: dataclasses.replace(cell, length=n))
         return f"length: {need} (now {now})"
-    if cell.sampler != "official":  # sorted / dirichlet use every image once: only more images lengthen them
+    if cell.sampler != "official":  # the other benchmark's orders use every image: only more images lengthen them
         def with_n(value: int) -> Cell:
             return dataclasses.replace(cell, n_per_domain=-(-value // k) * k)
 

@@ -91,6 +91,7 @@ SCHEMA = pa.schema(
         ("error_text", pa.string()),
         # metrics (null when status == 'failed')
         ("error", pa.float64()),
+        ("severity5_error", pa.float64()),  # the gradual samplers' error at severity 5; null otherwise and in old files
         ("n_samples", pa.int64()),
         ("n_correct", pa.int64()),
         ("images_reused", pa.int64()),
@@ -168,6 +169,7 @@ EXTRA_TYPES = {
 # The columns whose values must not depend on where or when a cell ran (same config + seed on CPU).
 METRIC_COLUMNS = (
     "error",
+    "severity5_error",
     "n_samples",
     "n_correct",
     "images_reused",
@@ -307,7 +309,8 @@ LATER_DEFAULTS: dict[str, Any] = {"rounds": 1, "reset": "none", "curve_points": 
 def _later_defaults(df):
     import polars as pl
 
-    for name in ("rounds", "round_errors", "reset", "resets", "curve_points", "ccc", "ccc_severities"):
+    for name in ("rounds", "round_errors", "reset", "resets", "curve_points", "ccc", "ccc_severities",
+                 "severity5_error"):
         value = LATER_DEFAULTS.get(name)
         column = pl.lit(value, dtype=pl.from_arrow(pa.array([value], type=SCHEMA.field(name).type)).dtype)
         df = df.with_columns(pl.col(name).fill_null(column) if name in df.columns else column.alias(name))

@@ -14,8 +14,8 @@ def summary_table(df, value: str = "error") -> str:
     other coordinate the rows differ in (batch size, factors, protocol...; ``unitta.results.replicates``), named in
     the block's title. Nothing but seeds is averaged.
 
-    The sorted / dirichlet orders get their own columns (e.g. ``n1i1:dirichlet@0.1``), as do the samplers of a
-    sweep that lists several.
+    The other benchmark's orders get their own columns (e.g. ``n1i1:dirichlet@0.1``, ``i111:gradual``), as do the
+    samplers of a sweep that lists several.
     """
     import polars as pl
 
@@ -63,7 +63,7 @@ def summary_table(df, value: str = "error") -> str:
 
 
 def column_label(df):
-    """The table column of each row: its setting, plus ``:sampler`` (``@delta``) for the sorted / dirichlet orders,
+    """The table column of each row: its setting, plus ``:sampler`` (``@delta``) for the other benchmark's orders,
     and for official / exact streams too when the sweep mixes samplers."""
     import polars as pl
 

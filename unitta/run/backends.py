@@ -19,7 +19,7 @@ from typing import Any
 
 from unitta.cell import Cell
 from unitta.evaluate import failed_row, short_error
-from unitta.evaluate.inputs import load_cell_dataset
+from unitta.evaluate.inputs import cell_severities, load_cell_dataset
 from unitta.evaluate.provenance import now
 from unitta.run import ray_cluster
 from unitta.run.capture import TASK_NAME, cell_task, execute
@@ -34,8 +34,8 @@ Finished = tuple[Cell, dict[str, Any], str]
 
 
 def dataset_key(cell: Cell) -> tuple:
-    return (cell.dataset, cell.data_dir, cell.severity, cell.n_per_domain, cell.corruptions, cell.domains, cell.classes,
-            cell.datasets_as_domains, cell.cache_images,
+    return (cell.dataset, cell.data_dir, cell_severities(cell), cell.n_per_domain, cell.corruptions, cell.domains,
+            cell.classes, cell.datasets_as_domains, cell.cache_images,
             cell.model if cell.dataset in ("folder",) or ":" in (cell.model or "") else None)
 
 

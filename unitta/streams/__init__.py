@@ -19,7 +19,7 @@ from unitta.streams import official as _official
 from unitta.streams import protocols as _protocols
 from unitta.streams.ccc import CCC_SAMPLER, ccc_plan, check_ccc_setting
 from unitta.streams.estimate import Factors, estimate_factors
-from unitta.streams.protocols import DEFAULT_DELTA, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS
+from unitta.streams.protocols import DEFAULT_DELTA, GRADUAL_SAMPLERS, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS
 from unitta.streams.settings import (
     FACTOR_KEYS,
     SETTING_CODES_24,
@@ -44,6 +44,7 @@ __all__ = [
     "ULMM_SAMPLERS",
     "PROTOCOL_SAMPLERS",
     "PROTOCOL_SETTINGS",
+    "GRADUAL_SAMPLERS",
     "DEFAULT_DELTA",
     "Setting",
     "Stream",
@@ -87,8 +88,10 @@ def make_stream(
         dataset: picks the default factors and S (docs/streams.md): cifar10[-c], cifar100[-c], imagenet[-c],
             fmnist-c (CIFAR-10's values).
         sampler: 'official' (bit-identical to the reference), 'exact' (fixed length, no drift), or one of
-            the other benchmark's correlated orders (docs/streams.md): 'sorted' (setting '1111') and
-            'dirichlet' (setting 'n1i1'), which use every image once and take no factors, S or length.
+            the other benchmark's orders (docs/streams.md), which take no factors, S or length: 'sorted' (setting
+            '1111') and 'dirichlet' (setting 'n1i1') use every image once; 'gradual' ('i111') and
+            'gradual_correlated' ('1111') play every corruption at severities 1..5..1, over a dataset whose
+            domain ids are corruption * 5 + severity - 1 (``unitta.streams.protocols``).
         seed: 425 is the reference's seed.
         domain_alpha, domain_beta, class_alpha, class_beta: override the default factors.
         S: official only, the per-state cap / quota scale (default per dataset and setting).
@@ -186,13 +189,18 @@ def _protocol_stream(labels, domains, s, sampler, seed, dataset, delta, num_doma
     meta: dict[str, Any] = {}
     if sampler == "sorted":
         indices = _protocols.sorted_order(labels, domains, rng)
+    elif sampler in GRADUAL_SAMPLERS:
+        indices = _protocols.gradual_order(labels, domains, sampler == "gradual_correlated", rng)
+        meta["steps"] = list(_protocols.GRADUAL_STEPS)
     else:
         delta = DEFAULT_DELTA if delta is None else _protocols.check_delta(delta)
         indices, chunk_sizes = _protocols.dirichlet_order(labels, delta, rng)
         meta.update(delta=delta, chunk_sizes=chunk_sizes.tolist())
+    reused = len(indices) - int(np.count_nonzero(np.bincount(indices)))  # a gradual order plays severity 1..4 twice
     return Stream(
         indices=indices, domains=domains[indices], classes=labels[indices], num_domains=num_domains,
-        num_classes=num_classes, setting=s, factors={}, sampler=sampler, seed=seed, dataset=dataset, meta=meta,
+        num_classes=num_classes, setting=s, factors={}, sampler=sampler, seed=seed, dataset=dataset,
+        n_reused=reused, meta=meta,
     )
 
 

@@ -13,9 +13,10 @@ import time
 
 import numpy as np
 
+from unitta.data.records import NUM_SEVERITIES
 from unitta.files import os_error_text
 from unitta.streams import SAMPLERS, make_stream, synthetic_labels
-from unitta.streams.protocols import PROTOCOL_SETTINGS
+from unitta.streams.protocols import GRADUAL_SAMPLERS, PROTOCOL_SETTINGS
 from unitta.streams.settings import DATASET_ALIASES, MAX_STREAM_LENGTH, SETTINGS_36
 
 
@@ -38,8 +39,9 @@ def format_summary(summary: dict, elapsed: float | None = None) -> str:
         + ")",
         (f"factors   domain alpha={f['domain_alpha']:.4g} beta={f['domain_beta']:g} | "
          f"class alpha={f['class_alpha']:.4g} beta={f['class_beta']:g}") if f else
-        "factors   none (an order of every image once"
-        + (f", delta={summary['delta']:g})" if summary.get("delta") else ")"),
+        ("factors   none (every corruption at severities 1..5..1)" if summary["sampler"] in GRADUAL_SAMPLERS else
+         "factors   none (an order of every image once" + (f", delta={summary['delta']:g})" if summary.get("delta")
+                                                          else ")")),
         f"length    {summary['length']:,}" + (f"  (sampled in {elapsed:.3f} s)" if elapsed is not None else ""),
         f"reused    {summary['images_reused']:,} positions re-used an image already drawn",
     ]
@@ -62,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unitta.streams", description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="cifar10", choices=sorted(DATASET_ALIASES))
     parser.add_argument("--setting", help="4-character code, e.g. nui1 (36 codes exist); default nunu, or the "
-                        "sorted / dirichlet sampler's own code (1111 / n1i1)")
+                        "sorted / dirichlet / gradual / gradual_correlated sampler's own code (1111 / n1i1 / i111 / "
+                        "1111)")
     parser.add_argument("--sampler", default="official", choices=SAMPLERS)
     parser.add_argument("--seed", type=int, default=425)
     parser.add_argument("--domain-alpha", type=float)
@@ -79,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.setting not in {s.code for s in SETTINGS_36}:
         parser.error(f"--setting {args.setting!r}: expected one of {[s.code for s in SETTINGS_36]}")
     labels, domains = synthetic_labels(args.dataset)
+    if args.sampler in GRADUAL_SAMPLERS:  # every corruption at every severity: domain = corruption * 5 + severity - 1
+        labels, domains = synthetic_labels(args.dataset, int(domains.max() + 1) * NUM_SEVERITIES)
     problem = _size_problem(args, int(labels.max()) + 1, int(domains.max()) + 1)
     if problem:
         parser.error(problem)
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         from unitta.streams.plot import plot_stream
 
         names = list(CORRUPTIONS) if stream.num_domains == len(CORRUPTIONS) else None
+        if stream.num_domains == len(CORRUPTIONS) * NUM_SEVERITIES:  # a gradual stream's (corruption, severity)
+            names = [f"{c}_{v}" for c in CORRUPTIONS for v in range(1, NUM_SEVERITIES + 1)]
         try:
             print(f"plot      {plot_stream(stream, args.plot, domain_names=names)}")
         except OSError as err:

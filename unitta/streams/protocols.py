@@ -1,8 +1,8 @@
 """The stream orders of the other TTA benchmark (Döbler et al.'s test-time-adaptation repository) as samplers.
 
-That benchmark evaluates four protocols (docs/streams.md, "The other benchmark's protocols"):
-continual and mixed domains are ULMM settings already (``i111`` and ``i1i1``); the two correlated ones are
-orders of the images that no ULMM produces, so they are samplers here:
+That benchmark evaluates six protocols (docs/streams.md, "The other benchmark's protocols"):
+continual and mixed domains are ULMM settings already (``i111`` and ``i1i1``); the two correlated ones and the
+two gradual ones are orders of the images that no ULMM produces, so they are samplers here:
 
 * ``sorted`` ("Correlated"): the domains one after another in the continual (corruption) order, the images
   of each domain sorted by class label (classes ascending; within a class, a random order);
@@ -13,11 +13,17 @@ orders of the images that no ULMM produces, so they are samplers here:
   their share N/K take no more; each chunk then plays its classes as contiguous blocks in a random order.
   Small delta puts (almost) every class in one chunk: long single-class runs; large delta spreads every
   class evenly over the chunks, so each chunk's class mix approaches the uniform one, but inside a chunk
-  the classes still come in K blocks of about N/K^2 images (the reference's behaviour, kept).
+  the classes still come in K blocks of about N/K^2 images (the reference's behaviour, kept);
+* ``gradual`` / ``gradual_correlated`` ("gradual", "gradual_correlated"): the corruptions one after another, each
+  played at severities 1, 2, 3, 4, 5, 4, 3, 2, 1 in turn, every step all the images of that (corruption,
+  severity) in a random order (``gradual``) or sorted by class like ``sorted`` (``gradual_correlated``). Their
+  dataset holds every severity of every corruption: domain id = corruption * 5 + severity - 1, the layout of
+  ``unitta.data.load_dataset(severity=[1, 2, 3, 4, 5])``.
 
-Each order uses every image exactly once. Randomness: one ``numpy.random.Generator`` seeded with the
-stream's seed (the reference draws from numpy's and Python's global RNGs; orders are equal in
-distribution, not image for image). numpy only.
+Each order but the gradual ones uses every image exactly once; a gradual order uses every image of severity 5
+once and every other image twice (once on the way up, once on the way down). Randomness: one
+``numpy.random.Generator`` seeded with the stream's seed (the reference draws from numpy's and Python's global
+RNGs; orders are equal in distribution, not image for image). numpy only.
 """
 
 from __future__ import annotations
@@ -26,20 +32,33 @@ import math
 
 import numpy as np
 
+from unitta.data.records import NUM_SEVERITIES
+
 __all__ = [
     "PROTOCOL_SAMPLERS",
     "PROTOCOL_SETTINGS",
+    "GRADUAL_SAMPLERS",
+    "GRADUAL_STEPS",
     "DEFAULT_DELTA",
     "DELTA_RANGE",
     "check_delta",
     "sorted_order",
     "dirichlet_order",
+    "gradual_order",
+    "domain_severity",
 ]
 
 #: sampler -> the setting code it stands for: sorted = classes continual within domains continual (1,1)x(1,1);
-#: dirichlet = classes non-i.i.d. and balanced over the whole stream, domains i.i.d. (n,1)x(i,1).
-PROTOCOL_SETTINGS: dict[str, str] = {"sorted": "1111", "dirichlet": "n1i1"}
+#: dirichlet = classes non-i.i.d. and balanced over the whole stream, domains i.i.d. (n,1)x(i,1); gradual =
+#: classes i.i.d. within each step, corruptions (and severities) continual; gradual_correlated = sorted's code.
+PROTOCOL_SETTINGS: dict[str, str] = {"sorted": "1111", "dirichlet": "n1i1", "gradual": "i111",
+                                     "gradual_correlated": "1111"}
 PROTOCOL_SAMPLERS: tuple[str, ...] = tuple(PROTOCOL_SETTINGS)
+GRADUAL_SAMPLERS: tuple[str, ...] = ("gradual", "gradual_correlated")
+
+#: The gradual protocols' steps over the severities 1..NUM_SEVERITIES of every corruption, the first one included
+#: (the other benchmark's classification/test_time.py @8b2ed63: ``severities = [1, 2, 3, 4, 5, 4, 3, 2, 1]``).
+GRADUAL_STEPS: tuple[int, ...] = (1, 2, 3, 4, 5, 4, 3, 2, 1)
 
 #: The delta of the other benchmark's "mixed domains, correlated" ImageNet-C runs (its
 #: cfgs/imagenet_c/mixed_domains_correlated: TEST.DELTA_DIRICHLET 0.01; ImageNet-D109 uses 0.1).
@@ -130,3 +149,36 @@ def _proportions(delta: float, open_chunks: np.ndarray, rng: np.random.Generator
         total = p.sum()
         if total > 0:
             return p / total
+
+
+def domain_severity(domains: np.ndarray) -> np.ndarray:
+    """The severity (1..5) of each domain id of a dataset laid out as the gradual orders expect (module docstring)."""
+    return np.asarray(domains) % NUM_SEVERITIES + 1
+
+
+def gradual_order(labels: np.ndarray, domains: np.ndarray, correlated: bool, rng: np.random.Generator) -> np.ndarray:
+    """Dataset indices of the gradual protocols (module docstring): for every corruption in id order, the steps
+    ``GRADUAL_STEPS``, each step the images of (corruption, severity) in a random order, or with ``correlated`` by
+    ascending class (a random order within a class: ``sorted_order``'s order of one domain). A fresh random order
+    per step (the reference re-seeds before every step, so its steps repeat one order: equal in distribution).
+
+    domains: ids corruption * 5 + severity - 1; their count must be a multiple of 5 (a ValueError otherwise).
+    """
+    num_domains = int(np.max(domains)) + 1
+    if num_domains % NUM_SEVERITIES:
+        raise ValueError(
+            f"domains: {num_domains} domain ids; the gradual orders need every corruption at severities 1..5 "
+            f"(domain id = corruption * 5 + severity - 1, as load_dataset(severity=[1, 2, 3, 4, 5]) gives)"
+        )
+    members = np.argsort(domains, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(np.bincount(domains, minlength=num_domains))))
+    steps = []
+    for corruption in range(num_domains // NUM_SEVERITIES):
+        for severity in GRADUAL_STEPS:
+            d = corruption * NUM_SEVERITIES + severity - 1
+            idx = members[starts[d]:starts[d + 1]]
+            if correlated:
+                steps.append(idx[sorted_order(labels[idx], np.zeros(len(idx), dtype=np.int64), rng)])
+            else:
+                steps.append(rng.permutation(idx))
+    return np.concatenate(steps).astype(np.int64)

@@ -18,8 +18,9 @@ class Stream:
     num_domains, num_classes: the state space (D, K), from the dataset's arrays.
     setting, factors: the scenario and the four factors actually used
         (domain_alpha, domain_beta, class_alpha, class_beta).
-    sampler: 'official', 'exact', 'sorted' or 'dirichlet'; seed: its seed; S: the official per-state cap
-        (None for the others); factors is empty for sorted / dirichlet, meta['delta'] holds dirichlet's delta.
+    sampler: 'official', 'exact', 'sorted', 'dirichlet', 'gradual', 'gradual_correlated' or 'ccc'; seed: its
+        seed; S: the official per-state cap (None for the others); factors is empty for the other benchmark's
+        orders, meta['delta'] holds dirichlet's delta, meta['steps'] the gradual orders' severity steps.
     n_reused: positions that re-used an image already drawn earlier (a pool cycled).
     """
 

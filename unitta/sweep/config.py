@@ -21,10 +21,11 @@ seed, batch size), so the same YAML always gives the same cells with the same id
 the grid once online and once in real time (docs/results.md, "Real time").
 
 ``sampler`` may list several samplers. The ULMM samplers (official, exact) run every listed setting and
-factor point; the other benchmark's correlated orders (sorted, dirichlet; docs/streams.md) run once per
-grid point with their own setting code (1111 / n1i1), dirichlet once per ``delta``::
+factor point; the other benchmark's orders (sorted, dirichlet, gradual, gradual_correlated; docs/streams.md) run
+once per grid point with their own setting code (1111 / n1i1 / i111 / 1111), dirichlet once per ``delta``; the
+gradual ones play every corruption at severities 1..5..1 (a dataset without severities is refused)::
 
-    sampler: [official, sorted, dirichlet]
+    sampler: [official, sorted, dirichlet, gradual, gradual_correlated]
     delta: [0.01, 0.1]
     settings: [i111, i1i1]
 """
