@@ -203,9 +203,9 @@ def input_problems(cells: Iterable[Cell], feasibility: bool = True) -> list[str]
             add(f"n_per_domain: {cell.n_per_domain} is not a multiple of {cell.dataset}'s {classes} classes "
                 f"up to {per_domain} images per domain")
         severities = cell_severities(cell)
-        key = ("data", cell.dataset, cell.data_dir, severities, cell.model, cell.checkpoint_dir, cell.checkpoint)
-        if key not in checked:
-            checked.add(key)
+        data_key = ("data", cell.dataset, cell.data_dir, severities, cell.model, cell.checkpoint_dir, cell.checkpoint)
+        if data_key not in checked:
+            checked.add(data_key)
             add(_data_problem(cell.dataset, cell.data_dir, severities))
             add(_model_problem(cell, classes))
         if cell.forgetting and ("clean", cell.dataset, cell.data_dir) not in checked:
