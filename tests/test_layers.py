@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lowest first; a module may import its own package, and the layers below its own
 LAYERS: list[tuple[str, ...]] = [
-    ("unitta", "unitta.files", "unitta.nn", "unitta.profile_names", "unitta.durations"),  # ``unitta``: the root
-    # __init__ only
+    # ``unitta``: the root __init__ only
+    ("unitta", "unitta.files", "unitta.nn", "unitta.profile_names", "unitta.durations", "unitta.search_dimensions"),
     ("unitta.data",),
     ("unitta.streams",),
     ("unitta.paper", "unitta.models"),
@@ -30,8 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.evaluate",),
     ("unitta.track",),
     ("unitta.run", "unitta.search"),
-    ("unitta.sweep", "unitta.tune", "unitta.recommend", "unitta.contract"),
-    ("unitta.select",),
+    ("unitta.sweep", "unitta.tune", "unitta.select", "unitta.recommend", "unitta.contract"),
     ("analysis",),
 ]
 # the command-line entry points on the top layer, above LAYERS: the ``unitta`` command, and ``python -m

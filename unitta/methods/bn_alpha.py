@@ -25,11 +25,11 @@ from torch import Tensor, nn
 
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_probability
 from unitta.nn.batchnorm import set_submodule
 from unitta.nn.norms import norm_kind
+from unitta.search_dimensions import LogUniform
 
 __all__ = ["BNAlpha"]
 

@@ -52,9 +52,10 @@ from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.ema import ema_tensors_
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.methods.roid import ROID
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["CMF", "PARAM_SCALE"]
 

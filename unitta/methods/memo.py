@@ -59,9 +59,9 @@ from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.losses import marginal_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["MEMO"]
 

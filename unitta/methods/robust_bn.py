@@ -26,10 +26,10 @@ from unitta.methods.balanced_bn import BalancedBN
 from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
+from unitta.search_dimensions import LogUniform
 
 __all__ = ["RobustBNMethod"]
 

@@ -55,10 +55,11 @@ from unitta.methods.parts.heads import FeatureModel
 from unitta.methods.parts.losses import aug_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.source_batches import SourceBatches
-from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["SANTA"]
 

@@ -36,10 +36,11 @@ from unitta.methods.parts.device import device_generator, takes_cuda_path
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, BN_EMA, BN_GAMMA, Uniform
+from unitta.methods.parts.search_space import ADAM_LR, BN_EMA, BN_GAMMA
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
+from unitta.search_dimensions import Uniform
 
 
 @register_method("tribe")

@@ -20,9 +20,9 @@ from torch import Tensor
 
 from unitta.methods.norm.unmixtns_layer import convert_to_unmixtns
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import Choice
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least
+from unitta.search_dimensions import Choice
 
 
 @register_method("unmixtns")

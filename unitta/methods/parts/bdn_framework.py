@@ -14,7 +14,7 @@ from unitta.methods.norm.bdn_layer import BalancedDomainNorm2d
 from unitta.methods.norm.groups import ClassGroups, SlotGroups
 from unitta.methods.parts.feature_averaging import FeatureAverager
 from unitta.methods.parts.heads import FeatureModel
-from unitta.methods.parts.space import BN_EMA, BN_GAMMA
+from unitta.methods.parts.search_space import BN_EMA, BN_GAMMA
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms

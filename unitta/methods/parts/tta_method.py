@@ -69,8 +69,9 @@ class TTAMethod:
     # False only for a method that never changes the source model's outputs on purpose (``test``): the
     # contract's ``adapts`` check warns when any other method's outputs equal the source model's.
     adapts: ClassVar[bool] = True
-    # The hyper-parameters worth searching and their ranges (``unitta/methods/parts/space.py``: Config field ->
-    # LogUniform | Uniform | IntUniform | Choice), each range cited; empty: nothing to tune (docs/methods.md).
+    # The hyper-parameters worth searching and their ranges (``unitta/search_dimensions.py``: Config field ->
+    # LogUniform | Uniform | IntUniform | Choice; ``methods/parts/search_space.py``), each range cited; empty:
+    # nothing to tune (docs/methods.md).
     space: ClassVar[dict[str, Any]] = {}
 
     @dataclass(frozen=True)
