@@ -26,7 +26,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.row_mask import row_weights
+from unitta.methods.norm.row_mask import RowMaskedNorm, row_weights
 from unitta.methods.norm.stats import ViewCache, constant, float32_forward, instance_mean_var, source_statistics
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
@@ -35,7 +35,7 @@ INIT_ALPHA = 0.5
 TEMPERATURE = 0.07
 
 
-class UnMixTNS2d(nn.Module):
+class UnMixTNS2d(RowMaskedNorm):
     """Drop-in replacement of a BatchNorm2d with K statistic components (UnMix-TNS paper sec. 3).
 
     Args:
@@ -45,8 +45,6 @@ class UnMixTNS2d(nn.Module):
         generator: draws the initial component noise eps_k ~ N(0, 1).
         bn_momentum: m_bn (reference: the BN layer's momentum, PyTorch's default 0.1).
     """
-
-    row_mask: Tensor | None = None  # set by ``masked_rows``: the rows that update the components
 
     def __init__(
         self,
