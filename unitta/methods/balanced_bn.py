@@ -50,7 +50,7 @@ class BalancedBN(TTAMethod):
         K = self.info.num_classes
         self.layers = list(
             replace_batchnorms(
-                self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, self.cfg.gamma)
+                self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, self.cfg.gamma, self.device_paths)
             ).values()
         )
 

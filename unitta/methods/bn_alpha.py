@@ -62,7 +62,7 @@ class BNAlpha(TTAMethod):
                 f"(its normalisation kind is {norm_kind(self.model)!r}); use a BatchNorm model"
             )
         for name, bn in layers:
-            set_submodule(self.model, name, AlphaBatchNorm(bn, self.cfg.alpha))
+            set_submodule(self.model, name, AlphaBatchNorm(bn, self.cfg.alpha, self.device_paths))
         self.model.eval()
 
     @torch.no_grad()

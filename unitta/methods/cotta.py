@@ -130,7 +130,7 @@ class CoTTA(TTAMethod):
         self.anchor = make_teacher(self.model)
         self.track(self.teacher)
         self.track(self.anchor)
-        self.augment = cotta_augment(self.cfg.aug_size)
+        self.augment = cotta_augment(self.cfg.aug_size, self.device_paths)
         self.device_generator = device_generator(self.generator, self.device)
 
     def predict_scores(self, x: Tensor) -> Tensor:

@@ -87,7 +87,8 @@ class NOTE(TTAMethod):
         layers = replace_batchnorms(
             self.model,
             lambda name, bn: InstanceAwareBN(
-                bn, k=self.cfg.iabn_k, momentum=self.cfg.bn_momentum, skip_threshold=self.cfg.skip_threshold
+                bn, k=self.cfg.iabn_k, momentum=self.cfg.bn_momentum, skip_threshold=self.cfg.skip_threshold,
+                paths=self.device_paths,
             ),
         )
         params = train_affine(layers.values())

@@ -139,7 +139,7 @@ class RMT(TTAMethod):
         self.optimizer = optimizer_from_config(self.model.parameters(), self.cfg)
         self.teacher = make_teacher(self.model)
         self.track(self.teacher)
-        self.augment = cotta_augment(None)
+        self.augment = cotta_augment(None, self.device_paths)
         self.device_generator = device_generator(self.generator, self.device)
         self.prototypes: Tensor | None = None
         self.track(self.model.backbone)  # encoder passes (``encode``), which bypass the model's own forward

@@ -64,10 +64,9 @@ class RobustBNMethod(TTAMethod):
     def setup(self) -> None:
         self.model.requires_grad_(False)
         if self.cfg.variant == "reference":
-            K = self.info.num_classes
-            self.layers = list(
-                replace_batchnorms(self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, 1.0)).values()
-            )
+            K, eta, paths = self.info.num_classes, self.cfg.eta, self.device_paths
+            replaced = replace_batchnorms(self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, eta, 1.0, paths))
+            self.layers = list(replaced.values())
         else:
             self.layers = list(replace_batchnorms(self.model, lambda name, bn: RobustBN(bn, self.cfg.alpha)).values())
         self.model.eval()

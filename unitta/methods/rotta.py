@@ -100,7 +100,7 @@ class RoTTA(TTAMethod):
         self.teacher = make_teacher(self.model)
         self.track(self.teacher)
         self.memory = CSTUMemory(self.cfg.memory_size, self.info.num_classes, self.cfg.lambda_t, self.cfg.lambda_u)
-        self.augment = rotta_strong_augment(self.cfg.aug_size)
+        self.augment = rotta_strong_augment(self.cfg.aug_size, self.device_paths)
         self.device_generator = device_generator(self.generator, self.device)
         self.samples_seen = 0
         self.updates = 0

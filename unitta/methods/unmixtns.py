@@ -48,7 +48,7 @@ class UnMixTNS(TTAMethod):
     def setup(self) -> None:
         self.model.requires_grad_(False)
         self.layers = convert_to_unmixtns(
-            self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator
+            self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator, self.device_paths
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from unitta.methods.norm.row_mask import RowMaskedNorm, row_weights
 from unitta.methods.norm.stats import ViewCache, constant, float32_forward, instance_mean_var, source_statistics
+from unitta.methods.parts.device import DevicePaths
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
@@ -53,8 +54,10 @@ class UnMixTNS2d(RowMaskedNorm):
         max_batch_size: int,
         generator: torch.Generator,
         bn_momentum: float = 0.1,
+        paths: DevicePaths | None = None,
     ):
         super().__init__()
+        self.paths = paths if paths is not None else DevicePaths.from_environment()  # the building method's
         if num_components < 1:
             raise ValueError(f"num_components={num_components}: expected >= 1")
         if max_batch_size < 1:
@@ -104,7 +107,7 @@ class UnMixTNS2d(RowMaskedNorm):
         if x.ndim != 4:
             raise ValueError(f"UnMixTNS2d expects (B, C, H, W) input, got shape {tuple(x.shape)}")
         B, C, K = x.shape[0], self.num_features, self.num_components
-        inst_mean, inst_var = instance_mean_var(x, keepdim=True)  # (B, C, 1, 1) each
+        inst_mean, inst_var = instance_mean_var(x, self.paths, keepdim=True)  # (B, C, 1, 1) each
         p = self._weights(inst_mean.view(B, C)).view(K, B, 1, 1, 1)
         # everything below is laid out (K, B, C, 1, 1), so that the instance statistics broadcast as they
         # are and the mixture statistics come out as (B, C, 1, 1) maps of x. Component k mixed with the
@@ -144,7 +147,8 @@ class UnMixTNS2d(RowMaskedNorm):
 
 
 def convert_to_unmixtns(
-    model: nn.Module, num_components: int, max_batch_size: int, generator: torch.Generator
+    model: nn.Module, num_components: int, max_batch_size: int, generator: torch.Generator,
+    paths: DevicePaths | None = None,
 ) -> dict[str, UnMixTNS2d]:
     """Replace every BatchNorm2d of ``model`` in place by an UnMixTNS2d; BatchNorm1d layers are left in
     eval mode with their source statistics (the reference's UnMixTNS1d does exactly that).
@@ -153,7 +157,7 @@ def convert_to_unmixtns(
     for name, bn in named_batchnorms(model):
         if isinstance(bn, nn.BatchNorm2d):
             momentum = bn.momentum if bn.momentum is not None else 0.1
-            layer = UnMixTNS2d(bn, num_components, max_batch_size, generator, bn_momentum=momentum)
+            layer = UnMixTNS2d(bn, num_components, max_batch_size, generator, bn_momentum=momentum, paths=paths)
             set_submodule(model, name, layer.to(bn.running_mean.device))
             layers[name] = layer
     if not layers:

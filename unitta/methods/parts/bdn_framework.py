@@ -41,7 +41,9 @@ class BDNFramework(TTAMethod):
         K = self.info.num_classes
         replaced = replace_batchnorms(
             self.model,
-            lambda name, bn: BalancedDomainNorm2d(bn, K, cfg.eta, cfg.gamma, cfg.distance, cfg.clamp),
+            lambda name, bn: BalancedDomainNorm2d(
+                bn, K, cfg.eta, cfg.gamma, cfg.distance, cfg.clamp, self.device_paths
+            ),
         )
         if layer_name not in replaced:
             found = ", ".join(replaced)

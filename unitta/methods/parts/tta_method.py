@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.parts.device import DevicePaths
 from unitta.methods.parts.heads import FeatureModel
 from unitta.models.info import ModelInfo
 from unitta.nn.norms import norm_kind
@@ -96,6 +97,9 @@ class TTAMethod:
             raise ValueError(problem)
         self.source = source
         self.source_model = model
+        # the branches of its device-dependent code (docs/benchmarks.md "Device paths"): UNITTA_DEVICE_PATHS, read
+        # once now, handed to the layers and augmentations it builds
+        self.device_paths = DevicePaths.from_environment()
         self.cfg = cfg
         self.info = info
         self.seed = seed
