@@ -37,14 +37,11 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import polars as pl
+from scipy.stats import rankdata
 
-import polars as pl  # noqa: E402
-from scipy.stats import rankdata  # noqa: E402
-
-from analysis import mariodoebler_tables  # noqa: E402
-from analysis.common import (  # noqa: E402
+from analysis import mariodoebler_tables
+from analysis.common import (
     AnalysisError,
     Panel,
     add_sweep_argument,
@@ -55,12 +52,12 @@ from analysis.common import (  # noqa: E402
     split_rows,
     sweep_panels,
 )
-from analysis.rank_stats import N_BOOTSTRAP, bootstrap_rho_interval, p_kind_text, spearman_p  # noqa: E402
-from analysis.stats import binomial_halfwidth, complete_block  # noqa: E402
-from analysis.tables import cell_status  # noqa: E402
+from analysis.rank_stats import N_BOOTSTRAP, bootstrap_rho_interval, p_kind_text, spearman_p
+from analysis.stats import binomial_halfwidth, complete_block
+from analysis.tables import cell_status
 from analysis.tables import tex_escape as _tex
-from unitta.paper import PAPER_DATASETS, load_paper_table  # noqa: E402
-from unitta.streams.settings import setting_order  # noqa: E402
+from unitta.paper import PAPER_DATASETS, load_paper_table
+from unitta.streams.settings import setting_order
 
 __all__ = [
     "DEFAULT_TOLERANCE", "Comparison", "compare_panel", "spearman", "with_uncertainty", "method_deltas",

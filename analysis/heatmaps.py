@@ -38,12 +38,9 @@ import re
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import polars as pl
 
-import polars as pl  # noqa: E402
-
-from analysis.common import (  # noqa: E402
+from analysis.common import (
     METRICS,
     add_sweep_argument,
     check_dirs,
@@ -54,9 +51,9 @@ from analysis.common import (  # noqa: E402
     sweep_panels,
     use_metric,
 )
-from analysis.orders import write_orders  # noqa: E402
-from analysis.stats import best_vs_runner_up, verdict_markdown  # noqa: E402
-from analysis.tables import (  # noqa: E402
+from analysis.orders import write_orders
+from analysis.stats import best_vs_runner_up, verdict_markdown
+from analysis.tables import (
     cell_status,
     paper_table,
     per_domain_errors,
@@ -66,8 +63,8 @@ from analysis.tables import (  # noqa: E402
     to_latex,
     to_markdown,
 )
-from unitta.results.output_checks import OutputError, check_output_dir, is_writable  # noqa: E402
-from unitta.results.replicates import METHOD_KEYS, fixed_keys  # noqa: E402
+from unitta.results.output_checks import OutputError, check_output_dir, is_writable
+from unitta.results.replicates import METHOD_KEYS, fixed_keys
 
 __all__ = ["analyse", "main"]
 

@@ -21,16 +21,12 @@ that has the cells it needs; a stream without them says which cells are missing.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import polars as pl
 
-import polars as pl  # noqa: E402
-
-from analysis.common import add_sweep_argument, check_dirs, load_dirs, run_analysis  # noqa: E402
-from unitta.results.replicates import METHOD_KEYS, fixed_keys  # noqa: E402
+from analysis.common import add_sweep_argument, check_dirs, load_dirs, run_analysis
+from unitta.results.replicates import METHOD_KEYS, fixed_keys
 
 __all__ = ["FINDINGS", "stream_errors", "check_stream", "markdown", "main"]
 

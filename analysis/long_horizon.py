@@ -28,18 +28,15 @@ import sys
 import textwrap
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import polars as pl  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
+import matplotlib.pyplot as plt
+import polars as pl
+from matplotlib.lines import Line2D
 
-from analysis.common import AnalysisError, add_sweep_argument, load_dirs, method_order, run_analysis  # noqa: E402
-from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels  # noqa: E402
+from analysis.common import AnalysisError, add_sweep_argument, load_dirs, method_order, run_analysis
+from unitta.results.replicates import METHOD_KEYS, fixed_keys, normalise_rows, with_method_labels
 
 __all__ = ["METHOD_AXES", "collapse_point", "stream_keys", "stream_tables", "summary_table", "analyse", "main"]
 

@@ -24,13 +24,10 @@ import re
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import polars as pl
 
-import polars as pl  # noqa: E402
-
-from analysis import compare_paper, heatmaps, plots, selection  # noqa: E402
-from analysis.common import (  # noqa: E402
+from analysis import compare_paper, heatmaps, plots, selection
+from analysis.common import (
     AnalysisError,
     add_sweep_argument,
     check_dirs,
@@ -39,10 +36,10 @@ from analysis.common import (  # noqa: E402
     split_rows,
     sweep_panels,
 )
-from unitta.evaluate.segments import row_stream_cell, short_segment_warnings  # noqa: E402
-from unitta.paper import PAPER_DATASETS  # noqa: E402
-from unitta.results.output_checks import OutputError, check_output_dir  # noqa: E402
-from unitta.results.tracking_record import read_tracking_record  # noqa: E402
+from unitta.evaluate.segments import row_stream_cell, short_segment_warnings
+from unitta.paper import PAPER_DATASETS
+from unitta.results.output_checks import OutputError, check_output_dir
+from unitta.results.tracking_record import read_tracking_record
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 

@@ -21,13 +21,10 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
+import polars as pl
 
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-
-from analysis.common import run_analysis  # noqa: E402
+from analysis.common import run_analysis
 
 __all__ = ["N_BOOTSTRAP", "load_selection", "point_label", "chosen_table", "error_table", "rankings", "analyse",
            "main"]

@@ -302,7 +302,7 @@ def _repeated(args) -> int:
 
 def _steady(args) -> int:
     """Every registered method (or ``--methods``) over distinct stream batches (module docstring)."""
-    from unitta.methods.parts.device import device_paths
+    from unitta.methods.parts.device import DevicePaths
     from unitta.methods.parts.registry import list_methods, method_class
 
     names = args.methods or list_methods()
@@ -317,8 +317,9 @@ def _steady(args) -> int:
 
         source = load_source("fmnist-c")
     kind = "all aten ops" if args.all_ops else "top-level aten ops"
+    paths = DevicePaths.from_environment().mode  # what every method built below reads
     print(f"{info.name}, Fashion-MNIST-C stream {args.setting} (seed {args.seed}), batch {args.batch}: "
-          f"{args.batches} distinct batches after {args.warmup} warm-up; device paths: {device_paths()}; {kind}")
+          f"{args.batches} distinct batches after {args.warmup} warm-up; device paths: {paths}; {kind}")
     collapse = not args.no_collapse
     base = None
     print(f"{'method':16s} {'new-shape batches':>17s} {'new shapes':>10s} {'syncs':>6s} {'H2D':>5s} "

@@ -57,7 +57,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_every_command_has_a_help_that_exits_0() -> None:
-    assert {"unitta.sweep", "unitta.tune", "unitta.data", "unitta.models", "unitta.contract"} <= set(TOOLS)
+    assert {"unitta.sweep", "unitta.tune", "unitta.data", "unitta.models", "unitta.contract", "unitta.methods"} <= set(TOOLS)
     out = subprocess.run(
         [sys.executable, "-c", _HELP_RUNNER, ",".join(COMMANDS), ",".join(TOOLS)],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300,
@@ -67,6 +67,23 @@ def test_every_command_has_a_help_that_exits_0() -> None:
     assert len(results) == 1 + len(COMMANDS) + len(TOOLS)
     failed = {cmd: r for cmd, r in results.items() if r["code"] != 0 or "usage" not in r["text"].lower()}
     assert not failed, "\n".join(f"{cmd}: exit {r['code']}: {r['text'][-300:]}" for cmd, r in failed.items())
+
+
+def test_python_m_unitta_methods_is_the_methods_command(capsys, monkeypatch) -> None:
+    """``python -m unitta.methods list`` (README: ``python -m unitta.<tool>`` keeps working) prints what
+    ``unitta methods list`` prints (in-process: ``runpy`` runs what ``python -m`` runs)."""
+    import runpy
+
+    from unitta.__main__ import main
+
+    assert main(["methods", "list"]) == 0
+    expected = capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["unitta.methods", "list"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module("unitta.methods", run_name="__main__", alter_sys=True)
+    assert stop.value.code in (0, None)
+    assert capsys.readouterr().out == expected
+    assert "tent" in expected and "unitta" in expected
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from tests.bench_scripts import load_bench_script
+from unitta.methods import get_method
 from unitta.methods.lame import fixed_point
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.norm.row_mask import masked_rows
 from unitta.methods.norm.unmixtns_layer import UnMixTNS2d
-from unitta.methods.parts.device import device_paths_set, set_device_paths, takes_cuda_path
+from unitta.methods.parts.device import DevicePaths
 
 
 @pytest.fixture(scope="module")
@@ -29,24 +30,32 @@ def stream(opcount):
     return opcount.stream_batches(8, 16, "nui1", n_per_domain=200)
 
 
-def test_the_switch_sends_a_cpu_run_down_the_cuda_branches():
+def test_the_switch_sends_a_cpu_run_down_the_cuda_branches(monkeypatch, embedded_model):
     x = torch.zeros(2)
-    with device_paths_set("auto"):
-        assert not takes_cuda_path(x) and not takes_cuda_path("cpu") and takes_cuda_path(torch.device("cuda"))
-    with device_paths_set("cuda"):
-        assert takes_cuda_path(x) and takes_cuda_path(torch.Generator())
+    auto, cuda = DevicePaths("auto"), DevicePaths("cuda")
+    assert not auto.cuda(x) and not auto.cuda("cpu") and auto.cuda(torch.device("cuda"))
+    assert cuda.cuda(x) and cuda.cuda(torch.Generator())
     with pytest.raises(ValueError, match="'gpu' is not one of"):
-        set_device_paths("gpu")
+        DevicePaths("gpu")
+    # a method reads UNITTA_DEVICE_PATHS once, when it is built, and hands its paths to the layers it builds
+    monkeypatch.setenv("UNITTA_DEVICE_PATHS", "cuda")
+    method = get_method("unmixtns", *embedded_model)
+    monkeypatch.delenv("UNITTA_DEVICE_PATHS")
+    assert method.device_paths == cuda and DevicePaths.from_environment() == auto
+    assert {layer.paths for layer in method.layers.values()} == {cuda}
+    monkeypatch.setenv("UNITTA_DEVICE_PATHS", "gpu")
+    with pytest.raises(ValueError, match="UNITTA_DEVICE_PATHS='gpu' is not one of"):
+        DevicePaths.from_environment()
 
 
 @pytest.mark.parametrize("method", ["rotta", "roid", "lame", "deyo", "t3a"])  # CMF: ROID's masked forward (bench/opcount.py)
-def test_cuda_paths_keep_shapes_static_with_at_most_one_sync(opcount, stream, method):
+def test_cuda_paths_keep_shapes_static_with_at_most_one_sync(opcount, stream, method, monkeypatch):
     model, info, batches = stream
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    monkeypatch.setenv("UNITTA_DEVICE_PATHS", "cuda")  # read by the method steady_counts builds
     try:
-        with device_paths_set("cuda"):
-            r = opcount.steady_counts(method, model, info, batches, warmup=4)  # RoTTA's first update: 64 images
+        r = opcount.steady_counts(method, model, info, batches, warmup=4)  # RoTTA's first update: 64 images
     finally:
         torch.set_num_threads(threads)
     assert r["steady_batches"] == 4

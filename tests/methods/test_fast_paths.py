@@ -14,6 +14,7 @@ from tests.methods.fmnist_cnn import grey_shift
 from unitta.methods import get_method
 from unitta.methods.norm import balanced_bn_layer, iabn, robust_bn_layer, stats
 from unitta.methods.norm.fast_paths import fast_paths, fast_paths_set
+from unitta.methods.parts.device import DevicePaths
 
 # the methods whose layers have a hand-written backward (IABN: note; Robust BN: robust_bn, rotta; Balanced BN:
 # balanced_bn, tribe) or use the fused per-sample statistics (BDN: unitta, bdn; UnMix-TNS: unmixtns, roid)
@@ -65,9 +66,9 @@ def test_the_switch_bypasses_each_hand_written_backward(fmnist_cnn, monkeypatch,
 
 def test_plain_statistics_are_the_cuda_branch_on_the_cpu() -> None:
     x = torch.randn(4, 3, 5, 5, generator=torch.Generator().manual_seed(0))
-    first, second, positions = stats.instance_moments(x)
+    first, second, positions = stats.instance_moments(x, DevicePaths())
     assert positions == 25
     with fast_paths_set(False):
-        mean, square, one = stats.instance_moments(x)
+        mean, square, one = stats.instance_moments(x, DevicePaths())
     assert one == 1 and torch.allclose(mean * positions, first, atol=1e-5)
     assert torch.allclose(square * positions, second, atol=1e-4)

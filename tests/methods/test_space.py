@@ -1,4 +1,4 @@
-"""Search spaces (``unitta/methods/parts/space.py``): the dimensions, every method's declared space, ``check_space``,
+"""Search spaces (``unitta/search_dimensions.py``, ``unitta/methods/parts/search_space.py``): the dimensions, every method's declared space, ``check_space``,
 ``unitta methods space``, and the corner points of every space building and running on real images."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from unitta.methods import (
     method_space,
 )
 from unitta.methods.parts.registry import builtin_modules
-from unitta.methods.parts.space import DIM_TYPES
+from unitta.search_dimensions import DIM_TYPES
 
 # The built-in methods with nothing to search: no numeric hyper-parameter at all (``test`` and ``bn`` have no
 # Config field, COFA only its filter switch, whose two values are two registered methods). Every other built-in

@@ -10,6 +10,7 @@ from tests.methods.fmnist_cnn import info_for as tiny_info
 from unitta.methods import get_method
 from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.stats import instance_mean_var
+from unitta.methods.parts.device import DevicePaths
 
 N = 640  # stream length of the behavioural tests (10 batches of 64)
 
@@ -65,7 +66,7 @@ def test_balanced_statistics_stay_balanced_under_class_imbalance(trained):
     updates, UniTTA's ``rotta_rbn``) follow the majority class."""
     model, x, y = trained
     with torch.no_grad():
-        inst_mean, _ = instance_mean_var(model.conv1(x))
+        inst_mean, _ = instance_mean_var(model.conv1(x), DevicePaths())
     final = {}
     for name, idx in _streams(y).items():
         balanced = get_method("tribe", model, tiny_info(model))

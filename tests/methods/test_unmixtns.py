@@ -14,6 +14,7 @@ from tests.methods.fmnist_cnn import run_stream, shift
 from unitta.methods import get_method
 from unitta.methods.norm.stats import instance_mean_var
 from unitta.methods.norm.unmixtns_layer import UnMixTNS2d
+from unitta.methods.parts.device import DevicePaths
 
 
 def _source_bn(channels: int = 6, seed: int = 0) -> nn.BatchNorm2d:
@@ -53,7 +54,7 @@ def test_component_update_follows_the_rescaled_momentum():
     assert layer.momentum(1) == pytest.approx(1 - 0.9 ** (1 / 64))  # ~0.0016
     x = torch.randn(1, 6, 4, 4, generator=torch.Generator().manual_seed(2))
     before_m, before_v = layer.component_means.clone(), layer.component_vars.clone()
-    mu, var = instance_mean_var(x)
+    mu, var = instance_mean_var(x, DevicePaths())
     p = layer.assignments(mu)[0]  # (K,)
     out = layer(x)
     m = 1 - 0.9 ** (1 / 64)
@@ -89,7 +90,7 @@ def test_components_track_a_mixed_domain_stream(fmnist_cnn):
             layer.update_stats = True
         result = {}
         for name, layer in method.layers.items():
-            mu, _ = instance_mean_var(inputs[name])
+            mu, _ = instance_mean_var(inputs[name], DevicePaths())
             p = layer.assignments(mu)
             weighted = p @ layer.component_means  # (N, C)
             for d in (0, 1):

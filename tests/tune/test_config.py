@@ -10,8 +10,10 @@ import yaml
 from unitta.cell import Cell
 from unitta.evaluate.input_checks import infeasibility
 from unitta.schema import ConfigError
+from unitta.search.cell_template import base_cell
+from unitta.search_dimensions import Choice, LogUniform, Uniform
 from unitta.tune import main
-from unitta.tune.config import RangeSpec, base_cell, expand_grid, load_tune_config, parse_tune_config, trial_cells
+from unitta.tune.config import expand_grid, load_tune_config, parse_tune_config, trial_cells
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"name": "t", "methods": ["test"], "space": {"domain_alpha": [0.9]}}
@@ -69,8 +71,21 @@ def test_cli_exits_2_on_an_unknown_method(tmp_path: Path, capsys) -> None:
 
 
 def test_range_grid_points() -> None:
-    assert RangeSpec(low=0.5, high=0.9, num=5).grid() == [0.5, 0.6, 0.7, 0.8, 0.9]
-    assert RangeSpec(low=1, high=100, log=True, num=3).grid() == [1.0, 10.0, 100.0]
+    assert Uniform(0.5, 0.9, num=5).points() == [0.5, 0.6, 0.7, 0.8, 0.9]
+    assert LogUniform(1, 100, num=3).points() == [1.0, 10.0, 100.0]
+    assert LogUniform(1e-5, 1e-3, num=5).points()[1] == 3.16227766e-05  # 10 significant digits, not 6 decimals
+
+
+def test_a_configs_space_is_read_into_dimensions_and_written_back_as_spelt() -> None:
+    """A list is a ``Choice``, a range a ``LogUniform`` / ``Uniform`` with its ``num``; the dump (the config's hash,
+    its copy in the output folder) spells them as the YAML did."""
+    beta = {"low": 1.0, "high": 100.0, "log": True, "num": 3}
+    cfg = parse_tune_config({**BASE, "space": {"class_beta": beta, "domain_alpha": [0.5, 0.9]}})
+    assert cfg.space.class_beta == LogUniform(1.0, 100.0, num=3)
+    assert cfg.space.domain_alpha == Choice((0.5, 0.9))
+    dumped = cfg.model_dump(mode="json")["space"]
+    assert dumped["class_beta"] == beta and dumped["domain_alpha"] == [0.5, 0.9]
+    assert parse_tune_config({**BASE, "space": dumped}).config_hash() == cfg.config_hash()
 
 
 def test_grid_expansion_product_and_one_at_a_time() -> None:

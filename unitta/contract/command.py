@@ -122,7 +122,8 @@ def _check_presets(name: str):
 def _check_space(name: str):
     """The method's declared search space: dimensions over Config fields, every point within the Config's checks."""
     from unitta.contract import CheckResult
-    from unitta.methods.parts.space import DIM_TYPES, check_space, method_space
+    from unitta.methods.parts.search_space import check_space, method_space
+    from unitta.search_dimensions import DIM_TYPES
 
     space = method_space(name)
     if not space:
@@ -130,7 +131,7 @@ def _check_space(name: str):
     wrong = [key for key, dim in space.items() if not isinstance(dim, DIM_TYPES)]
     if wrong:
         return CheckResult("space", name, False, f"space[{wrong[0]!r}] is not a LogUniform, Uniform, IntUniform or "
-                                                 "Choice (unitta.methods.parts.space)")
+                                                 "Choice (unitta.search_dimensions)")
     try:
         check_space(name, space)
     except ValueError as exc:
@@ -233,7 +234,7 @@ def _list_command(args: argparse.Namespace) -> int:
 
 def _space_command(args: argparse.Namespace) -> int:
     from unitta import plugins
-    from unitta.methods.parts.space import space_rows
+    from unitta.methods.parts.search_space import space_rows
     from unitta.schema import ConfigError
 
     try:

@@ -38,6 +38,7 @@ from unitta.data.cifar_c import read_npy_domains
 from unitta.data.download import file_digest
 from unitta.data.fashion_mnist import read_fashion_mnist
 from unitta.data.records import CORRUPTIONS
+from unitta.durations import duration_text
 
 FOLDER = "FashionMNIST-C"
 NUM_CLASSES = 10
@@ -279,10 +280,6 @@ def prepare_fmnist_c(
     return folder
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
-
-
 def load_fmnist_c(
     data_dir: str | Path | None,
     severities: Sequence[int],
@@ -301,7 +298,7 @@ def load_fmnist_c(
         count = sum(len(s) for s in todo.values())
         print(
             f"unitta: preparing Fashion-MNIST-C in {folder}: {count} (corruption, severity) domains of "
-            f"{n} images, once (about {_duration(count * n * 0.35e-3)}; "
+            f"{n} images, once (about {duration_text(count * n * 0.35e-3)}; "
             f"`python -m unitta.data prepare fmnist-c` does it ahead)",
             file=sys.stderr,
             flush=True,

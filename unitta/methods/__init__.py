@@ -19,8 +19,9 @@ from unitta.methods.parts.registry import (
     register_method,
     resolved_config,
 )
-from unitta.methods.parts.space import Choice, Dim, IntUniform, LogUniform, Uniform, check_space, method_space
+from unitta.methods.parts.search_space import check_space, method_space
 from unitta.methods.parts.tta_method import MethodCost, TTAMethod, norm_kind_problem
+from unitta.search_dimensions import Choice, Dim, IntUniform, LogUniform, Uniform
 
 __all__ = [
     "Choice",

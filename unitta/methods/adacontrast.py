@@ -57,9 +57,9 @@ from unitta.methods.parts.ema import ema_update_, make_teacher
 from unitta.methods.parts.heads import SplitModel
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import IntUniform, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
+from unitta.search_dimensions import IntUniform, LogUniform, Uniform
 
 __all__ = ["AdaContrast"]
 

@@ -16,7 +16,7 @@ from torch import Tensor
 from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import BN_EMA, BN_GAMMA
+from unitta.methods.parts.search_space import BN_EMA, BN_GAMMA
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
@@ -50,7 +50,7 @@ class BalancedBN(TTAMethod):
         K = self.info.num_classes
         self.layers = list(
             replace_batchnorms(
-                self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, self.cfg.gamma)
+                self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, self.cfg.gamma, self.device_paths)
             ).values()
         )
 

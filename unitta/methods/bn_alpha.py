@@ -25,11 +25,11 @@ from torch import Tensor, nn
 
 from unitta.methods.norm.alpha_bn import AlphaBatchNorm
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_probability
 from unitta.nn.batchnorm import set_submodule
 from unitta.nn.norms import norm_kind
+from unitta.search_dimensions import LogUniform
 
 __all__ = ["BNAlpha"]
 
@@ -62,7 +62,7 @@ class BNAlpha(TTAMethod):
                 f"(its normalisation kind is {norm_kind(self.model)!r}); use a BatchNorm model"
             )
         for name, bn in layers:
-            set_submodule(self.model, name, AlphaBatchNorm(bn, self.cfg.alpha))
+            set_submodule(self.model, name, AlphaBatchNorm(bn, self.cfg.alpha, self.device_paths))
         self.model.eval()
 
     @torch.no_grad()

@@ -48,13 +48,14 @@ from torch import Tensor
 
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.augment import TTAugment
-from unitta.methods.parts.device import device_generator, takes_cuda_path
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.ema import ema_tensors_
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.methods.roid import ROID
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["CMF", "PARAM_SCALE"]
 
@@ -116,9 +117,9 @@ class CMF(ROID):
         self.process_noise = self.cfg.q * sum(p.numel() for p in self.params) / PARAM_SCALE
         self.class_probs_ema = torch.full((self.info.num_classes,), 1.0 / self.info.num_classes, device=self.device)
         # md get_tta_transforms(img_size, padding_mode="reflect", cotta_augs=False): no blur, no noise
-        self.augment = TTAugment(padding_mode="reflect", blur=False, noise_std=0.0)
+        self.augment = TTAugment(padding_mode="reflect", blur=False, noise_std=0.0, paths=self.device_paths)
         self.aug_generator = (
-            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
+            device_generator(self.generator, self.device) if self.device_paths.cuda(self.device) else self.generator
         )
 
     def forward(self, x: Tensor) -> Tensor:

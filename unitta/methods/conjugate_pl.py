@@ -38,9 +38,10 @@ from torch import Tensor
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, LogUniform
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_positive
+from unitta.search_dimensions import LogUniform
 
 __all__ = ["ConjugatePL", "conjugate_loss"]
 

@@ -51,10 +51,11 @@ from unitta.methods.parts.losses import symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.profiles import UT_AUG_SIZE
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["CoTTA"]
 
@@ -129,7 +130,7 @@ class CoTTA(TTAMethod):
         self.anchor = make_teacher(self.model)
         self.track(self.teacher)
         self.track(self.anchor)
-        self.augment = cotta_augment(self.cfg.aug_size)
+        self.augment = cotta_augment(self.cfg.aug_size, self.device_paths)
         self.device_generator = device_generator(self.generator, self.device)
 
     def predict_scores(self, x: Tensor) -> Tensor:

@@ -46,13 +46,14 @@ from torch import Tensor, nn
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.norm.row_mask import masked_rows
 from unitta.methods.parts.augment import patch_shuffle
-from unitta.methods.parts.device import device_generator, takes_cuda_path
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, CONFIDENCE_MARGIN, Uniform
+from unitta.methods.parts.search_space import ADAM_LR, CONFIDENCE_MARGIN
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_positive
+from unitta.search_dimensions import Uniform
 
 __all__ = ["DeYO", "EXCLUDE"]
 
@@ -116,7 +117,7 @@ class DeYO(TTAMethod):
         self.kept_last: Tensor | int = 0  # |S2| of the last adapted batch (a tensor: no host read)
         # the augmentation's draws: where the images are on the CUDA path (no host-to-device copy)
         self.aug_generator = (
-            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
+            device_generator(self.generator, self.device) if self.device_paths.cuda(self.device) else self.generator
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -40,8 +40,8 @@ from torch import Tensor
 from unitta.data.source import take_batch
 from unitta.methods.eta import ETA, ETA_PRESETS
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.validate import check_at_least, check_optional_size
+from unitta.search_dimensions import LogUniform
 
 __all__ = ["EATA"]
 

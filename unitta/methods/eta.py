@@ -35,10 +35,11 @@ from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.entropy_filter import SampleFilter, entropy_margin, weighted_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, CONFIDENCE_MARGIN, Uniform
+from unitta.methods.parts.search_space import ADAM_LR, CONFIDENCE_MARGIN
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_interval, check_positive, check_probability
 from unitta.nn.norms import NORM_KINDS
+from unitta.search_dimensions import Uniform
 
 __all__ = ["ETA"]
 

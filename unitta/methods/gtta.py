@@ -45,10 +45,10 @@ from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.source_batches import SourceBatches
-from unitta.methods.parts.space import LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["GTTA"]
 

@@ -33,9 +33,9 @@ from torch import Tensor
 
 from unitta.methods.parts.heads import FeatureModel
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import Choice, IntUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least
+from unitta.search_dimensions import Choice, IntUniform
 
 # fiveai/LAME: u = -log(p + 1e-10), at most 100 steps, stop at relative energy change 1e-8.
 _LOG_EPS = 1e-10

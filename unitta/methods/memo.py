@@ -55,13 +55,13 @@ from torch.func import functional_call, grad, vmap
 
 from unitta.methods.norm.alpha_bn import convert_to_alpha_bn
 from unitta.methods.parts.augmix import AugMix
-from unitta.methods.parts.device import device_generator, takes_cuda_path
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.losses import marginal_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["MEMO"]
 
@@ -105,7 +105,7 @@ class MEMO(TTAMethod):
     }
 
     def setup(self) -> None:
-        convert_to_alpha_bn(self.model, self.cfg.bn_alpha)
+        convert_to_alpha_bn(self.model, self.cfg.bn_alpha, self.device_paths)
         self.model.eval()
         self.params: dict[str, torch.nn.Parameter] = {}  # every weight and bias, by name (md collect_params)
         seen: set[int] = set()
@@ -120,11 +120,11 @@ class MEMO(TTAMethod):
         # the optimiser of an episode on the model itself (``episode``); ``episodes`` steps one of its kind and
         # settings over the episode-stacked weights: elementwise, so every episode's update is its own optimiser's
         self.optimizer = optimizer_from_config(list(self.params.values()), self.cfg)
-        self.augmix = AugMix(preaugment=self.cfg.preaugment)
+        self.augmix = AugMix(preaugment=self.cfg.preaugment, paths=self.device_paths)
         self.views_generator = device_generator(self.generator, self.device)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not takes_cuda_path(x):  # compute-bound: one episode after another keeps the kernels dense (below)
+        if not self.device_paths.cuda(x):  # compute-bound: one episode after another keeps the kernels dense (below)
             views = self.augmix(x, self.cfg.n_augmentations, self.views_generator)  # (B, V, C, H, W)
             return torch.cat([self.episode(image_views, image) for image_views, image in zip(views, x.split(1))])
         return torch.cat([self.episodes(images) for images in x.split(self.episodes_per_chunk(x))])

@@ -37,10 +37,10 @@ from unitta.methods.parts.losses import softmax_entropy
 from unitta.methods.parts.memory import PBRSMemory, split_at_updates
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import IntUniform, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
+from unitta.search_dimensions import IntUniform, LogUniform, Uniform
 
 __all__ = ["NOTE"]
 
@@ -87,7 +87,8 @@ class NOTE(TTAMethod):
         layers = replace_batchnorms(
             self.model,
             lambda name, bn: InstanceAwareBN(
-                bn, k=self.cfg.iabn_k, momentum=self.cfg.bn_momentum, skip_threshold=self.cfg.skip_threshold
+                bn, k=self.cfg.iabn_k, momentum=self.cfg.bn_momentum, skip_threshold=self.cfg.skip_threshold,
+                paths=self.device_paths,
             ),
         )
         params = train_affine(layers.values())

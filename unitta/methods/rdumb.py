@@ -26,8 +26,8 @@ from torch import Tensor
 from unitta.methods.eta import ETA, ETA_PRESETS
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.snapshot import Snapshot
-from unitta.methods.parts.space import Choice
 from unitta.methods.parts.validate import check_at_least
+from unitta.search_dimensions import Choice
 
 __all__ = ["RDumb"]
 

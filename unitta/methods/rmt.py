@@ -72,11 +72,12 @@ from unitta.methods.parts.heads import SplitModel
 from unitta.methods.parts.losses import symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.source_batches import SourceBatches
-from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["RMT"]
 
@@ -138,7 +139,7 @@ class RMT(TTAMethod):
         self.optimizer = optimizer_from_config(self.model.parameters(), self.cfg)
         self.teacher = make_teacher(self.model)
         self.track(self.teacher)
-        self.augment = cotta_augment(None)
+        self.augment = cotta_augment(None, self.device_paths)
         self.device_generator = device_generator(self.generator, self.device)
         self.prototypes: Tensor | None = None
         self.track(self.model.backbone)  # encoder passes (``encode``), which bypass the model's own forward

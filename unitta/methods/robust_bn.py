@@ -26,10 +26,10 @@ from unitta.methods.balanced_bn import BalancedBN
 from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.robust_bn_layer import RobustBN
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import LogUniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
+from unitta.search_dimensions import LogUniform
 
 __all__ = ["RobustBNMethod"]
 
@@ -64,10 +64,9 @@ class RobustBNMethod(TTAMethod):
     def setup(self) -> None:
         self.model.requires_grad_(False)
         if self.cfg.variant == "reference":
-            K = self.info.num_classes
-            self.layers = list(
-                replace_batchnorms(self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, 1.0)).values()
-            )
+            K, eta, paths = self.info.num_classes, self.cfg.eta, self.device_paths
+            replaced = replace_batchnorms(self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, eta, 1.0, paths))
+            self.layers = list(replaced.values())
         else:
             self.layers = list(replace_batchnorms(self.model, lambda name, bn: RobustBN(bn, self.cfg.alpha)).values())
         self.model.eval()

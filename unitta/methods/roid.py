@@ -46,14 +46,15 @@ from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.norm.row_mask import masked_rows
 from unitta.methods.norm.unmixtns_layer import UnMixTNS2d, convert_to_unmixtns
 from unitta.methods.parts.augment import cotta_augment
-from unitta.methods.parts.device import device_generator, takes_cuda_path
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.losses import soft_likelihood_ratio, softmax_entropy, symmetric_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, Uniform
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive, check_probability
 from unitta.nn.batchnorm import train_affine
+from unitta.search_dimensions import Uniform
 
 
 @register_method("roid")
@@ -121,9 +122,9 @@ class ROID(TTAMethod):
         self.model.eval()
         self.optimizer = optimizer_from_config(params, self.cfg)
         self.class_probs_ema = torch.full((self.info.num_classes,), 1.0 / self.info.num_classes, device=self.device)
-        self.augment = cotta_augment()
+        self.augment = cotta_augment(paths=self.device_paths)
         self.aug_generator = (
-            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
+            device_generator(self.generator, self.device) if self.device_paths.cuda(self.device) else self.generator
         )
 
     @property
@@ -247,7 +248,8 @@ class ROIDUnMixTNS(ROID):
 
     def configure(self) -> list[nn.Parameter]:
         layers: list[nn.Module] = list(
-            convert_to_unmixtns(self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator).values()
+            convert_to_unmixtns(self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator,
+                                self.device_paths).values()
         )
         # BatchNorm1d layers stay source-statistics BNs (eval mode); their affine is trained too
         layers += [m for m in self.model.modules() if isinstance(m, nn.BatchNorm1d)]

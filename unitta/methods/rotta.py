@@ -43,10 +43,11 @@ from unitta.methods.parts.memory import CSTUMemory, split_at_updates
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.profiles import UT_AUG_SIZE
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, IntUniform, LogUniform
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_optional_size, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms, train_affine
+from unitta.search_dimensions import IntUniform, LogUniform
 
 __all__ = ["RoTTA"]
 
@@ -99,7 +100,7 @@ class RoTTA(TTAMethod):
         self.teacher = make_teacher(self.model)
         self.track(self.teacher)
         self.memory = CSTUMemory(self.cfg.memory_size, self.info.num_classes, self.cfg.lambda_t, self.cfg.lambda_u)
-        self.augment = rotta_strong_augment(self.cfg.aug_size)
+        self.augment = rotta_strong_augment(self.cfg.aug_size, self.device_paths)
         self.device_generator = device_generator(self.generator, self.device)
         self.samples_seen = 0
         self.updates = 0

@@ -49,16 +49,17 @@ from torch import Tensor
 from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.augment import cotta_augment
 from unitta.methods.parts.contrastive import Projector, multiview_contrastive_loss
-from unitta.methods.parts.device import device_generator, takes_cuda_path
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.ema import make_teacher
 from unitta.methods.parts.heads import FeatureModel
 from unitta.methods.parts.losses import aug_cross_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.source_batches import SourceBatches
-from unitta.methods.parts.space import ADAM_LR, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["SANTA"]
 
@@ -113,9 +114,9 @@ class SANTA(TTAMethod):
             self.prototypes, self.has_prototype = self.source_prototypes()
         self.projector = Projector(self.prototypes.shape[1], self.cfg.projection_dim, self.generator).to(self.device)
         self.optimizer = optimizer_from_config([*params, *self.projector.parameters()], self.cfg)
-        self.augment = cotta_augment()
+        self.augment = cotta_augment(paths=self.device_paths)
         self.aug_generator = (
-            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
+            device_generator(self.generator, self.device) if self.device_paths.cuda(self.device) else self.generator
         )
         self.track(self.anchor)
 

@@ -46,11 +46,12 @@ from unitta.methods.parts.entropy_filter import entropy_margin
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.registry import register_method
 from unitta.methods.parts.sam import SAM, SAM_RHO
+from unitta.methods.parts.search_space import ADAM_LR, CONFIDENCE_MARGIN
 from unitta.methods.parts.snapshot import Snapshot
-from unitta.methods.parts.space import ADAM_LR, CONFIDENCE_MARGIN, LogUniform, Uniform
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.norms import NORM_KINDS
+from unitta.search_dimensions import LogUniform, Uniform
 
 __all__ = ["SAR", "sar_frozen_layers"]
 

@@ -46,10 +46,11 @@ from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, Uniform
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_positive
 from unitta.nn.batchnorm import get_submodule, replace_batchnorms
+from unitta.search_dimensions import Uniform
 
 __all__ = ["SHOT", "shot_loss_terms"]
 

@@ -45,8 +45,8 @@ from torch import Tensor, nn
 from unitta.methods.parts.heads import FeatureModel
 from unitta.methods.parts.losses import softmax_entropy
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import IntUniform
 from unitta.methods.parts.tta_method import TTAMethod
+from unitta.search_dimensions import IntUniform
 
 __all__ = ["T3A", "SupportBank"]
 

@@ -31,7 +31,7 @@ from unitta.methods.norm.affine import adapt_norm_affine
 from unitta.methods.parts.losses import softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR
+from unitta.methods.parts.search_space import ADAM_LR
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_positive
 

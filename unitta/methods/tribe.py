@@ -32,14 +32,15 @@ from torch import Tensor, nn
 from unitta.methods.norm.balanced_bn_layer import BalancedBatchNorm2d
 from unitta.methods.norm.groups import ClassGroups
 from unitta.methods.parts.augment import cotta_augment
-from unitta.methods.parts.device import device_generator, takes_cuda_path
+from unitta.methods.parts.device import device_generator
 from unitta.methods.parts.losses import masked_mean, softmax_entropy
 from unitta.methods.parts.optim import optimizer_from_config
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import ADAM_LR, BN_EMA, BN_GAMMA, Uniform
+from unitta.methods.parts.search_space import ADAM_LR, BN_EMA, BN_GAMMA
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_positive, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
+from unitta.search_dimensions import Uniform
 
 
 @register_method("tribe")
@@ -82,7 +83,8 @@ class TRIBE(TTAMethod):
     def setup(self) -> None:
         K = self.info.num_classes
         self.model.requires_grad_(False)
-        replace_batchnorms(self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, self.cfg.gamma))
+        paths = self.device_paths
+        replace_batchnorms(self.model, lambda name, bn: BalancedBatchNorm2d(bn, K, self.cfg.eta, self.cfg.gamma, paths))
         params = []
         for module in self.model.modules():
             if isinstance(module, BalancedBatchNorm2d):
@@ -97,9 +99,9 @@ class TRIBE(TTAMethod):
         self.teacher = copy.deepcopy(self.model)
         _share_parameters(self.teacher, self.model)
         self.optimizer = optimizer_from_config(params, self.cfg)
-        self.augment = cotta_augment()
+        self.augment = cotta_augment(paths=self.device_paths)
         self.aug_generator = (
-            device_generator(self.generator, self.device) if takes_cuda_path(self.device) else self.generator
+            device_generator(self.generator, self.device) if self.device_paths.cuda(self.device) else self.generator
         )
         self.mask_threshold = self.cfg.h0 * math.log(K)
         self.last_mask: Tensor | None = None  # read back only when asked for (extra_metrics), not per batch

@@ -20,9 +20,9 @@ from torch import Tensor
 
 from unitta.methods.norm.unmixtns_layer import convert_to_unmixtns
 from unitta.methods.parts.registry import register_method
-from unitta.methods.parts.space import Choice
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least
+from unitta.search_dimensions import Choice
 
 
 @register_method("unmixtns")
@@ -48,7 +48,7 @@ class UnMixTNS(TTAMethod):
     def setup(self) -> None:
         self.model.requires_grad_(False)
         self.layers = convert_to_unmixtns(
-            self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator
+            self.model, self.cfg.num_components, self.cfg.max_batch_size, self.generator, self.device_paths
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -7,6 +7,7 @@ import sys
 import time
 from collections import deque
 
+from unitta.durations import duration_text
 from unitta.results import STATUS_FAILED, STATUS_OK
 from unitta.run.cell_progress import images_eta
 
@@ -118,7 +119,7 @@ class Progress:
             done, total = (sum(v[i] for v in self.running_images.values()) for i in (0, 1))
             parts.append(f"running cells at {done:,}/{total:,} images")
         if left is not None and self.ok + self.failed < self.total:
-            parts.append(f"ETA {_duration(left)}")
+            parts.append(f"ETA {duration_text(left)}")
         return "".join(f", {p}" for p in parts)
 
     def _line(self, running: int) -> None:
@@ -144,10 +145,3 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def _duration(seconds: float) -> str:
-    """'45 s', '12 min', '3.4 h'."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"

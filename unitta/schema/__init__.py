@@ -291,7 +291,7 @@ def _loc(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _is_tag(part) or part in ("RangeSpec",):
+        elif _is_tag(part) or part == "YamlRange":
             continue
         else:
             out += f".{part}" if out else str(part)
@@ -301,7 +301,7 @@ def _loc(loc: tuple) -> str:
 def _field(err: dict) -> tuple:
     out = []
     for part in err["loc"]:
-        if _is_tag(part) or part == "RangeSpec":
+        if _is_tag(part) or part == "YamlRange":
             break
         out.append(part)
     return tuple(out)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from unitta.search.space import point_key
+from unitta.search.distributions import point_key
 
 __all__ = ["DoneTrial", "Replay", "done_trials", "replay"]
 

@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from unitta.search.distributions import inside, point_key
 from unitta.search.replay import DoneTrial, replay
-from unitta.search.space import inside, point_key
 
 __all__ = ["GridSearcher", "OptunaSearcher"]
 
@@ -46,7 +46,7 @@ class OptunaSearcher:
     """Ray Tune's Optuna searcher (``ray.tune.search.optuna.OptunaSearch``: TPE seeded by ``seed``) driven through
     its suggest / on_trial_complete interface, for ``num_samples`` points.
 
-    distributions: the searcher's space (``unitta.search.space.distribution``); mode: 'min' or 'max'.
+    distributions: the searcher's space (``unitta.search.distributions.distribution``); mode: 'min' or 'max'.
     to_point / from_point: a searcher's point as a trial's point and back (None: outside the searcher's space),
     for a space the searcher samples in other coordinates (tune's ``search.feasible_only``).
     """

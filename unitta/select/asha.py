@@ -3,8 +3,8 @@ Massively Parallel Hyperparameter Tuning", MLSys'20), driven through its schedul
 
 Every validation cell of a selection with ``search.scheduler: asha`` reports its error so far every
 ``report_every`` batches (``unitta.evaluate.adapt.Report``); the *arbiter* keeps one scheduler per (setting, seed,
-method) and answers each report with continue or stop (the cell then ends with status 'stopped',
-``unitta.evaluate.stopped_row``). On Ray the arbiter is an actor every task asks; with ``--local`` it is an
+method) and answers each report with continue or stop (the cell then ends with a 'stopped' row,
+``unitta.evaluate.run_cell``). On Ray the arbiter is an actor every task asks; with ``--local`` it is an
 object in the driver. A resumed selection replays the reports of the trials already run (their rows'
 ``report_values``), so the rungs hold what they held before.
 """

@@ -19,8 +19,8 @@ from typing import Any
 from unitta.evaluate.criteria import CRITERION_MODES, column
 from unitta.files import write_atomically
 from unitta.select.config import SelectConfig
+from unitta.select.groups import chosen_text
 from unitta.select.plan import GroupPlan, batches_of, best_point, ok_value
-from unitta.select.space import chosen_text
 
 __all__ = ["SELECTION_COLUMNS", "selection_rows", "write_selection"]
 

@@ -36,7 +36,8 @@ from unitta.cell.fields import check_setting
 from unitta.cell.spec import CellSpec
 from unitta.schema import ConfigError, RunConfig, Strict, check_distinct, hint, validate
 from unitta.schema.yaml_files import read_yaml_file
-from unitta.tune.config import RangeSpec
+from unitta.search.config_dimensions import ValuesOrRange
+from unitta.search_dimensions import Choice
 
 __all__ = [
     "SELECTION_PROTOCOLS", "SelectSearchSpec", "ValidationSpec", "SelectConfig", "load_select_config",
@@ -47,7 +48,9 @@ __all__ = [
 # holdout: best on a validation stream of held-out corruptions; unsupervised: best by a label-free criterion
 SELECTION_PROTOCOLS: tuple[str, ...] = ("default", "oracle", "holdout", "unsupervised")
 
-ParamSpec = list[Any] | RangeSpec
+# a hyper-parameter's values (``Choice``) or a range ``{low, high, log, num}`` (``Uniform`` / ``LogUniform``), read
+# into the search's one vocabulary (``unitta.search.config_dimensions``)
+ParamSpec = ValuesOrRange
 
 
 class SelectSearchSpec(Strict):
@@ -132,9 +135,9 @@ class SelectConfig(RunConfig):
     def _space(cls, value: Any) -> Any:
         for method, params in value.items() if isinstance(value, dict) else ():
             for name, spec in params.items():
-                if isinstance(spec, list) and spec:
+                if isinstance(spec, Choice):
                     try:
-                        check_distinct(spec)
+                        check_distinct(list(spec.values))
                     except ValueError as exc:
                         raise ValueError(f"{method}.{name}: {exc}") from None
         return value
@@ -162,9 +165,6 @@ class SelectConfig(RunConfig):
                     raise ValueError(f"space: {method!r} is not in 'methods'{hint(method, self.methods)}")
                 if not params:
                     raise ValueError(f"space.{method}: an empty space; name at least one hyper-parameter")
-                for name, spec in params.items():
-                    if isinstance(spec, list) and not spec:
-                        raise ValueError(f"space.{method}.{name}: an empty list of values")
             missing = [m for m in self.methods if m not in self.space]
             if missing:
                 raise ValueError(f"space: no space for {', '.join(missing)} (or use space: declared)")

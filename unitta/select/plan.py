@@ -26,7 +26,7 @@ from unitta.search.planner import Search, SearchPlanner, TrialSpace
 from unitta.search.searchers import GridSearcher, OptunaSearcher
 from unitta.select.asha import AshaArbiter, AshaHook, asha_score, first_rung, milestones
 from unitta.select.config import SelectConfig
-from unitta.select.space import Group, chosen_text, distributions, grid_points, groups, trial_cell
+from unitta.select.groups import Group, chosen_text, distributions, grid_points, groups, trial_cell
 
 __all__ = ["SelectPlanner", "GroupPlan", "batches_of", "best_point", "ok_value", "objective"]
 

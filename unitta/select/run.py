@@ -27,8 +27,8 @@ from unitta.run.cli import run_command, run_options, run_parser
 from unitta.run.executor import RunOptions, execute_plan
 from unitta.select.choose import selection_rows, write_selection
 from unitta.select.config import SelectConfig, load_select_config
+from unitta.select.groups import check_spaces
 from unitta.select.plan import SelectPlanner
-from unitta.select.space import check_spaces
 
 __all__ = ["run_select", "selection_summary_lines", "main"]
 

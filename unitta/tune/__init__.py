@@ -46,11 +46,11 @@ from unitta.run.executor import RunOptions, execute_plan
 from unitta.run.outdir import fresh_output_dir
 from unitta.schema import ConfigError
 from unitta.schema.methods import check_methods
+from unitta.search.cell_template import base_cell
 from unitta.search.planner import Search, SearchPlanner
 from unitta.search.searchers import GridSearcher, OptunaSearcher
 from unitta.tune.config import (
     TuneConfig,
-    base_cell,
     grid_trials,
     load_tune_config,
     map_feasible,

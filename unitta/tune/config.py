@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -33,11 +32,13 @@ from unitta.cell import Cell
 from unitta.cell.spec import CellSpec
 from unitta.schema import RunConfig, Strict, check_distinct, validate
 from unitta.schema.yaml_files import read_yaml_file
+from unitta.search.cell_template import base_cell
+from unitta.search.config_dimensions import FactorValuesOrRange
+from unitta.search_dimensions import REAL_RANGES, Choice, Dim
 from unitta.streams.settings import FACTOR_KEYS
 
 __all__ = [
     "FACTORS",
-    "RangeSpec",
     "SearchSpec",
     "ObjectiveSpec",
     "TuneConfig",
@@ -49,7 +50,6 @@ __all__ = [
     "unmap_feasible",
     "grid_trials",
     "trial_cells",
-    "base_cell",
     "with_method",
 ]
 
@@ -58,39 +58,9 @@ FACTORS: tuple[str, ...] = FACTOR_KEYS
 
 
 
-class RangeSpec(Strict):
-    """A continuous range: sampled by Optuna, or ``num`` evenly spaced grid points (log-spaced if log)."""
-
-    low: float
-    high: float
-    log: bool = False
-    num: int | None = Field(default=None, ge=2)
-
-    @model_validator(mode="after")
-    def _check(self) -> RangeSpec:
-        if not self.low < self.high:
-            raise ValueError(f"range needs low < high, got low={self.low}, high={self.high}")
-        if self.log and self.low <= 0:
-            raise ValueError(f"a log range needs low > 0, got low={self.low}")
-        return self
-
-    def dim(self) -> Any:
-        """The range as a methods' dimension (``unitta.methods.parts.space``: ``LogUniform`` or ``Uniform``)."""
-        from unitta.methods.parts.space import LogUniform, Uniform
-
-        return LogUniform(self.low, self.high) if self.log else Uniform(self.low, self.high)
-
-    def grid(self) -> list[float]:
-        """The ``num`` grid points of this range (both ends included)."""
-        if self.num is None:
-            raise ValueError("a range in a grid search needs 'num' (the number of grid points)")
-        if self.log:
-            a, b = math.log(self.low), math.log(self.high)
-            return [round(math.exp(a + (b - a) * i / (self.num - 1)), 6) for i in range(self.num)]
-        return [round(self.low + (self.high - self.low) * i / (self.num - 1), 6) for i in range(self.num)]
-
-
-FactorSpec = list[float] | RangeSpec
+# A factor's values (``Choice``) or a range ``{low, high, log, num}`` (``Uniform`` / ``LogUniform``), read into the
+# search's one vocabulary (``unitta.search.config_dimensions``).
+FactorSpec = FactorValuesOrRange
 
 
 class SpaceSpec(Strict):
@@ -130,12 +100,12 @@ class SpaceSpec(Strict):
         return names
 
 
-def _spec_bounds(v: FactorSpec | None) -> list[float]:
+def _spec_bounds(v: Dim | None) -> list[float]:
     if v is None:
         return []
-    if isinstance(v, RangeSpec):
-        return [v.low, v.high]
-    return check_distinct(list(v))
+    if isinstance(v, Choice):
+        return check_distinct(list(v.values))
+    return [v.low, v.high]
 
 
 class SearchSpec(Strict):
@@ -221,7 +191,7 @@ class TuneConfig(RunConfig):
         if self.search.algorithm == "grid":
             for name in FACTORS:
                 spec = getattr(self.space, name)
-                if isinstance(spec, RangeSpec) and spec.num is None:
+                if isinstance(spec, REAL_RANGES) and spec.num is None:
                     raise ValueError(f"space.{name}: a range in a grid search needs 'num' (grid points)")
         return self
 
@@ -256,8 +226,7 @@ def load_tune_config(path: str | Path) -> TuneConfig:
 def _values(cfg: TuneConfig, name: str, layers: list[str]) -> list[Any]:
     if name == "layer":
         return list(layers)
-    spec = getattr(cfg.space, name)
-    return spec.grid() if isinstance(spec, RangeSpec) else [float(v) for v in spec]
+    return [float(v) for v in getattr(cfg.space, name).points()]  # a range's own num points
 
 
 def expand_grid(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
@@ -273,11 +242,6 @@ def expand_grid(cfg: TuneConfig, layers: list[str]) -> list[dict[str, Any]]:
     for name in names:
         points += [{name: v} for v in _values(cfg, name, layers)]
     return points
-
-
-def base_cell(cfg: TuneConfig) -> Cell:
-    """The config's ``cell`` as a ``Cell`` (threads pinned to the resources' CPUs unless it says otherwise)."""
-    return cfg.cell.cell(num_threads=cfg.cell.num_threads or cfg.resources.num_threads)
 
 
 def trial_cells(cfg: TuneConfig, point: dict[str, Any]) -> list[Cell]:
@@ -320,7 +284,8 @@ def feasible_pairs(cfg: TuneConfig) -> list[str]:
     return [
         attr
         for attr in ("domain", "class")
-        if isinstance(getattr(cfg.space, f"{attr}_alpha"), RangeSpec) and getattr(cfg.space, f"{attr}_beta") is not None
+        if isinstance(getattr(cfg.space, f"{attr}_alpha"), REAL_RANGES)
+        and getattr(cfg.space, f"{attr}_beta") is not None
     ]
 
 

@@ -19,11 +19,11 @@ from typing import Any
 from unitta.cell import Cell
 from unitta.evaluate import failed_row
 from unitta.evaluate.input_checks import infeasibility
-from unitta.methods.parts.space import Uniform
 from unitta.results import STATUS_OK
+from unitta.search.distributions import distribution, point_key
 from unitta.search.planner import Trial, TrialSpace
-from unitta.search.space import distribution, point_key
-from unitta.tune.config import FACTORS, RangeSpec, TuneConfig, feasible_pairs, trial_cells, with_method
+from unitta.search_dimensions import Choice, Uniform
+from unitta.tune.config import FACTORS, TuneConfig, feasible_pairs, trial_cells, with_method
 
 __all__ = ["TRIAL_COLUMNS", "TuneTrials", "optuna_space"]
 
@@ -137,13 +137,9 @@ def optuna_space(cfg: TuneConfig, layers: list[str]) -> dict[str, Any]:
     space: dict[str, Any] = {}
     for name in cfg.space.searched():
         if name == "layer":
-            space[name] = distribution(list(layers))
-            continue
-        spec = getattr(cfg.space, name)
-        if cfg.search.feasible_only and name.endswith("_alpha") and name.split("_")[0] in feasible_pairs(cfg):
+            space[name] = distribution(Choice(tuple(layers)))
+        elif cfg.search.feasible_only and name.endswith("_alpha") and name.split("_")[0] in feasible_pairs(cfg):
             space[f"{name}_u"] = distribution(Uniform(0.0, 1.0))  # mapped onto the feasible interval per trial
-        elif isinstance(spec, RangeSpec):
-            space[name] = distribution(spec.dim())
         else:
-            space[name] = distribution([float(v) for v in spec])
+            space[name] = distribution(getattr(cfg.space, name))
     return space

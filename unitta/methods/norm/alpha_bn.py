@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unitta.methods.norm.stats import source_statistics
-from unitta.methods.parts.device import takes_cuda_path
+from unitta.methods.parts.device import DevicePaths
 from unitta.nn.batchnorm import replace_batchnorms
 
 __all__ = ["AlphaBatchNorm", "convert_to_alpha_bn"]
@@ -33,8 +33,9 @@ __all__ = ["AlphaBatchNorm", "convert_to_alpha_bn"]
 class AlphaBatchNorm(nn.Module):
     """Normalise with ``(1 - alpha) * source + alpha * batch`` statistics (module docstring)."""
 
-    def __init__(self, bn: nn.BatchNorm2d, alpha: float):
+    def __init__(self, bn: nn.BatchNorm2d, alpha: float, paths: DevicePaths | None = None):
         super().__init__()
+        self.paths = paths if paths is not None else DevicePaths.from_environment()  # the building method's
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha={alpha!r} must be in [0, 1]")
         source_mean, source_var = source_statistics(bn, "AlphaBatchNorm")
@@ -70,7 +71,7 @@ class AlphaBatchNorm(nn.Module):
             return self._mix(batch_mean.to(self.source_mean.dtype), batch_var.to(self.source_var.dtype))
         batch_mean = torch.zeros_like(self.source_mean)
         batch_var = torch.ones_like(self.source_var)
-        if not takes_cuda_path(x) and x.dtype == batch_mean.dtype:
+        if not self.paths.cuda(x) and x.dtype == batch_mean.dtype:
             torch.batch_norm_update_stats(x, batch_mean, batch_var, 1.0)
         else:
             F.batch_norm(x, batch_mean, batch_var, None, None, training=True, momentum=1.0, eps=self.eps)
@@ -81,6 +82,6 @@ class AlphaBatchNorm(nn.Module):
         return (1.0 - a) * self.source_mean + a * batch_mean, (1.0 - a) * self.source_var + a * batch_var
 
 
-def convert_to_alpha_bn(model: nn.Module, alpha: float) -> dict[str, AlphaBatchNorm]:
+def convert_to_alpha_bn(model: nn.Module, alpha: float, paths: DevicePaths | None = None) -> dict[str, AlphaBatchNorm]:
     """Replace every BatchNorm of ``model`` in place by an ``AlphaBatchNorm`` (its own affine, shared)."""
-    return replace_batchnorms(model, lambda name, bn: AlphaBatchNorm(bn, alpha))
+    return replace_batchnorms(model, lambda name, bn: AlphaBatchNorm(bn, alpha, paths))

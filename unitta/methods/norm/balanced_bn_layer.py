@@ -47,13 +47,16 @@ from unitta.methods.norm.stats import (
     normalise,
     source_statistics,
 )
+from unitta.methods.parts.device import DevicePaths
 
 
 class BalancedBatchNorm2d(nn.Module):
     """Class-balanced BatchNorm of TRIBE (docs/unitta.md "Layers"), built from a source ``nn.BatchNorm2d``."""
 
-    def __init__(self, bn: nn.modules.batchnorm._BatchNorm, num_classes: int, eta: float, gamma: float):
+    def __init__(self, bn: nn.modules.batchnorm._BatchNorm, num_classes: int, eta: float, gamma: float,
+                 paths: DevicePaths | None = None):
         super().__init__()
+        self.paths = paths if paths is not None else DevicePaths.from_environment()  # the building method's
         if num_classes < 1:
             raise ValueError(f"num_classes={num_classes} must be >= 1")
         if not 0.0 < eta <= 1.0:
@@ -118,7 +121,7 @@ class BalancedBatchNorm2d(nn.Module):
         """``update``, also returning (previous class means, delta, new class means, L) for the backward."""
         previous = self.local_mean
         if moments is None:
-            moments = instance_moments(x)
+            moments = instance_moments(x, self.paths)
         # (K, C) each: m_k sum_{i in k} of mean_hw(x_i) and of mean_hw(x_i^2)
         s1, s2 = groups.sums(*moments)
         g = self.gamma

@@ -16,14 +16,12 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from unitta.methods.norm.row_mask import masked_mean_var
+from unitta.methods.norm.row_mask import RowMaskedNorm, masked_mean_var
 from unitta.methods.norm.stats import float32_forward, normalise, source_statistics
 
 
-class BatchStatsNorm(nn.Module):
+class BatchStatsNorm(RowMaskedNorm):
     """Normalise with the current batch's statistics; source statistics only when N*H*W == 1."""
-
-    row_mask: Tensor | None = None  # set by ``masked_rows``: the rows the statistics are taken over
 
     def __init__(self, bn: nn.modules.batchnorm._BatchNorm):
         super().__init__()

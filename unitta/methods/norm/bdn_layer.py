@@ -64,6 +64,7 @@ from unitta.methods.norm.stats import (
     normalise,
     source_statistics,
 )
+from unitta.methods.parts.device import DevicePaths
 
 Distance = Literal["w2", "kl"]
 DISTANCES = ("w2", "kl")
@@ -108,11 +109,13 @@ class BalancedDomainNorm2d(nn.Module):
         gamma: float = 0.0,
         distance: Distance = "w2",
         clamp: bool = False,
+        paths: DevicePaths | None = None,
     ):
         super().__init__()
+        self.paths = paths if paths is not None else DevicePaths.from_environment()  # the building method's
         if distance not in DISTANCES:
             raise ValueError(f"distance={distance!r} is not one of {list(DISTANCES)}")
-        self.bbn = BalancedBatchNorm2d(bn, num_classes, eta, gamma)  # validates eta, gamma, num_classes
+        self.bbn = BalancedBatchNorm2d(bn, num_classes, eta, gamma, self.paths)  # validates eta, gamma, num_classes
         self.num_features = bn.num_features
         self.num_classes = num_classes
         self.eta = eta
@@ -243,7 +246,7 @@ class BalancedDomainNorm2d(nn.Module):
             groups = self.bbn.groups(self.label, x)
             moments = None
             if self.predicts_domain:
-                mean, var = instance_mean_var(x.detach())
+                mean, var = instance_mean_var(x.detach(), self.paths)
                 self.domain_pred = self.predict_domain(x, (mean, var))
                 moments = (mean, torch.addcmul(var, mean, mean), 1)  # (mean, mean square) for the update
             if not self.bbn.training:
@@ -296,7 +299,7 @@ class BalancedDomainNorm2d(nn.Module):
     # ------------------------------------------------------------------ domain prediction
     def predict_domain(self, x: Tensor, moments: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """Nearest domain slot of every sample by its instance statistics; ties -> lowest index."""
-        mean, var = instance_mean_var(x.detach()) if moments is None else moments
+        mean, var = instance_mean_var(x.detach(), self.paths) if moments is None else moments
         dist = domain_distance(mean, var, self.slot_mean, self.slot_var, self.distance, self.eps)
         dist = dist.masked_fill(self.slot_ids >= self.num_active, float("inf"))  # unused slots never win
         # argmax of softmax(-dist) as the reference: distances that differ by less than float resolution
@@ -310,7 +313,7 @@ class BalancedDomainNorm2d(nn.Module):
 
     # ------------------------------------------------------------------ statistics
     def _update(self, x: Tensor, groups: SlotGroups) -> None:
-        s1, s2 = groups.sums(*instance_moments(x))  # m_g sum_{i in g} of mean_hw(x_i), of mean_hw(x_i^2)
+        s1, s2 = groups.sums(*instance_moments(x, self.paths))  # m_g sum_{i in g} of mean_hw(x_i), of mean_hw(x_i^2)
         mean, var = self.slot_local_mean, self.slot_local_var
         self.slot_local_mean, self.slot_local_var, _, _ = ema_step(mean, var, s1, s2, groups.mn)
         self._refresh_domain_stats()

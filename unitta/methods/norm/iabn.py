@@ -39,6 +39,7 @@ from unitta.methods.norm.stats import (
     normalise,
     source_statistics,
 )
+from unitta.methods.parts.device import DevicePaths
 
 __all__ = ["InstanceAwareBN"]
 
@@ -52,8 +53,10 @@ class InstanceAwareBN(nn.Module):
         k: float = 4.0,
         momentum: float = 0.01,
         skip_threshold: int = 1,
+        paths: DevicePaths | None = None,
     ):
         super().__init__()
+        self.paths = paths if paths is not None else DevicePaths.from_environment()  # the building method's
         source_mean, source_var = source_statistics(bn, "InstanceAwareBN")
         if k < 0:
             raise ValueError(f"k={k!r} must be >= 0")
@@ -92,7 +95,7 @@ class InstanceAwareBN(nn.Module):
         if not instance_term:
             return normalise(x, batch_mean, batch_var, self.eps, self.weight, self.bias)
         # per-sample statistics, (B, C) each, pulled towards the batch ones by the soft-shrinkage
-        inst_mean, inst_var = instance_mean_var(x, unbiased=True)
+        inst_mean, inst_var = instance_mean_var(x, self.paths, unbiased=True)
         (t_mean, nt_mean), (t_var, nt_var) = self._thresholds(batch_var, positions)
         # mu_B + softshrink(mu_i - mu_B, t) == mu_i - clamp(mu_i - mu_B, -t, t) (up to rounding); the
         # max(0, .) of the variance is ``normalise``'s clamp (the same value bit for bit)
@@ -155,7 +158,7 @@ class _IABNTrain(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: InstanceAwareBN) -> Tensor:
         positions = math.prod(x.shape[2:])
         batch_var, batch_mean = layer._batch_statistics(x)
-        inst_mean, inst_var = instance_mean_var(x, unbiased=True)
+        inst_mean, inst_var = instance_mean_var(x, layer.paths, unbiased=True)
         (t_mean, nt_mean), (t_var, nt_var), spread = layer._threshold_values(batch_var, positions)
         d_mean, d_var = inst_mean - batch_mean, inst_var - batch_var
         c_mean, c_var = torch.clamp(d_mean, nt_mean, t_mean), torch.clamp(d_var, nt_var, t_var)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.fast_paths import fast_paths
-from unitta.methods.norm.row_mask import masked_mean_var, row_weights
+from unitta.methods.norm.row_mask import RowMaskedNorm, masked_mean_var, row_weights
 from unitta.methods.norm.stats import (
     AffineCache,
     affine,
@@ -35,10 +35,8 @@ from unitta.methods.norm.stats import (
 __all__ = ["RobustBN"]
 
 
-class RobustBN(nn.Module):
+class RobustBN(RowMaskedNorm):
     """RoTTA's Robust BN built from a source BatchNorm (its affine parameters are shared, not copied)."""
-
-    row_mask: Tensor | None = None  # set by ``masked_rows``: the rows the batch statistics are taken over
 
     def __init__(self, bn: nn.modules.batchnorm._BatchNorm, momentum: float = 0.05):
         super().__init__()

@@ -4,10 +4,10 @@ A method that adapts on a data-dependent subset of a batch (ROID's and CMF's kep
 samples, RoTTA's memory, padded to its capacity) would otherwise feed its network a new batch size almost every
 batch: a new shape for every convolution (a cuDNN algorithm search each) and a host read for the subset's size.
 Instead it feeds every row and masks: inside ``masked_rows(model, mask)`` every layer below that computes batch
-statistics (``BatchStatsNorm``, ``RobustBN``, ``UnMixTNS2d``) computes them over the rows where ``mask`` (B,) is
-true, as if the others were not in the batch; the method gives the masked rows zero loss weight. The outputs of
-the kept rows are those of a forward on the kept rows alone (up to float rounding: sums over more terms); the
-masked rows' outputs are normalised with the kept rows' statistics and are to be ignored.
+statistics (a ``RowMaskedNorm``: ``BatchStatsNorm``, ``RobustBN``, ``UnMixTNS2d``) computes them over the rows
+where ``mask`` (B,) is true, as if the others were not in the batch; the method gives the masked rows zero loss
+weight. The outputs of the kept rows are those of a forward on the kept rows alone (up to float rounding: sums
+over more terms); the masked rows' outputs are normalised with the kept rows' statistics and are to be ignored.
 """
 
 from __future__ import annotations
@@ -18,13 +18,23 @@ from collections.abc import Iterator
 
 from torch import Tensor, nn
 
-__all__ = ["masked_rows", "masked_mean_var", "row_weights"]
+__all__ = ["RowMaskedNorm", "masked_rows", "masked_mean_var", "row_weights"]
+
+
+class RowMaskedNorm(nn.Module):
+    """A layer whose batch statistics can be taken over some rows of the batch only: the base of every such layer.
+
+    ``row_mask`` (B,) bool, or None for every row, is the one input besides the batch; ``masked_rows`` sets it for
+    the body of a ``with`` block and clears it after, and the layer reads it in its ``forward``."""
+
+    row_mask: Tensor | None = None
 
 
 @contextlib.contextmanager
 def masked_rows(model: nn.Module, mask: Tensor | None) -> Iterator[None]:
-    """Batch statistics of the layers of ``model`` over the rows where ``mask`` (B,) is true (None: all rows)."""
-    layers = [m for m in model.modules() if hasattr(m, "row_mask")]
+    """Batch statistics of the ``RowMaskedNorm`` layers of ``model`` over the rows where ``mask`` (B,) is true
+    (None: all rows)."""
+    layers = [m for m in model.modules() if isinstance(m, RowMaskedNorm)]
     for layer in layers:
         layer.row_mask = mask
     try:

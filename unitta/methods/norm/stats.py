@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from unitta.methods.norm.fast_paths import fast_paths
-from unitta.methods.parts.device import takes_cuda_path
+from unitta.methods.parts.device import DevicePaths
 
 _CONSTANTS: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
 
@@ -40,9 +40,12 @@ def source_statistics(bn: torch.nn.Module, layer: str) -> tuple[Tensor, Tensor]:
     return bn.running_mean.detach().clone(), bn.running_var.detach().clone()
 
 
-def instance_mean_var(x: Tensor, unbiased: bool = False, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+def instance_mean_var(
+    x: Tensor, paths: DevicePaths, unbiased: bool = False, keepdim: bool = False
+) -> tuple[Tensor, Tensor]:
     """Per-sample, per-channel mean and *biased* (``unbiased``: divided by L - 1) variance over the L
-    spatial positions, each (B, C) (``keepdim``: (B, C, 1, 1), maps that broadcast against x).
+    spatial positions, each (B, C) (``keepdim``: (B, C, 1, 1), maps that broadcast against x). ``paths``: the
+    device paths of the layer that asks (``unitta/methods/parts/device.py``).
 
     The quantities of ``torch.var_mean(x, dim=[2, 3], unbiased=False)`` in the reference BDN (UniTTA
     core/utils/bdn.py), computed in two passes (mean, then mean((x - mean)^2)). On CUDA that is the one
@@ -53,7 +56,7 @@ def instance_mean_var(x: Tensor, unbiased: bool = False, keepdim: bool = False) 
     if x.ndim == 2:
         return x, torch.zeros_like(x)
     dims = tuple(range(2, x.ndim))
-    if takes_cuda_path(x) or not fast_paths():
+    if paths.cuda(x) or not fast_paths():
         var, mean = torch.var_mean(x, dim=dims, unbiased=unbiased, keepdim=keepdim)
         return mean, var
     positions = math.prod(x.shape[2:])
@@ -63,7 +66,7 @@ def instance_mean_var(x: Tensor, unbiased: bool = False, keepdim: bool = False) 
     return mean, torch.div(norm * norm, constant(float(positions - 1 if unbiased else positions), x))
 
 
-def instance_moments(x: Tensor) -> tuple[Tensor, Tensor, int]:
+def instance_moments(x: Tensor, paths: DevicePaths) -> tuple[Tensor, Tensor, int]:
     """Per-sample, per-channel spatial sums of x and x^2, each (B, C), and the number of positions L.
 
     (first / L, second / L) are a sample's spatial mean and mean square E[x^2]: the statistics of the
@@ -75,7 +78,7 @@ def instance_moments(x: Tensor) -> tuple[Tensor, Tensor, int]:
     if x.ndim == 2:
         return x, x * x, 1
     dims = tuple(range(2, x.ndim))
-    if takes_cuda_path(x) or not fast_paths():  # the plain path is the CUDA one: means, L = 1
+    if paths.cuda(x) or not fast_paths():  # the plain path is the CUDA one: means, L = 1
         var, mean = torch.var_mean(x, dim=dims, unbiased=False)
         return mean, torch.addcmul(var, mean, mean), 1
     norm = torch.linalg.vector_norm(x, dim=dims)

@@ -26,8 +26,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from unitta.methods.norm.row_mask import row_weights
+from unitta.methods.norm.row_mask import RowMaskedNorm, row_weights
 from unitta.methods.norm.stats import ViewCache, constant, float32_forward, instance_mean_var, source_statistics
+from unitta.methods.parts.device import DevicePaths
 from unitta.nn.batchnorm import named_batchnorms, set_submodule
 
 # devavratTomar/unmixtns: init coefficient alpha, similarity temperature 0.07.
@@ -35,7 +36,7 @@ INIT_ALPHA = 0.5
 TEMPERATURE = 0.07
 
 
-class UnMixTNS2d(nn.Module):
+class UnMixTNS2d(RowMaskedNorm):
     """Drop-in replacement of a BatchNorm2d with K statistic components (UnMix-TNS paper sec. 3).
 
     Args:
@@ -46,8 +47,6 @@ class UnMixTNS2d(nn.Module):
         bn_momentum: m_bn (reference: the BN layer's momentum, PyTorch's default 0.1).
     """
 
-    row_mask: Tensor | None = None  # set by ``masked_rows``: the rows that update the components
-
     def __init__(
         self,
         bn: nn.BatchNorm2d,
@@ -55,8 +54,10 @@ class UnMixTNS2d(nn.Module):
         max_batch_size: int,
         generator: torch.Generator,
         bn_momentum: float = 0.1,
+        paths: DevicePaths | None = None,
     ):
         super().__init__()
+        self.paths = paths if paths is not None else DevicePaths.from_environment()  # the building method's
         if num_components < 1:
             raise ValueError(f"num_components={num_components}: expected >= 1")
         if max_batch_size < 1:
@@ -106,7 +107,7 @@ class UnMixTNS2d(nn.Module):
         if x.ndim != 4:
             raise ValueError(f"UnMixTNS2d expects (B, C, H, W) input, got shape {tuple(x.shape)}")
         B, C, K = x.shape[0], self.num_features, self.num_components
-        inst_mean, inst_var = instance_mean_var(x, keepdim=True)  # (B, C, 1, 1) each
+        inst_mean, inst_var = instance_mean_var(x, self.paths, keepdim=True)  # (B, C, 1, 1) each
         p = self._weights(inst_mean.view(B, C)).view(K, B, 1, 1, 1)
         # everything below is laid out (K, B, C, 1, 1), so that the instance statistics broadcast as they
         # are and the mixture statistics come out as (B, C, 1, 1) maps of x. Component k mixed with the
@@ -146,7 +147,8 @@ class UnMixTNS2d(nn.Module):
 
 
 def convert_to_unmixtns(
-    model: nn.Module, num_components: int, max_batch_size: int, generator: torch.Generator
+    model: nn.Module, num_components: int, max_batch_size: int, generator: torch.Generator,
+    paths: DevicePaths | None = None,
 ) -> dict[str, UnMixTNS2d]:
     """Replace every BatchNorm2d of ``model`` in place by an UnMixTNS2d; BatchNorm1d layers are left in
     eval mode with their source statistics (the reference's UnMixTNS1d does exactly that).
@@ -155,7 +157,7 @@ def convert_to_unmixtns(
     for name, bn in named_batchnorms(model):
         if isinstance(bn, nn.BatchNorm2d):
             momentum = bn.momentum if bn.momentum is not None else 0.1
-            layer = UnMixTNS2d(bn, num_components, max_batch_size, generator, bn_momentum=momentum)
+            layer = UnMixTNS2d(bn, num_components, max_batch_size, generator, bn_momentum=momentum, paths=paths)
             set_submodule(model, name, layer.to(bn.running_mean.device))
             layers[name] = layer
     if not layers:

@@ -40,7 +40,7 @@ side, as in the papers and in md; ``image_size=32`` reproduces the reference (th
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -57,7 +57,7 @@ from unitta.methods.parts.augment_ops import (
     jitter_op,
     shift_hue,
 )
-from unitta.methods.parts.device import device_generator, host_values, is_device_generator, takes_cuda_path
+from unitta.methods.parts.device import DevicePaths, device_generator, host_values, is_device_generator
 
 __all__ = [
     "TTAugment",
@@ -94,6 +94,8 @@ class TTAugment:
     blur_sigma: tuple[float, float] = (0.001, 0.5)
     flip_p: float = 0.5
     noise_std: float = 0.005
+    # the branches its device-dependent steps take: the building method's (``unitta/methods/parts/device.py``)
+    paths: DevicePaths = field(default_factory=DevicePaths.from_environment)
 
     def __post_init__(self) -> None:
         if self.image_size is not None and self.image_size < 2:
@@ -166,7 +168,7 @@ class TTAugment:
                 x = jitter_op(op, x, factors[op], rgb)
             return x
         order = u[:, :5].argsort(dim=1)  # a uniformly random permutation of the five ops per view
-        if not takes_cuda_path(x) if grouped is None else grouped:  # on the CPU the order is host memory already
+        if not self.paths.cuda(x) if grouped is None else grouped:  # on the CPU the order is host memory already
             # ops whose range is exactly 1 are the identity (hue is not: its HSV round trip rounds): not run
             ranges = (self.brightness, self.contrast, self.saturation, None, self.gamma)
             skip = {op for op, r in enumerate(ranges) if r is not None and tuple(r) == (1.0, 1.0)}
@@ -222,14 +224,15 @@ _N_DRAWS = 16  # uniforms per view: 5 jitter-order keys, 5 jitter factors, 4 aff
 _BLUR_KERNEL = 5  # CoTTA's GaussianBlur(kernel_size=5)
 
 
-def cotta_augment(image_size: int | None = None) -> TTAugment:
-    """CoTTA's teacher augmentation (docs/methods.md "CoTTA"); ``image_size=32`` = UT's hard-coded variant."""
-    return TTAugment(image_size=image_size)
+def cotta_augment(image_size: int | None = None, paths: DevicePaths | None = None) -> TTAugment:
+    """CoTTA's teacher augmentation (docs/methods.md "CoTTA"); ``image_size=32`` = UT's hard-coded variant.
+    ``paths``: the building method's device paths (None: read from the environment now)."""
+    return TTAugment(image_size=image_size, paths=paths if paths is not None else DevicePaths.from_environment())
 
 
-def rotta_strong_augment(image_size: int | None = None) -> TTAugment:
+def rotta_strong_augment(image_size: int | None = None, paths: DevicePaths | None = None) -> TTAugment:
     """RoTTA's strong augmentation: the same transform (docs/methods.md "RoTTA"); 32 = UT's ImageNet config."""
-    return TTAugment(image_size=image_size)
+    return cotta_augment(image_size, paths)
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,8 @@ class MoCoAugment:
     blur_sigma: tuple[float, float] = (0.1, 2.0)
     blur_kernel: int = 13  # 2 * ceil(3 * sigma_max) + 1
     flip_p: float = 0.5
+    # the branches its device-dependent steps take: the building method's (``unitta/methods/parts/device.py``)
+    paths: DevicePaths = field(default_factory=DevicePaths.from_environment)
 
     def __call__(
         self, x: Tensor, generator: torch.Generator, views: int = 1, selected: bool | None = None
@@ -271,7 +276,7 @@ class MoCoAugment:
         u = u.to(device=x.device, dtype=x.dtype)
         x = x.clamp(0.0, 1.0).repeat(views, 1, 1, 1)
         b = x.shape[0]
-        if not takes_cuda_path(x) if selected is None else selected:  # on the CPU the draws are host memory
+        if not self.paths.cuda(x) if selected is None else selected:  # on the CPU the draws are host memory
             return self._selected(x, u)
         shape = (b, 1, 1, 1)
         jittered = self._jitter._jitter(x.unsqueeze(1), u[:, :10]).squeeze(1)
@@ -311,7 +316,7 @@ class MoCoAugment:
         """The colour jitter, built once: gamma 1, so four ops in a uniformly random order per image."""
         low, high = 1.0 - self.strength, 1.0 + self.strength
         return TTAugment(brightness=(low, high), contrast=(low, high), saturation=(low, high), hue=self.hue,
-                         gamma=(1.0, 1.0))
+                         gamma=(1.0, 1.0), paths=self.paths)
 
 
 def random_hflip(x: Tensor, generator: torch.Generator, p: float = 0.5) -> Tensor:

@@ -31,14 +31,14 @@ Deviations from the reference (same distribution of views, other random numbers)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from unitta.methods.parts.device import takes_cuda_path
+from unitta.methods.parts.device import DevicePaths
 
 __all__ = ["AugMix", "N_OPS"]
 
@@ -62,6 +62,8 @@ class AugMix:
     severity: int = 1  # AugMixAugmenter severity=1
     preaugment: Literal["crop", "resized_crop"] = "crop"
     crop_padding: int = 4  # transforms.RandomCrop(32, padding=4)
+    # the branches its device-dependent steps take: the building method's (``unitta/methods/parts/device.py``)
+    paths: DevicePaths = field(default_factory=DevicePaths.from_environment)
 
     def __post_init__(self) -> None:
         if self.width < 1 or self.max_depth < 1 or not 1 <= self.severity <= 10:
@@ -103,7 +105,7 @@ class AugMix:
             padded = F.pad(pixels, (p, p, p, p))
             top = rand.integers(0, 2 * p + 1, (n,))
             left = rand.integers(0, 2 * p + 1, (n,))
-            if not takes_cuda_path(pixels):  # the offsets are host memory: one slice per image (4x faster)
+            if not self.paths.cuda(pixels):  # the offsets are host memory: one slice per image (4x faster)
                 out = torch.stack([padded[i, :, a : a + h, b : b + w] for i, (a, b) in
                                    enumerate(zip(top.tolist(), left.tolist()))])
             else:
@@ -127,7 +129,7 @@ class AugMix:
         op = rand.integers(0, N_OPS, (n,))
         level = 0.1 + (self.severity - 0.1) * rand.uniform((n,))  # sample_level(severity)
         sign = torch.where(rand.uniform((n,)) > 0.5, -1.0, 1.0).to(v.dtype)
-        if not takes_cuda_path(v) if grouped is None else grouped:  # on the CPU the ops are host memory already
+        if not self.paths.cuda(v) if grouped is None else grouped:  # on the CPU the ops are host memory already
             return self._grouped_op(v, op, level, sign, active)
         out = self._geometric(v, op, level, sign)
         candidates = {

@@ -14,7 +14,7 @@ from unitta.methods.norm.bdn_layer import BalancedDomainNorm2d
 from unitta.methods.norm.groups import ClassGroups, SlotGroups
 from unitta.methods.parts.feature_averaging import FeatureAverager
 from unitta.methods.parts.heads import FeatureModel
-from unitta.methods.parts.space import BN_EMA, BN_GAMMA
+from unitta.methods.parts.search_space import BN_EMA, BN_GAMMA
 from unitta.methods.parts.tta_method import TTAMethod
 from unitta.methods.parts.validate import check_at_least, check_interval, check_probability
 from unitta.nn.batchnorm import replace_batchnorms
@@ -41,7 +41,9 @@ class BDNFramework(TTAMethod):
         K = self.info.num_classes
         replaced = replace_batchnorms(
             self.model,
-            lambda name, bn: BalancedDomainNorm2d(bn, K, cfg.eta, cfg.gamma, cfg.distance, cfg.clamp),
+            lambda name, bn: BalancedDomainNorm2d(
+                bn, K, cfg.eta, cfg.gamma, cfg.distance, cfg.clamp, self.device_paths
+            ),
         )
         if layer_name not in replaced:
             found = ", ".join(replaced)

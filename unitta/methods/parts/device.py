@@ -1,30 +1,32 @@
-"""One switch for the device-dependent code paths of the methods (docs/benchmarks.md "Device paths").
+"""Which branch the device-dependent code paths of the methods take (docs/benchmarks.md "Device paths").
 
 Some methods compute the same values in two ways: on a GPU with batched, launch-friendly operators that never
 read a device value on the host; on the CPU with per-image or grouped operators that read their random draws on
 the host (host memory there, so free) and skip work a GPU would do in the same kernel anyway. Every such branch
-asks ``takes_cuda_path(tensor_or_device)``: True on any accelerator, False on the CPU, unless the environment
-variable ``UNITTA_DEVICE_PATHS=cuda`` is set (or ``device_paths_set("cuda")``), when a CPU run takes exactly the
-branches a CUDA run takes, so that ``bench/opcount.py`` and the tests count the operators, host synchronisations
-and shapes a GPU sees on any machine. ``UNITTA_DEVICE_PATHS=auto`` (or unset) is the default.
+asks a ``DevicePaths`` object, ``paths.cuda(tensor_or_device)``: True on any accelerator, False on the CPU, unless
+its mode is ``"cuda"``, when a CPU run takes exactly the branches a CUDA run takes, so that ``bench/opcount.py``
+and the tests count the operators, host synchronisations and shapes a GPU sees on any machine.
+
+A method holds one (``TTAMethod.device_paths``), read once from the environment variable ``UNITTA_DEVICE_PATHS``
+(``auto``, the default, or ``cuda``) when it is built, and hands it to the layers and augmentations it builds; a
+layer or augmentation built on its own reads the variable once when it is built. No module-level state: a
+generator made by ``device_generator`` is a ``DeviceGenerator`` (a type, not a registry).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import weakref
+from dataclasses import dataclass
 
 import torch
 
-from unitta.methods.parts.switch import scoped
-
 __all__ = [
-    "takes_cuda_path", "device_paths", "set_device_paths", "device_paths_set", "DEVICE_PATHS", "device_generator",
+    "DEVICE_PATHS", "ENVIRONMENT_VARIABLE", "DevicePaths", "DeviceGenerator", "device_generator",
     "is_device_generator", "host_values",
 ]
 
 DEVICE_PATHS = ("auto", "cuda")  # the values UNITTA_DEVICE_PATHS takes
+ENVIRONMENT_VARIABLE = "UNITTA_DEVICE_PATHS"
 
 
 def _checked(value: str, where: str) -> str:
@@ -34,51 +36,48 @@ def _checked(value: str, where: str) -> str:
     return value
 
 
-_mode = _checked(os.environ.get("UNITTA_DEVICE_PATHS", ""), "UNITTA_DEVICE_PATHS")
+@dataclass(frozen=True)
+class DevicePaths:
+    """The branches a method's device-dependent code takes: ``mode`` 'auto' (each device its own) or 'cuda' (every
+    device the CUDA branches, the CPU too)."""
+
+    mode: str = "auto"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", _checked(self.mode, "device paths"))
+
+    @classmethod
+    def from_environment(cls) -> DevicePaths:
+        """The mode ``UNITTA_DEVICE_PATHS`` says (unset: 'auto'); read when a method (a layer) is built."""
+        return cls(_checked(os.environ.get(ENVIRONMENT_VARIABLE, ""), ENVIRONMENT_VARIABLE))
+
+    def cuda(self, where: torch.Tensor | torch.device | torch.Generator | str) -> bool:
+        """Whether code running on ``where`` (a tensor, a device, a generator or a device name) takes the CUDA
+        branch: on any device but the CPU, and on the CPU too in mode 'cuda'."""
+        if self.mode == "cuda":
+            return True
+        device = where.device if isinstance(where, (torch.Tensor, torch.Generator)) else torch.device(where)
+        return device.type != "cpu"
 
 
-def device_paths() -> str:
-    """'cuda' when every run takes the CUDA branches, 'auto' when each device takes its own."""
-    return _mode
-
-
-def set_device_paths(mode: str) -> None:
-    """Choose the branches for this process ('auto' or 'cuda'; a Ray worker reads ``UNITTA_DEVICE_PATHS``)."""
-    global _mode
-    _mode = _checked(mode, "device paths")
-
-
-def device_paths_set(mode: str) -> contextlib.AbstractContextManager[None]:
-    """``set_device_paths(mode)`` for the body only (tests, benches)."""
-    return scoped(device_paths, set_device_paths, mode)
-
-
-def takes_cuda_path(where: torch.Tensor | torch.device | torch.Generator | str) -> bool:
-    """Whether code running on ``where`` (a tensor, a device, a generator or a device name) takes the CUDA branch:
-    on any device but the CPU, and on the CPU too under ``UNITTA_DEVICE_PATHS=cuda``."""
-    if _mode == "cuda":
-        return True
-    device = where.device if isinstance(where, (torch.Tensor, torch.Generator)) else torch.device(where)
-    return device.type != "cpu"
-
-
-_DEVICE_GENERATORS: weakref.WeakSet[torch.Generator] = weakref.WeakSet()
+class DeviceGenerator(torch.Generator):
+    """A CPU generator made by ``device_generator``: a CPU run's stand-in for a generator on the device, whose draws
+    count as device draws (``is_device_generator``)."""
 
 
 def device_generator(source: torch.Generator, device: torch.device | str) -> torch.Generator:
     """A generator on ``device`` seeded from one draw of ``source`` (so per-pixel randomness can be drawn where
-    the tensors live while the whole run still follows the method's single seed). Remembered as a device
-    generator: on a CPU run of the CUDA paths its draws are device draws (``is_device_generator``)."""
+    the tensors live while the whole run still follows the method's single seed). On the CPU a
+    ``DeviceGenerator``: on a CPU run of the CUDA paths its draws are device draws (``is_device_generator``)."""
     seed = int(torch.randint(0, 2**62, (1,), generator=source, device=source.device).item())
-    generator = torch.Generator(device=device).manual_seed(seed)
-    _DEVICE_GENERATORS.add(generator)
-    return generator
+    kind = DeviceGenerator if torch.device(device).type == "cpu" else torch.Generator
+    return kind(device=device).manual_seed(seed)
 
 
 def is_device_generator(generator: torch.Generator) -> bool:
     """Whether ``generator`` draws where the tensors live: not a CPU generator, or one made by
     ``device_generator`` (a CPU run's stand-in for a CUDA generator)."""
-    return generator.device.type != "cpu" or generator in _DEVICE_GENERATORS
+    return generator.device.type != "cpu" or isinstance(generator, DeviceGenerator)
 
 
 def host_values(t: torch.Tensor) -> list:

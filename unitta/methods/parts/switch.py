@@ -1,4 +1,4 @@
-"""Process-wide switches (device paths, fast paths): a setting changed for one block of code only."""
+"""Process-wide switches (the fast paths, ``norm/fast_paths.py``): a setting changed for one block of code only."""
 
 from __future__ import annotations
 

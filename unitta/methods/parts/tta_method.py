@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from unitta.methods.parts.device import DevicePaths
 from unitta.methods.parts.heads import FeatureModel
 from unitta.models.info import ModelInfo
 from unitta.nn.norms import norm_kind
@@ -69,8 +70,9 @@ class TTAMethod:
     # False only for a method that never changes the source model's outputs on purpose (``test``): the
     # contract's ``adapts`` check warns when any other method's outputs equal the source model's.
     adapts: ClassVar[bool] = True
-    # The hyper-parameters worth searching and their ranges (``unitta/methods/parts/space.py``: Config field ->
-    # LogUniform | Uniform | IntUniform | Choice), each range cited; empty: nothing to tune (docs/methods.md).
+    # The hyper-parameters worth searching and their ranges (``unitta/search_dimensions.py``: Config field ->
+    # LogUniform | Uniform | IntUniform | Choice; ``methods/parts/search_space.py``), each range cited; empty:
+    # nothing to tune (docs/methods.md).
     space: ClassVar[dict[str, Any]] = {}
 
     @dataclass(frozen=True)
@@ -95,6 +97,9 @@ class TTAMethod:
             raise ValueError(problem)
         self.source = source
         self.source_model = model
+        # the branches of its device-dependent code (docs/benchmarks.md "Device paths"): UNITTA_DEVICE_PATHS, read
+        # once now, handed to the layers and augmentations it builds
+        self.device_paths = DevicePaths.from_environment()
         self.cfg = cfg
         self.info = info
         self.seed = seed

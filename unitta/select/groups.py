@@ -1,4 +1,5 @@
-"""A selection's search space per method and the cells of its trials (docs/selection.md).
+"""A selection's groups (a method on one setting and stream seed), each method's search space and the cells of
+its trials (docs/selection.md).
 
 A point is a {hyper-parameter: value} dict; its cells are ordinary cells whose ``method_kwargs`` hold the
 point (on top of the config cell's own overrides), so a later sweep with those overrides reuses them:
@@ -19,9 +20,10 @@ from typing import Any
 from unitta.cell import Cell
 from unitta.schema import ConfigError
 from unitta.schema.methods import check_methods
-from unitta.search.space import distribution
+from unitta.search.cell_template import base_cell
+from unitta.search.distributions import distribution
+from unitta.search_dimensions import Dim
 from unitta.select.config import SelectConfig
-from unitta.tune.config import RangeSpec, base_cell
 
 __all__ = ["Group", "STREAMS", "groups", "grid_points", "chosen_text", "trial_cell", "distributions",
            "check_spaces", "method_dims"]
@@ -51,8 +53,9 @@ def chosen_text(point: dict[str, Any]) -> str:
     return json.dumps(point, sort_keys=True, default=float)
 
 
-def method_dims(cfg: SelectConfig, method: str) -> dict[str, Any]:
-    """The method's searched dimensions: the config's lists / ranges, or its declared space's ``Dim``s."""
+def method_dims(cfg: SelectConfig, method: str) -> dict[str, Dim]:
+    """The method's searched dimensions: the config's (its lists and ranges read as dimensions), or its declared
+    space's."""
     if cfg.space == "declared":
         from unitta.methods import method_space
 
@@ -60,25 +63,17 @@ def method_dims(cfg: SelectConfig, method: str) -> dict[str, Any]:
     return dict(cfg.space[method])
 
 
-def _values(dim: Any, n: int) -> list[Any]:
-    if isinstance(dim, list):
-        return list(dim)
-    if isinstance(dim, RangeSpec):
-        return (dim if dim.num is not None else dim.model_copy(update={"num": n})).grid()
-    return list(dim.grid(n))  # a declared space's Dim (unitta.methods.parts.space)
-
-
 def grid_points(cfg: SelectConfig, method: str) -> list[dict[str, Any]]:
     """The cartesian product of the method's dimensions (``search.grid_points`` per range without ``num``)."""
     dims = method_dims(cfg, method)
     names = sorted(dims)
-    values = [_values(dims[name], cfg.search.grid_points) for name in names]
+    values = [dims[name].points(cfg.search.grid_points) for name in names]
     return [dict(zip(names, combo)) for combo in itertools.product(*values)]
 
 
 def distributions(cfg: SelectConfig, method: str) -> dict[str, Any]:
     """Optuna distributions of the method's dimensions (for the search package's Optuna driver)."""
-    return {name: distribution(_as_dim(dim)) for name, dim in sorted(method_dims(cfg, method).items())}
+    return {name: distribution(dim) for name, dim in sorted(method_dims(cfg, method).items())}
 
 
 def trial_cell(cfg: SelectConfig, group: Group, point: dict[str, Any] | None, stream: str) -> Cell:
@@ -102,13 +97,8 @@ def check_spaces(cfg: SelectConfig, source: str) -> None:
     entries = [("methods", m, dict(base.method_kwargs)) for m in cfg.methods]
     check_methods(entries, [base.dataset], base.profile, source, models={base.dataset: base.model})
     for method in cfg.methods:
-        dims = {name: _as_dim(dim) for name, dim in method_dims(cfg, method).items()}
         try:
-            check_space(method, dims)
+            check_space(method, method_dims(cfg, method))
         except ValueError as exc:
             raise ConfigError(f"{source}: space.{method}: {exc}".replace("\n", " ")) from None
 
-
-def _as_dim(dim: Any) -> Any:
-    """A config range as the methods' dimension (``unitta.methods.parts.space``); lists and Dims as they are."""
-    return dim.dim() if isinstance(dim, RangeSpec) else dim

@@ -1,8 +1,5 @@
-"""A search space's dimensions as Optuna distributions, and a point's identity (docs/analysis.md).
-
-A dimension is a list of values (Optuna's choices) or one of the methods' dimensions
-(``unitta.methods.parts.space``: ``Choice``, ``IntUniform``, ``LogUniform``, ``Uniform``).
-"""
+"""A search dimension (``unitta.search_dimensions``) as the Optuna distribution Ray Tune's Optuna searcher samples,
+and a point's identity (docs/analysis.md)."""
 
 from __future__ import annotations
 
@@ -10,17 +7,15 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from unitta.search_dimensions import Choice, Dim, IntUniform, LogUniform
+
 __all__ = ["distribution", "inside", "point_key"]
 
 
-def distribution(dim: Any) -> Any:
-    """The Optuna distribution Ray Tune's Optuna searcher samples ``dim`` from."""
+def distribution(dim: Dim) -> Any:
+    """The Optuna distribution of ``dim``: a choice's values, an integer range, or a real range (log or linear)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from unitta.methods.parts.space import Choice, IntUniform, LogUniform
-
-    if isinstance(dim, (list, tuple)):
-        return CategoricalDistribution(list(dim))
     if isinstance(dim, Choice):
         return CategoricalDistribution(list(dim.values))
     if isinstance(dim, IntUniform):
