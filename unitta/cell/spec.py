@@ -112,6 +112,8 @@ class _OneCell(CellFields):
 if TYPE_CHECKING:
     class CellSpec(_OneCell):
         """The keys of one cell (made from ``FIELDS`` at run time)."""
+
+        num_threads: int | None  # read by the search's cell template (unitta.search.cell_template)
 else:
     CellSpec = create_model(
         "CellSpec", __base__=_OneCell, __module__=__name__, **_keys("cell"),
