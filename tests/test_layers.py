@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.run", "unitta.search"),
     ("unitta.sweep", "unitta.tune", "unitta.recommend", "unitta.contract"),
     ("unitta.select",),
+    ("unitta.slurm",),
     ("analysis",),
 ]
 COMMANDS = "unitta.__main__"  # the ``unitta`` command: the top layer, above LAYERS
