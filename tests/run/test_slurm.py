@@ -88,6 +88,11 @@ def test_the_gpus_of_the_allocation_are_counted():
 
 
 # ---------------------------------------------------------------------- a real Slurm on this machine
+def _binary(name: str) -> str | None:
+    """The daemon's path (Debian puts munged, slurmctld and slurmd in /usr/sbin, off a user's PATH)."""
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
 def _free_ports(n: int) -> list[int]:
     sockets = [socket.socket() for _ in range(n)]
     for s in sockets:
@@ -164,6 +169,7 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         out = open(self.folder / f"{name.replace(' ', '-')}.stdout", "wb")
+        cmd = [_binary(cmd[0]) or cmd[0], *cmd[1:]]
         self.procs.append((name, subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT)))
         out.close()
 
@@ -209,7 +215,7 @@ def _wait(condition, seconds: float, what: str, slurm: Slurm | None = None, ever
 
 @pytest.fixture(scope="module")
 def slurm():
-    missing = [name for name in DAEMONS if shutil.which(name) is None]
+    missing = [name for name in DAEMONS if _binary(name) is None]
     if missing:
         pytest.skip(f"Slurm is not installed ({', '.join(missing)} missing): apt-get install slurm-wlm munge "
                     "(.ci/run installs them)")
@@ -255,6 +261,7 @@ def _out(tmp_path: Path, job_id: str) -> str:
     return path.read_text() if path.exists() else ""
 
 
+@pytest.mark.slow
 def test_a_sweep_on_slurm_killed_half_way_resumes_and_equals_a_local_run(slurm, tmp_path):
     import polars as pl
 
@@ -290,6 +297,7 @@ def test_a_sweep_on_slurm_killed_half_way_resumes_and_equals_a_local_run(slurm, 
     assert rows.filter(pl.col("cell_id").is_in([n.removesuffix(".parquet") for n in before])).height == len(before)
 
 
+@pytest.mark.slow
 def test_a_bad_submission_ends_in_one_line_before_ray_starts(slurm, tmp_path):
     job = _submit(slurm, tmp_path, "sweep", str(QUICK), "resources.num_gpus=1")
     state = _finished(slurm, job, 60)
