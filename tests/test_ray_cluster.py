@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -9,7 +10,7 @@ from concurrent import futures
 
 import pytest
 
-from unitta.run.ray_cluster import ClusterError, _speaks_grpc, connect
+from unitta.run.ray_cluster import AUTH_MODE, ClusterError, _choose_auth_mode, _speaks_grpc, connect
 
 
 @pytest.fixture
@@ -73,3 +74,22 @@ def test_an_address_is_not_ignored_when_ray_already_runs_in_this_process(web_ser
     finally:
         if started:
             ray.shutdown()
+
+
+def test_the_auth_mode_ray_would_choose_is_said_so_ray_prints_no_warning(monkeypatch, tmp_path):
+    """Ray 2.60 warns on every new local Ray when RAY_AUTH_MODE is unset; unitta sets what Ray would choose."""
+    monkeypatch.delenv(AUTH_MODE, raising=False)
+    _choose_auth_mode(new_cluster=True)
+    assert os.environ[AUTH_MODE] == "token"  # Ray's default for a new local Ray, said explicitly
+    monkeypatch.setenv(AUTH_MODE, "disabled")
+    _choose_auth_mode(new_cluster=True)
+    assert os.environ[AUTH_MODE] == "disabled"  # the user's choice stands
+    monkeypatch.delenv(AUTH_MODE)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.ray/auth_token
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    _choose_auth_mode(new_cluster=False)
+    assert AUTH_MODE not in os.environ  # joining without a token: Ray's choice (no warning when joining)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "a" * 32)
+    _choose_auth_mode(new_cluster=False)
+    assert os.environ[AUTH_MODE] == "token"

@@ -1,7 +1,8 @@
 """``cluster/slurm/unitta.sbatch`` on a real Slurm: munged, slurmctld and two slurmd nodes (``slurmd -N``, one
 machine) started from a generated slurm.conf on unused ports, stopped by PID at the end (cluster/README.md,
-"Slurm"). A sweep of ``sweeps/quick.yaml`` cut to six tiny cells by overrides is killed half way (scancel),
-resubmitted, and resumes; its rows' errors equal an in-process ``--local`` run of the same cells. Ray's
+"Slurm"). A sweep of ``sweeps/quick.yaml`` cut to six tiny cells by overrides is killed half way and run again
+by Slurm (``scontrol requeue``, as after a preemption), and resumes; its rows' errors equal an in-process
+``--local`` run of the same cells. Ray's
 ``symmetric-run`` can put one Ray node on a machine, so the jobs take one of the two Slurm nodes.
 
 Also the checks of ``unitta.slurm.plan`` (in-process, no Slurm): one line, exit 2, before Ray starts.
@@ -269,25 +270,24 @@ def test_a_sweep_on_slurm_killed_half_way_resumes_and_equals_a_local_run(slurm, 
     from unitta.sweep import main as sweep_main
 
     out = tmp_path / "out"
-    args = ["sweep", str(QUICK), *CUT, f"output={out}"]
-    first = _submit(slurm, tmp_path, *args)
+    job = _submit(slurm, tmp_path, "sweep", str(QUICK), *CUT, f"output={out}", options=("--requeue",))
     cells = out / "cells"
-    _wait(lambda: any(cells.glob("*.parquet")), WAIT_S, "the first cell of job 1", slurm)
-    slurm.run("scancel", first)
-    state = _finished(slurm, first, 60)
+    _wait(lambda: any(cells.glob("*.parquet")), WAIT_S, "the first cell of the job", slurm)
+    # killed half way and run again by Slurm itself, as after a preemption: the same job id, ports and Ray folder
+    slurm.run("scontrol", "requeue", job)
+    _wait(lambda: slurm.job(job).get("Restarts") == "1", 60, "the requeue", slurm, every=0.25)
     before = {p.name: p.stat().st_mtime_ns for p in cells.glob("*.parquet")}
-    assert state["JobState"] == "CANCELLED" and 1 <= len(before) < 6, (state, before, _out(tmp_path, first))
-
-    second = _submit(slurm, tmp_path, *args, options=("--requeue",))  # resubmitted (the same overrides)
+    assert 1 <= len(before) < 6, before
+    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")  # Slurm holds a requeued job ~2 min
     local = tmp_path / "local"  # meanwhile, the same cells in this process
     assert sweep_main([str(QUICK), *CUT, "--local", "--output", str(local), "--no-progress"]) == 0
-    state = _finished(slurm, second)
-    log = _out(tmp_path, second)
+    state = _finished(slurm, job)
+    log_path = out / "logs" / f"slurm-{job}.log"  # the job's log beside its results, both runs
+    log = log_path.read_text() if log_path.exists() else _out(tmp_path, job)
     assert state["JobState"] == "COMPLETED" and state["ExitCode"] == "0:0", log + slurm.logs()
-    assert f"resume: {len(before)} of 6 cells already done" in log, log
+    assert f"job {job} (restart 1)" in log and f"resume: {len(before)} of 6 cells already done" in log, log
     assert "Token authentication" not in log and "Starting Ray cluster head" in log
     assert {p.name: p.stat().st_mtime_ns for p in cells.glob("*.parquet") if p.name in before} == before
-    assert (out / "logs" / f"slurm-{second}.log").is_file()  # the job's log beside its results
 
     rows = load_results(out).sort("cell_id")
     reference = load_results(local).sort("cell_id")
@@ -295,6 +295,7 @@ def test_a_sweep_on_slurm_killed_half_way_resumes_and_equals_a_local_run(slurm, 
     assert rows["cell_id"].to_list() == reference["cell_id"].to_list()
     assert rows["error"].to_list() == reference["error"].to_list()  # identical, not close
     assert rows.filter(pl.col("cell_id").is_in([n.removesuffix(".parquet") for n in before])).height == len(before)
+    assert stop_job_ray(str(slurm.folder / f"unitta-ray-{job}")) == 0  # the job stopped its Ray, nothing else
 
 
 @pytest.mark.slow
