@@ -173,7 +173,7 @@ def plan(argv: Sequence[str], env=None) -> dict[str, str]:
         raise SlurmProblem(f"output folder {out} is {why}, on one node's own storage, and this job has "
                            f"{alloc['nodes']} nodes; name a folder on a shared file system (output=... or --output)")
     job_id = int(env["SLURM_JOB_ID"])
-    base = int(env["UNITTA_RAY_PORT"]) if env.get("UNITTA_RAY_PORT") else port_block(job_id, _port_free)
+    base = _given_port(env["UNITTA_RAY_PORT"]) if env.get("UNITTA_RAY_PORT") else port_block(job_id, _port_free)
     host = node_ip()
     temp_dir = str(Path(env.get("UNITTA_RAY_TMPDIR") or "/tmp") / f"unitta-ray-{job_id}")
     entry = [command, args.config, *args.overrides, *_flags(rest), "--output", str(out), "--address",
@@ -187,6 +187,14 @@ def plan(argv: Sequence[str], env=None) -> dict[str, str]:
         "UNITTA_ENTRY": " ".join(shlex.quote(a) for a in entry),
         "RAY_AUTH_TOKEN": env.get("RAY_AUTH_TOKEN") or secrets.token_hex(32),
     }
+
+
+def _given_port(text: str) -> int:
+    """``UNITTA_RAY_PORT``: the first of the job's ``PORT_BLOCK`` ports."""
+    if not text.isdigit() or not 1024 <= int(text) <= 65535 - PORT_BLOCK:
+        raise SlurmProblem(f"UNITTA_RAY_PORT={text!r}: give a port from 1024 to {65535 - PORT_BLOCK} (the job uses it "
+                           f"and the {PORT_BLOCK - 1} ports above it)")
+    return int(text)
 
 
 def _flags(rest: Sequence[str]) -> list[str]:

@@ -75,6 +75,7 @@ def test_port_blocks_follow_the_job_id_and_skip_a_taken_one():
         (["sweep", str(QUICK), "resources.num_cpus=8"], {}, "asks for 8 CPU"),
         (["sweep", str(QUICK), "output=/tmp/q"], {"SLURM_JOB_NUM_NODES": "2"}, "/tmp/q is under /tmp"),
         (["sweep", str(QUICK), "--local"], {}, "--local is the job's to set"),
+        (["sweep", str(QUICK)], {"UNITTA_RAY_PORT": "65000"}, "UNITTA_RAY_PORT='65000': give a port from 1024"),
     ],
 )
 def test_bad_input_is_one_line_before_ray_starts(argv, env, named):
