@@ -231,10 +231,12 @@ def slurm():
         cluster.start()
         yield cluster
     finally:
-        cluster.stop()
-        for ray_dir in folder.glob("unitta-ray-*"):
-            stop_job_ray(str(ray_dir), grace_s=5)  # a job's Ray that linuxproc tracking let outlive its job
-        shutil.rmtree(folder, ignore_errors=True)
+        try:
+            cluster.stop()
+            for ray_dir in folder.glob("unitta-ray-*"):
+                stop_job_ray(str(ray_dir), grace_s=5)  # a job's Ray that linuxproc tracking let outlive its job
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _submit(slurm: Slurm, tmp_path: Path, *args: str, options: tuple[str, ...] = ()) -> str:
