@@ -113,6 +113,7 @@ class Slurm:
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.conf = folder / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.job_outputs: list[Path] = []  # the folders of the jobs' own output files (printed on a failure)
 
     def write_conf(self) -> None:
         f = self.folder
@@ -187,7 +188,8 @@ PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 
     def logs(self) -> str:
         parts = []
-        for path in sorted(self.folder.glob("*.log")) + sorted(self.folder.glob("*.stdout")):
+        jobs = [path for folder in self.job_outputs for path in sorted(folder.glob("job-*.out"))]
+        for path in sorted(self.folder.glob("*.log")) + sorted(self.folder.glob("*.stdout")) + jobs:
             parts.append(f"--- {path.name}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-25:]))
         return "\n".join(parts)
 
@@ -240,6 +242,7 @@ def slurm():
 
 
 def _submit(slurm: Slurm, tmp_path: Path, *args: str, options: tuple[str, ...] = ()) -> str:
+    slurm.job_outputs.append(tmp_path)
     env = {"PYTHONPATH": str(ROOT), "UNITTA_PYTHON": sys.executable, "UNITTA_RAY_TMPDIR": str(slurm.folder),
            "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1"}
     text = slurm.run("sbatch", "--parsable", "--cpus-per-task=2", f"--output={tmp_path}/job-%j.out", *options,
