@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("unitta.track",),
     ("unitta.run", "unitta.search"),
     ("unitta.sweep", "unitta.tune", "unitta.select", "unitta.recommend", "unitta.contract"),
+    ("unitta.slurm",),
     ("analysis",),
 ]
 # the command-line entry points on the top layer, above LAYERS: the ``unitta`` command, and ``python -m

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from unitta.run import exits, ray_cluster
 from unitta.run.executor import USAGE_ERRORS, RunOptions
+from unitta.schema.overrides import OVERRIDES_HELP
 from unitta.track.destinations import TRACK_FLAG_HELP
 
 __all__ = ["USAGE_ERRORS", "add_run_arguments", "run_parser", "run_options", "run_command"]
@@ -18,7 +19,7 @@ def run_parser(prog: str, description: str, examples: list[str], config_help: st
                failed: str = "some cells failed") -> argparse.ArgumentParser:
     """A run command's parser: its config argument, the shared flags, its examples and the exit codes
     (``unitta.run.exits``) in the epilog."""
-    p = argparse.ArgumentParser(
+    p = _IntermixedParser(
         prog=prog,
         description=description,
         epilog="examples:\n" + "".join(f"  {example}\n" for example in examples)
@@ -26,8 +27,16 @@ def run_parser(prog: str, description: str, examples: list[str], config_help: st
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", help=config_help)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help=OVERRIDES_HELP)
     add_run_arguments(p)
     return p
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """Flags and ``key=value`` overrides in any order (``CONFIG a=1 --local b=2``)."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        return self.parse_intermixed_args(args, namespace)
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:

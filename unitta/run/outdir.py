@@ -130,7 +130,10 @@ def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] 
 
     from unitta import __version__
 
-    (out_dir / cfg.config_file_name).write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    overrides = list(getattr(cfg, "overrides", ()))
+    # the copy holds the values the run used; the command line's overrides (already in them) are named on top
+    head = "".join(f"# override: {text}\n" for text in overrides)
+    (out_dir / cfg.config_file_name).write_text(head + yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     manifest_path = out_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"runs": []}
     manifest.update(name=cfg.name, config_hash=cfg.config_hash(), n_cells=n_cells)
@@ -143,6 +146,7 @@ def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] 
             "ray_version": ray_version(),
             "hostname": socket.gethostname(),
             "argv": argv,
+            "overrides": overrides,
             "config_hash": cfg.config_hash(),
         }
     )

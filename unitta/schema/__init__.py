@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, field_validator, model_validator
 
 __all__ = [
     "ConfigError",
@@ -244,6 +244,9 @@ class RunConfig(Strict):
     max_retries: int = 3
     # experiment trackers fed as cells finish (docs/tracking.md); Parquet stays the source of truth
     tracking: Tracking | None = None
+    # the command line's key=value overrides the config was loaded with (unitta.schema.overrides): already in
+    # the values; kept to be named in the output's config copy and manifest
+    _overrides: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("name")
     @classmethod
@@ -265,6 +268,16 @@ class RunConfig(Strict):
         if value < 0:
             raise ValueError(f"must be >= 0, got {value}")
         return value
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The ``key=value`` overrides of the command line that the values include (none for a file alone)."""
+        return self._overrides
+
+    def with_overrides(self, overrides: Iterable[str]) -> RunConfig:
+        """This config, noting the command line's ``overrides`` it was loaded with (their values are in it)."""
+        self._overrides = tuple(overrides)
+        return self
 
     def output_dir(self) -> Path:
         """Where results go: ``output``, or ``results/<name>``."""

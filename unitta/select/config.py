@@ -25,6 +25,7 @@ holdout protocol.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -35,7 +36,7 @@ from unitta.cell.choices import CRITERIA
 from unitta.cell.fields import check_setting
 from unitta.cell.spec import CellSpec
 from unitta.schema import ConfigError, RunConfig, Strict, check_distinct, hint, validate
-from unitta.schema.yaml_files import read_yaml_file
+from unitta.schema.overrides import read_config, source_with
 from unitta.search.config_dimensions import ValuesOrRange
 from unitta.search_dimensions import Choice
 
@@ -214,7 +215,9 @@ def _check_disjoint(cfg: SelectConfig, where: str) -> None:
         )
 
 
-def load_select_config(path: str | Path) -> SelectConfig:
-    """Read and validate a select YAML file."""
+def load_select_config(path: str | Path, overrides: Sequence[str] = ()) -> SelectConfig:
+    """Read and validate a select YAML file with the command line's ``key=value`` ``overrides``
+    (``unitta.schema.overrides``)."""
     path = Path(path)
-    return parse_select_config(read_yaml_file(path), where=str(path), base_dir=path.parent)
+    cfg = parse_select_config(read_config(path, overrides), where=source_with(path, overrides), base_dir=path.parent)
+    return cfg.with_overrides(overrides)

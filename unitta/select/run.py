@@ -86,14 +86,15 @@ def main(argv: list[str] | None = None) -> int:
         "unitta select",
         "Choose hyper-parameters without test labels: default, oracle, holdout and unsupervised "
         "selection (docs/selection.md).",
-        ["unitta select sweeps/select_quick.yaml --local", "python -m unitta.select sweeps/select_grid.yaml --dry-run"],
+        ["unitta select sweeps/select_quick.yaml --local", "python -m unitta.select sweeps/select_grid.yaml --dry-run",
+         "unitta select sweeps/select_quick.yaml settings=[n111] cell.seed=1 --local"],
         "select YAML (sweeps/select_*.yaml)",
         failed="some trials failed",
     ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     def body() -> int:
-        cfg = load_select_config(args.config)
+        cfg = load_select_config(args.config, args.overrides)
         out = (Path(args.output) if args.output else cfg.output_dir()).expanduser()
         check_output_dir(out)
         check_spaces(cfg, args.config)

@@ -92,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
         "Run a UniTTA sweep: config -> cells -> Ray tasks -> Parquet results.",
         ["python -m unitta.sweep sweeps/quick.yaml",
          "python -m unitta.sweep sweeps/quick.yaml --local --output /tmp/quick",
+         "python -m unitta.sweep sweeps/quick.yaml methods=[test,bn] settings=[i111] n_per_domain=100 output=out/q2",
          "python -m unitta.sweep sweeps/full_grid.yaml --dry-run",
          "ray job submit -- python -m unitta.sweep sweeps/full_grid.yaml"],
         "sweep YAML (see sweeps/)",
@@ -134,7 +135,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     out_hint = Path(args.output) if args.output else None
 
     def body() -> int:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, args.overrides)
         out = (out_hint or cfg.output_dir()).expanduser()
         check_output_dir(out)
         cells = cfg.cells()  # planned once for the whole command

@@ -33,6 +33,7 @@ gradual ones play every corruption at severities 1..5..1 (a dataset without seve
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from unitta.schema import (
     validate,
 )
 from unitta.schema.methods import check_methods
+from unitta.schema.overrides import read_config, source_with
 from unitta.schema.yaml_files import read_yaml_file
 from unitta.streams import CCC_SAMPLER, PROTOCOL_SAMPLERS, PROTOCOL_SETTINGS, ULMM_SAMPLERS
 from unitta.sweep.setting_lists import check_half, expand_settings
@@ -309,10 +311,12 @@ def _check_duplicates(cfg: SweepConfig, source: str) -> None:
         seen.add(cid)
 
 
-def load_config(path: str | Path) -> SweepConfig:
-    """Read and validate a sweep YAML file; any mistake raises ``ConfigError`` (one line)."""
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> SweepConfig:
+    """Read and validate a sweep YAML file with the command line's ``key=value`` ``overrides``
+    (``unitta.schema.overrides``); any mistake raises ``ConfigError`` (one line)."""
     path = Path(path)
-    data = read_yaml_file(path)
+    data = read_config(path, overrides)
     if isinstance(data, dict) and "name" not in data:
         data = {"name": path.stem, **data}
-    return parse_config(data, source=str(path), base_dir=path.parent)
+    cfg = parse_config(data, source=source_with(path, overrides), base_dir=path.parent)
+    return cfg.with_overrides(overrides)

@@ -207,13 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         "python -m unitta.tune",
         "Ray Tune over the stream factors and the BDN prediction layer (docs/analysis.md).",
         ["python -m unitta.tune sweeps/tune_factors.yaml", "python -m unitta.tune sweeps/tune_factors.yaml --dry-run",
+         "python -m unitta.tune sweeps/tune_factors.yaml methods=[test,bn] cell.n_per_domain=100 output=out/t2",
          "python -m unitta.tune sweeps/tune_stress.yaml --output results/stress --address local"],
         "tune YAML (sweeps/tune_*.yaml)",
     ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     def body() -> int:
-        cfg = load_tune_config(args.config)
+        cfg = load_tune_config(args.config, args.overrides)
         out = (Path(args.output) if args.output else cfg.output_dir()).expanduser()
         check_output_dir(out)
         layers = _layers(cfg, args.config)

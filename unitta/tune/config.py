@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -31,7 +32,7 @@ from pydantic import Field, field_validator, model_validator
 from unitta.cell import Cell
 from unitta.cell.spec import CellSpec
 from unitta.schema import RunConfig, Strict, check_distinct, validate
-from unitta.schema.yaml_files import read_yaml_file
+from unitta.schema.overrides import read_config, source_with
 from unitta.search.cell_template import base_cell
 from unitta.search.config_dimensions import FactorValuesOrRange
 from unitta.search_dimensions import REAL_RANGES, Choice, Dim
@@ -216,10 +217,12 @@ def parse_tune_config(raw: Any, where: str = "tune config", base_dir: str | Path
     return cfg
 
 
-def load_tune_config(path: str | Path) -> TuneConfig:
-    """Read and validate a tune YAML file."""
+def load_tune_config(path: str | Path, overrides: Sequence[str] = ()) -> TuneConfig:
+    """Read and validate a tune YAML file with the command line's ``key=value`` ``overrides``
+    (``unitta.schema.overrides``)."""
     path = Path(path)
-    return parse_tune_config(read_yaml_file(path), where=str(path), base_dir=path.parent)
+    cfg = parse_tune_config(read_config(path, overrides), where=source_with(path, overrides), base_dir=path.parent)
+    return cfg.with_overrides(overrides)
 
 
 # ---------------------------------------------------------------------- search space -> cells
