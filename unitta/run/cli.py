@@ -35,7 +35,7 @@ def run_parser(prog: str, description: str, examples: list[str], config_help: st
 class _IntermixedParser(argparse.ArgumentParser):
     """Flags and ``key=value`` overrides in any order (``CONFIG a=1 --local b=2``)."""
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         return self.parse_intermixed_args(args, namespace)
 
 

@@ -221,7 +221,7 @@ def _choose_auth_mode(new_cluster: bool) -> None:
     if os.environ.get(AUTH_MODE):
         return
     try:
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
         if not new_cluster and not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
             return
