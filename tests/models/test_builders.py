@@ -112,3 +112,38 @@ def test_a_misspelt_timm_name_is_one_line_and_no_warning(folder):
     done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True,
                           env={"PYTHONPATH": str(root), "PATH": ""})
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def _constant(k: int, pad: str = "") -> str:
+    """A builder whose model always predicts class ``k`` (``pad``: a comment that changes the file's size)."""
+    return ("import torch\n"
+            "class Const(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            f"        return torch.nn.functional.one_hot(torch.full((len(x),), {k}), 10).float()  {pad}\n"
+            "def build(num_classes):\n"
+            "    return Const()\n")
+
+
+def _predicts(spec: str) -> int:
+    import torch
+
+    from unitta.models.custom import build_custom
+
+    model, _ = build_custom(spec, 10)
+    return int(model(torch.zeros(1, 3, 32, 32)).argmax())
+
+
+def test_a_changed_builder_is_a_fresh_module_and_two_of_one_name_are_two(tmp_path):
+    """Issue 52 item 3: one process, the builder edited between two loads, runs the edited code (its cell id, which
+    hashes the file, already changes); two ``my_models.py`` in two folders run their own code each."""
+    _forget("my_models")
+    first, second = tmp_path / "a" / "my_models.py", tmp_path / "b" / "my_models.py"
+    for path, k in ((first, 1), (second, 2)):
+        path.parent.mkdir()
+        path.write_text(_constant(k))
+    assert _predicts(f"{first}:build") == 1
+    assert _predicts(f"{second}:build") == 2
+    assert _predicts(f"{first}:build") == 1
+    first.write_text(_constant(3, "# edited"))
+    assert _predicts(f"{first}:build") == 3
+    _forget("my_models")

@@ -9,14 +9,13 @@ one ``ValueError`` line naming the file, so a config check says it before the fi
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from unitta.models.code_files import import_file, import_named
 from unitta.models.digest import checkpoint_digest
 
 __all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "is_builder"]
@@ -62,32 +61,23 @@ def _where(err: BaseException, path: str) -> str:
 
 
 def _import(spec: str) -> Any:
+    """The builder's module, by content (``unitta.models.code_files``): an edited file runs its new code."""
     head, _, function = spec.rpartition(":")
     name = _module_name(head)
-    if name in sys.modules:
-        return sys.modules[name]
     path = Path(head)
     try:
         if head.endswith(".py") and path.is_file():
-            loader_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[name] = module
-            loader_spec.loader.exec_module(module)
-            return module
-        return importlib.import_module(name)
+            return import_file(name, path)
+        return import_named(name)
     except SyntaxError as err:
-        sys.modules.pop(name, None)
         raise ValueError(f"model={spec}: {Path(err.filename or head).name} does not parse: line {err.lineno}: "
                          f"{err.msg}") from None
     except ImportError as err:
-        sys.modules.pop(name, None)
         raise ValueError(f"model={spec}: cannot import {name!r} ({err})") from None
     except SystemExit as err:
-        sys.modules.pop(name, None)
         raise ValueError(f"model={spec}: importing {Path(head).name} calls sys.exit({err.code}); a builder file "
                          "must only define functions") from None
     except Exception as err:  # noqa: BLE001 - whatever the user's file does wrong is reported as the file's error
-        sys.modules.pop(name, None)
         raise ValueError(f"model={spec}: importing {Path(head).name} raised {type(err).__name__}: {err}"
                          f"{_where(err, head)}".replace("\n", " ")) from None
 

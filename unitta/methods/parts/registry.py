@@ -134,8 +134,9 @@ def register_method(name: str):
     check_method_name(name)
 
     def wrap(cls: type[TTAMethod]) -> type[TTAMethod]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            taken = _REGISTRY[name]
+        taken = _REGISTRY.get(name)
+        if taken is not None and taken is not cls and (taken.__module__, taken.__qualname__) != (
+                cls.__module__, cls.__qualname__):  # the same class of an edited plugin file, executed again: replaced
             raise ValueError(
                 f"method name {name!r} is already taken by {taken.__module__}.{taken.__qualname__}; "
                 f"register {cls.__module__}.{cls.__qualname__} under another name"
