@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # lowest first; a module may import its own package, and the layers below its own
 LAYERS: list[tuple[str, ...]] = [
-    ("unitta", "unitta.files", "unitta.nn", "unitta.profile_names"),  # ``unitta``: the root __init__ only
+    ("unitta", "unitta.files", "unitta.nn", "unitta.profile_names", "unitta.switches"),  # ``unitta``: the root __init__ only
     ("unitta.data",),
     ("unitta.streams",),
     ("unitta.paper", "unitta.models"),
