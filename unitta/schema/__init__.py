@@ -33,6 +33,8 @@ __all__ = [
     "WandbTracking",
     "TensorboardTracking",
     "TRACKER_PACKAGES",
+    "WANDB_MODES",
+    "check_tracking_uri",
     "hint",
     "one_line",
     "check_distinct",
@@ -190,6 +192,37 @@ class _Tracker(Strict):
         return self
 
 
+# The URI schemes MLflow's tracking stores take (mlflow.tracking._tracking_service.utils: its store registry; a
+# database URI may name its driver, 'postgresql+psycopg2://'), and those of the plugins installed as its entry points.
+MLFLOW_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc",
+                  "uc")
+
+
+def _mlflow_schemes() -> tuple[str, ...]:
+    from importlib.metadata import entry_points
+
+    return MLFLOW_SCHEMES + tuple(e.name for e in entry_points(group="mlflow.tracking_store"))
+
+
+def check_tracking_uri(uri: str) -> str:
+    """An MLflow tracking URI a store takes: ``http(s)://host[:port]``, ``file:``, a database URI or a local
+    folder; an empty one (MLflow would write ``./mlflow.db`` where the command runs, unasked) is refused."""
+    from urllib.parse import urlparse
+
+    fix = "give http://host:port, file:/path, sqlite:///file.db or a folder (docs/tracking.md)"
+    if not uri.strip():
+        raise ValueError(f"{uri!r}: empty (MLflow would write ./mlflow.db where the command runs); {fix}")
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+")[0]
+    if len(scheme) <= 1:  # no scheme: a local folder (a one-letter 'scheme' is a Windows drive)
+        return uri
+    if scheme not in _mlflow_schemes():
+        raise ValueError(f"{uri!r}: MLflow has no tracking store for '{parsed.scheme}:'; {fix}")
+    if scheme in ("http", "https") and not parsed.hostname:
+        raise ValueError(f"{uri!r}: no host; {fix}")
+    return uri
+
+
 class MlflowTracking(_Tracker):
     """An MLflow tracking server (``http://host:port``) or file store; experiment: the run's name if not given."""
 
@@ -197,16 +230,31 @@ class MlflowTracking(_Tracker):
     tracking_uri: str
     experiment: str | None = None
 
+    @field_validator("tracking_uri")
+    @classmethod
+    def _uri(cls, value: str) -> str:
+        return check_tracking_uri(value)
+
+
+WANDB_MODES = ("online", "offline", "disabled")
+
 
 class WandbTracking(_Tracker):
-    """Weights & Biases: project, entity, mode (online/offline/disabled: checked when the run opens it, so a
-    wrong mode is one warning and the run goes on) and the folder of its files (``<out>`` if not given)."""
+    """Weights & Biases: project, entity, mode (online/offline/disabled) and the folder of its files (``<out>`` if
+    not given)."""
 
     tracker: ClassVar[str] = "wandb"
     project: str = "unitta"
     entity: str | None = None
     mode: str = "offline"
     dir: str | None = None
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        if value not in WANDB_MODES:
+            raise ValueError(f"{value!r} is not one of {', '.join(WANDB_MODES)}{hint(value, WANDB_MODES)}")
+        return value
 
 
 class TensorboardTracking(_Tracker):
