@@ -147,3 +147,23 @@ def test_a_changed_builder_is_a_fresh_module_and_two_of_one_name_are_two(tmp_pat
     first.write_text(_constant(3, "# edited"))
     assert _predicts(f"{first}:build") == 3
     _forget("my_models")
+
+
+def test_a_builder_that_ends_the_process_is_one_line_not_a_silent_exit_0(folder, tmp_path):
+    """Issue 52 item 8: ``build()`` calling ``os._exit(0)`` ran in the driver, which then ended with exit 0 and
+    nothing said; the builder is first called in a child process whose exit is read."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "quits_models.py").write_text("import os\ndef build(num_classes):\n    os._exit(0)\n")
+    (tmp_path / "own.yaml").write_text(
+        f"name: own\ndatasets: [folder]\ndata_dir: {folder}\nsampler: sorted\nmethods: [test]\n"
+        f"models: {{folder: quits_models.py:build}}\noutput: {tmp_path / 'out'}\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "unitta", "sweep", "own.yaml", "--dry-run"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert "quits_models.py:build" in line and "exit code 0" in line and "return the model" in line
+    assert not (tmp_path / "out").exists()

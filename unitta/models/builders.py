@@ -10,6 +10,9 @@ one ``ValueError`` line naming the file, so a config check says it before the fi
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +21,7 @@ from typing import Any
 from unitta.models.code_files import import_file, import_named
 from unitta.models.digest import checkpoint_digest
 
-__all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "is_builder"]
+__all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "check_builder_exit", "is_builder"]
 
 KINDS = ("torchvision", "timm")  # any other '<module>:<function>' is a builder
 
@@ -102,3 +105,42 @@ def call_builder(spec: str, num_classes: int) -> Any:
     except Exception as err:  # noqa: BLE001 - the user's code: its error, one line, named as theirs
         raise ValueError(f"model={spec}: {function}(num_classes={num_classes}) raised {type(err).__name__}: {err}"
                          f"{_where(err, head)}".replace("\n", " ")) from None
+
+
+_OK = "unitta-builder-returned"  # the child's last stdout line once the builder returned
+_CHILD = f"""
+import sys
+from unitta.models.builders import call_builder
+try:
+    call_builder(sys.argv[1], 10)
+except ValueError as err:
+    print(err, file=sys.stderr)
+    sys.exit(2)
+print({_OK!r}, flush=True)
+"""
+_checked: set[tuple[str, str | None]] = set()
+CHILD_TIMEOUT_S = 600  # importing torch and building a large model on a loaded machine: minutes at most
+
+
+def check_builder_exit(spec: str) -> None:
+    """Call the builder once in a child Python whose exit is read, before the driver calls it: code that ends the
+    process (``os._exit``, a crash in native code, being killed) would end the driver, silently with ``os._exit(0)``.
+    Its own failures are the same one ``ValueError`` line as ``call_builder``'s. Once per file content."""
+    key = (spec, builder_identity(spec)[1])
+    if key in _checked:
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    head, _, function = spec.rpartition(":")
+    try:
+        done = subprocess.run([sys.executable, "-c", _CHILD, spec], capture_output=True, text=True, env=env,
+                              timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"model={spec}: {function}(num_classes) did not return in {CHILD_TIMEOUT_S} s") from None
+    if done.returncode == 2 and done.stderr.strip():
+        raise ValueError(done.stderr.strip().splitlines()[-1])
+    if done.returncode != 0 or not done.stdout.rstrip().endswith(_OK):
+        how = (f"was killed by signal {-done.returncode}" if done.returncode < 0
+               else f"ended the process (exit code {done.returncode})")
+        raise ValueError(f"model={spec}: {function}(num_classes) in {Path(head).name} {how} instead of returning; "
+                         "a builder must return the model, never exit (docs/own_data.md)")
+    _checked.add(key)
