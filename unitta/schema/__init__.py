@@ -86,12 +86,15 @@ _NUMBERS = (int, float)
 def _bool_for_number(annotation: Any, value: Any, where: str) -> str | None:
     """Where (e.g. 'seeds[1]') a YAML boolean stands for a number in ``value``, or None.
 
-    pydantic's lax mode reads ``S: true`` as 1; a number key never means a boolean, so it is refused.
+    pydantic's lax mode reads ``S: true`` as 1 and ``batch_size: '64'`` as 64; a number key never means a boolean or a
+    string, so both are refused.
     """
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if isinstance(value, bool):
+    if isinstance(value, (bool, str)):  # a quoted number ('64') too: lax mode would read it as 64, silently
         admitted = set(args) if origin in (typing.Union, types.UnionType) else {annotation}
-        return where if admitted & set(_NUMBERS) and bool not in admitted and Any not in admitted else None
+        if isinstance(value, str) and any(typing.get_origin(a) is typing.Literal for a in admitted):
+            return None  # a number or a named value ('auto'): pydantic says which it is not
+        return where if admitted & set(_NUMBERS) and type(value) not in admitted and Any not in admitted else None
     if origin in (typing.Union, types.UnionType):
         return next((w for a in args if (w := _bool_for_number(a, value, where))), None)
     if origin in (list, tuple) and isinstance(value, (list, tuple)) and args:
@@ -126,7 +129,8 @@ class Strict(BaseModel):
                 where = _bool_for_number(cls.model_fields[key].annotation, value, key)
                 if where:
                     got = _value_at(value, where, key)
-                    raise ValueError(f"{where}: expected a number, got {got!r} (a YAML boolean)")
+                    what = "a YAML boolean" if isinstance(got, bool) else "a string: write the number without quotes"
+                    raise ValueError(f"{where}: expected a number, got {got!r} ({what})")
         return data
 
 
