@@ -167,3 +167,35 @@ def test_a_builder_that_ends_the_process_is_one_line_not_a_silent_exit_0(folder,
     [line] = done.stderr.strip().splitlines()
     assert "quits_models.py:build" in line and "exit code 0" in line and "return the model" in line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case, code, words", [
+    ("import_error", "import torch\nfrom torch import no_such_thing\n", "import_error_models.py, line 2"),
+    ("null_bytes", "def build(num_classes):\x00\n", "null bytes"),
+])
+def test_builder_file_mistakes_name_the_line(folder, tmp_path, case, code, words):
+    """Issue 52 weak items: an import error inside the builder file says its line; null bytes are no 'line None'."""
+    module = f"{case}_models"
+    (tmp_path / f"{module}.py").write_text(code)
+    with pytest.raises(ConfigError) as err:
+        _config(folder, tmp_path, module)
+    assert words in str(err.value) and "None" not in str(err.value), str(err.value)
+
+
+def test_a_missing_builder_file_is_named_as_a_file(folder, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        _config(folder, tmp_path, "not_there")
+    assert "no such file" in str(err.value) and "not_there.py" in str(err.value), str(err.value)
+    assert "No module named" not in str(err.value)
+
+
+def test_a_builder_files_module_level_input_size_counts(tmp_path):
+    """docs/own_data.md: the input side is the returned module's ``input_size`` attribute, else the builder file's
+    module-level ``input_size``, else 224."""
+    from unitta.models.custom import build_custom
+
+    body = "import torch\ndef build(num_classes):\n    return torch.nn.Linear(3, num_classes)\n"
+    (tmp_path / "side_models.py").write_text("input_size = 48\n" + body)
+    assert build_custom(f"{tmp_path / 'side_models.py'}:build", 10)[1] == 48
+    (tmp_path / "plain_models.py").write_text(body)
+    assert build_custom(f"{tmp_path / 'plain_models.py'}:build", 10)[1] == 224

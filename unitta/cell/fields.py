@@ -232,8 +232,9 @@ FIELDS: tuple[CellField, ...] = (
     F("cache_images", bool, False, identity=False),
     F("corruptions", _LIST, check=_corruptions, later=True, column="string"),
     F("criteria", tuple[str, ...], (), check=_criteria, later=True, column="string", config=None),
-    # a torchvision:/timm:/builder model's input side (None: its own); an image folder is decoded at it
-    F("input_size", int | None, check=whole_at_least(8), later=True, column="int64"),
+    # a torchvision:/timm:/builder model's input side (None: its own); an image folder is decoded at it. At most
+    # 4096: one 64-image batch of 4096-pixel images is 12 GB of float32 already (a larger side is a typo)
+    F("input_size", int | None, check=whole_at_least(8, 4096), later=True, column="int64"),
 )
 del F
 

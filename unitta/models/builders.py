@@ -21,7 +21,8 @@ from typing import Any
 from unitta.models.code_files import import_file, import_named
 from unitta.models.digest import checkpoint_digest
 
-__all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "check_builder_exit", "is_builder"]
+__all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "check_builder_exit", "is_builder",
+           "module_input_size"]
 
 KINDS = ("torchvision", "timm")  # any other '<module>:<function>' is a builder
 
@@ -73,16 +74,25 @@ def _import(spec: str) -> Any:
             return import_file(name, path)
         return import_named(name)
     except SyntaxError as err:
-        raise ValueError(f"model={spec}: {Path(err.filename or head).name} does not parse: line {err.lineno}: "
-                         f"{err.msg}") from None
+        at = f"line {err.lineno}: " if err.lineno is not None else ""  # null bytes: no line (not a text file?)
+        raise ValueError(f"model={spec}: {Path(err.filename or head).name} does not parse: {at}{err.msg}") from None
     except ImportError as err:
-        raise ValueError(f"model={spec}: cannot import {name!r} ({err})") from None
+        if head.endswith(".py") and getattr(err, "name", None) == name:  # the file itself, neither here nor shipped
+            raise ValueError(f"model={spec}: no such file {head} (a builder's path is relative to the config file's "
+                             "directory)") from None
+        raise ValueError(f"model={spec}: cannot import {name!r} ({err}){_where(err, head)}".replace("\n", " ")) \
+            from None
     except SystemExit as err:
         raise ValueError(f"model={spec}: importing {Path(head).name} calls sys.exit({err.code}); a builder file "
                          "must only define functions") from None
     except Exception as err:  # noqa: BLE001 - whatever the user's file does wrong is reported as the file's error
         raise ValueError(f"model={spec}: importing {Path(head).name} raised {type(err).__name__}: {err}"
                          f"{_where(err, head)}".replace("\n", " ")) from None
+
+
+def module_input_size(spec: str) -> Any:
+    """The builder file's module-level ``input_size`` (docs/own_data.md, "Your model"), or None."""
+    return getattr(_import(spec), "input_size", None)
 
 
 def call_builder(spec: str, num_classes: int) -> Any:

@@ -5,7 +5,8 @@ Each is built without weights (no network) for the dataset's number of classes a
 torchvision's and timm's networks are wrapped in ``Normalized`` with their weights' mean and std (torchvision:
 ImageNet's; timm: the model's ``pretrained_cfg``), so their keys are ``model.*`` and a bare checkpoint (the
 libraries' own files) loads into ``model``. A builder is a function ``build(num_classes) -> nn.Module`` whose
-module takes [0, 1] images itself (an ``input_size`` attribute on the module gives its input side, else 224).
+module takes [0, 1] images itself (its input side: an ``input_size`` attribute of the returned module, else a
+module-level ``input_size`` of the builder file, else 224).
 Weights come from ``checkpoint: PATH`` or, for torchvision, its own file name in ``checkpoint_dir``
 (``resnet18-f37072fd.pth``), for timm ``<checkpoint_dir>/<NAME>.safetensors`` / ``.pth``; ``.safetensors``
 files are read with safetensors (tensors only), others with the zoo's safe loader (``read_checkpoint``).
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from unitta.models.builders import call_builder
+from unitta.models.builders import call_builder, module_input_size
 from unitta.models.catalog import IMAGENET_MEAN, IMAGENET_STD, Normalized
 from unitta.models.digest import bytes_digest
 from unitta.models.zoo import read_checkpoint
@@ -104,7 +105,8 @@ def build_custom(spec: str, num_classes: int, input_size: int | None = None) -> 
     model = call_builder(spec, num_classes)
     if not isinstance(model, nn.Module):
         raise ValueError(f"model={spec}: {name}(num_classes) returned {type(model).__name__}, not a torch nn.Module")
-    return model, int(input_size or getattr(model, "input_size", 224))
+    # the side: the cell's input_size, else the module's input_size attribute, else the builder file's, else 224
+    return model, int(input_size or getattr(model, "input_size", None) or module_input_size(spec) or 224)
 
 
 def own_weights_file(spec: str, checkpoint_dir: Path) -> Path | None:
