@@ -169,3 +169,8 @@ def test_rounds_over_a_folder_are_bounded_before_the_first_cell(folder):
     assert "rounds=1000000 x 90 positions a round" in found and "use rounds <= 111111" in found
     assert not [p for p in problems([Cell(dataset="folder", data_dir=str(folder), sampler="sorted", setting="1111",
                                           rounds=3)]) if "rounds" in p]
+
+
+def test_a_missing_class_folder_is_named_in_english(folder):
+    problems = index_folder(folder, classes=["nope"]).problems
+    assert any(p.startswith("nope: no such class folder in") for p in problems), problems
