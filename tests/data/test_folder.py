@@ -174,3 +174,14 @@ def test_rounds_over_a_folder_are_bounded_before_the_first_cell(folder):
 def test_a_missing_class_folder_is_named_in_english(folder):
     problems = index_folder(folder, classes=["nope"]).problems
     assert any(p.startswith("nope: no such class folder in") for p in problems), problems
+
+
+def test_the_ccc_sampler_on_a_folder_is_refused_with_the_config(folder):
+    """Issue 52 weak item: ``sampler: ccc`` walks the embedded set's own corruptions; on a folder it failed in every
+    cell, now it is one line with the config (exit 2 before any cell)."""
+    from unitta.schema import ConfigError
+    from unitta.sweep.config import parse_config
+
+    with pytest.raises(ConfigError, match="sampler=ccc: runs on the embedded fmnist-c only"):
+        parse_config({"name": "x", "datasets": ["folder"], "data_dir": str(folder), "sampler": "ccc",
+                      "methods": ["test"], "settings": ["i111"]})

@@ -176,6 +176,9 @@ class Cell:
             raise ValueError(f"delta={self.delta!r}: only the dirichlet sampler takes a delta")
         if self.sampler == CCC_SAMPLER:
             check_ccc_setting(self.setting)
+            if self.dataset in RECORDS and RECORDS[self.dataset].loader != "fmnist":  # as ccc_calibration says
+                raise ValueError(f"sampler=ccc: runs on the embedded fmnist-c only (the clean test images and the "
+                                 f"corruption operators of {self.dataset} are not here)")
             domain = sorted(k for k in self.factors if k.startswith("domain"))
             extra = (["S"] if self.S is not None else []) + (["n_per_domain"] if self.n_per_domain else []) + domain
             if extra:
