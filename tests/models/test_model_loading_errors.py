@@ -84,3 +84,25 @@ def test_a_vit_checkpoint_for_32_pixels_at_48_is_one_line(folder, tmp_path, caps
     (err,) = _dry_run(tmp_path, folder, "timm:vit_tiny_patch16_224", tmp_path / "vit32.pth", capsys, monkeypatch,
                       input_size=48)
     assert "vit32.pth" in err and "timm:vit_tiny_patch16_224" in err and "input_size" in err
+
+
+def test_a_plain_pickle_of_a_model_is_named_as_pickled_code(tmp_path):
+    """Issue 52 weak item: a model saved with ``pickle.dump`` (code, not a torch file) was 'not a torch checkpoint';
+    it is named for what it pickles and how to re-save it (docs/models.md, docs/own_data.md)."""
+    import pickle
+
+    from unitta.models.zoo import CheckpointError, read_checkpoint
+
+    path = tmp_path / "model.pkl"
+    with open(path, "wb") as f:
+        pickle.dump(torch.nn.Linear(2, 2), f)
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(path)
+    assert "torch.nn.modules.linear.Linear" in str(err.value) and "not a torch checkpoint" not in str(err.value)
+    assert "state_dict()" in str(err.value)
+    from unitta.models.zoo import pickled_code_problem
+
+    assert "torch.nn.modules.linear.Linear" in pickled_code_problem(path)  # the preflight's line, before any cell
+    legacy = tmp_path / "legacy.pth"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), legacy, _use_new_zipfile_serialization=False)
+    assert pickled_code_problem(legacy) is None and read_checkpoint(legacy)[0]
