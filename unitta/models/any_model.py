@@ -123,7 +123,7 @@ def _check_shapes(model: nn.Module, state: dict[str, torch.Tensor], name: str, p
                "trained at")
     else:
         fix = "give weights trained for this model (the same architecture and widths)"
-    raise ValueError(f"model={name}: {path} does not fit it: {shapes}{more}; {fix}")
+    raise ValueError(f"{path} does not fit {name}: {shapes}{more}; {fix}")
 
 
 def _load_custom(name: str, num_classes: int, checkpoint: str | None, checkpoint_dir: str | Path | None,
@@ -148,7 +148,7 @@ def _load_custom(name: str, num_classes: int, checkpoint: str | None, checkpoint
     _check_shapes(inner, state, name, path)
     missing, unexpected = inner.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"model={name}: {path} does not fit it: missing keys {missing[:5]}, unexpected keys "
+        raise ValueError(f"{path} does not fit {name}: missing keys {missing[:5]}, unexpected keys "
                          f"{unexpected[:5]}; give weights trained for this model (docs/own_data.md)")
     return model.eval(), replace(info, extra={"checkpoint": str(path), "weights_digest": digest})
 
