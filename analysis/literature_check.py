@@ -52,10 +52,15 @@ def stream_errors(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
     if "realtime_k" not in ok.columns:
         ok = ok.with_columns(pl.lit(None, pl.Float64).alias("realtime_k"))
     keys = fixed_keys(ok, free=FREE)
+    groups = [(dict(zip(keys, key)), group) for key, group in ok.group_by(keys, maintain_order=True)]
     out = []
-    for key, group in ok.group_by(keys, maintain_order=True):
-        values = dict(zip(keys, key))
-        name = ", ".join(f"{k.removesuffix('_cell')} {values[k]}" for k in NAME_KEYS if values.get(k) is not None)
+    for values, group in groups:
+        shown = [k for k in NAME_KEYS if values.get(k) is not None]
+        # streams of one name (two image folders of one dataset: another data_digest) also show what tells them apart
+        same = ("dataset", *shown)
+        twins = [v for v, _ in groups if v is not values and all(v.get(k) == values.get(k) for k in same)]
+        shown += [k for k in keys if k not in same and any(v.get(k) != values.get(k) for v in twins)]
+        name = ", ".join(f"{k.removesuffix('_cell')} {values[k]}" for k in shown)
         seeds = group["seed"].n_unique()
         means = group.group_by("method", "setting", "protocol").agg(pl.col("error").mean(), pl.col("realtime_k").mean())
         out.append((f"{values.get('dataset')} ({name}; {seeds} seed{'s' * (seeds > 1)})", means))

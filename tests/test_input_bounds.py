@@ -204,3 +204,12 @@ def test_methods_check_with_a_checkpoint_that_pickles_code_is_one_line(tmp_path,
     assert main(["check", "test"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not a plain state_dict" in err and "Traceback" not in err
+
+
+def test_an_input_size_no_batch_fits_in_memory_is_refused():
+    """Issue 52 weak item: ``input_size: 100000`` was accepted until a MemoryError inside the cell."""
+    from unitta.cell import Cell
+
+    with pytest.raises(ValueError, match=r"input_size.*in 8 \.\. 4096, got 100000"):
+        Cell(dataset="folder", data_dir="/nowhere", model="torchvision:resnet18", input_size=100000)
+    assert Cell(dataset="folder", data_dir="/nowhere", model="torchvision:resnet18", input_size=4096).input_size == 4096

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # lowest first; a module may import its own package, and the layers below its own
 LAYERS: list[tuple[str, ...]] = [
     # ``unitta``: the root __init__ only
-    ("unitta", "unitta.files", "unitta.nn", "unitta.profile_names", "unitta.durations", "unitta.search_dimensions"),
+    ("unitta", "unitta.files", "unitta.nn", "unitta.profile_names", "unitta.durations", "unitta.search_dimensions",
+     "unitta.switches"),
     ("unitta.data",),
     ("unitta.streams",),
     ("unitta.paper", "unitta.models"),

@@ -401,3 +401,35 @@ def test_plugin_runs_in_a_local_ray_sweep_next_to_a_builtin_method(tmp_path):
         assert ours["node_id"] is not None  # computed in a Ray task, not in the driver
         shipped = json.loads(ours["method_extra"])["module_file"]
         assert Path(shipped).name == "zz_ray_bn.py" and Path(shipped).resolve() != plugin.resolve()
+
+
+CONSTANT_PLUGIN = '''
+from dataclasses import dataclass
+
+import torch
+
+from unitta.methods import TTAMethod, register_method
+
+
+@register_method("zz_constant")
+class Constant(TTAMethod):
+    @dataclass(frozen=True)
+    class Config:
+        k: int = {k}
+
+    def forward(self, x):
+        return torch.full((len(x), 10), float(self.cfg.k))
+'''
+
+
+def test_an_edited_plugin_file_is_loaded_again(tmp_path, clean_registry):
+    """Issue 52 item 3: loading a plugin file whose content changed since it was imported runs the new code."""
+    from unitta.plugins import load
+
+    path = _write(tmp_path / "zz_constant.py", CONSTANT_PLUGIN.format(k=1))
+    load([str(path)])
+    assert registry.method_class("zz_constant").Config().k == 1
+    load([str(path)])  # the same content: the same module, no clash
+    _write(path, CONSTANT_PLUGIN.format(k=22))
+    load([str(path)])
+    assert registry.method_class("zz_constant").Config().k == 22

@@ -53,6 +53,17 @@ def test_a_boolean_is_not_a_number(change, where):
         parse_config(data)
 
 
+@pytest.mark.parametrize("change, where", [
+    ({"rounds": "3"}, "rounds"), ({"batch_size": "64"}, "batch_size[0]"), ({"seeds": [425, "1"]}, "seeds[1]"),
+    ({"resources": {"num_cpus": "2"}}, "num_cpus"), ({"factors": {"domain_beta": "2.0"}}, "factors.domain_beta"),
+])
+def test_a_quoted_number_is_not_a_number(change, where):
+    """Issue 52: pydantic's lax mode read ``rounds: "3"`` as 3, silently; a string where a number goes is refused."""
+    data = {"name": "t", "datasets": ["fmnist-c"], "methods": ["test"], "settings": ["i111"], **change}
+    with pytest.raises(ConfigError, match=rf"{re.escape(where)}: expected a number, got '[\d.]+' \(a string"):
+        parse_config(data)
+
+
 def test_booleans_stay_booleans_and_numbers_numbers():
     cfg = parse_config(
         {

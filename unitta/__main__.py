@@ -67,6 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    from unitta.switches import switch_problems
+
+    problems = switch_problems()  # before the modules that read them are imported (one raises at import)
+    if problems:
+        print("\n".join(f"unitta: {p}" for p in problems), file=sys.stderr)
+        return 2
     module = importlib.import_module(COMMANDS[args[0]][0])
     return int(module.main(args[1:]) or 0)
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from unitta.models.code_files import import_file
 from unitta.schema import ConfigError
 
 __all__ = ["Plugin", "resolve", "load", "model_builders", "module_name", "import_on_worker", "runtime_env"]
@@ -122,27 +123,11 @@ def _origin(module: ModuleType) -> Path | None:
 
 
 def _import(plugin: Plugin) -> ModuleType:
+    """A dotted name through ``import``; a file or package directory by its content (``unitta.models.code_files``):
+    an edited plugin is executed again and registers its methods anew."""
     if plugin.ship is None:
-        module = importlib.import_module(plugin.module)
-        return module
-    if plugin.module in sys.modules:
-        return sys.modules[plugin.module]
-    path = plugin.ship
-    if path.is_dir():
-        spec = importlib.util.spec_from_file_location(
-            plugin.module, path / "__init__.py", submodule_search_locations=[str(path)]
-        )
-    else:
-        spec = importlib.util.spec_from_file_location(plugin.module, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[plugin.module] = module  # registered first, as ``import`` does: pickled classes resolve by name
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(plugin.module, None)
-        raise
-    return module
+        return importlib.import_module(plugin.module)
+    return import_file(plugin.module, plugin.ship)
 
 
 def _ship_installed_or_local(plugin: Plugin, module: ModuleType) -> Plugin:

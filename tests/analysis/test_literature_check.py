@@ -55,3 +55,15 @@ def test_missing_cells_are_named_not_judged(checked, tmp_path, capsys):
 def test_a_missing_folder_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([str(tmp_path / "nowhere")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_two_folders_of_one_dataset_get_two_headings():
+    """Issue 52 weak item: two image folders (same dataset name, other ``data_digest``) printed two identical
+    headings; a heading names the coordinates that tell its stream from another one of the same name."""
+    from analysis.literature_check import stream_errors
+
+    rows = [{"status": "ok", "method_kwargs": "{}", "seed": 1, "method": "test", "setting": "i111",
+             "protocol": "online", "error": e, "dataset": "folder", "data_digest": d, "model": "m", "batch_size": 16}
+            for d, e in (("aaa", 10.0), ("bbb", 20.0))]
+    names = [name for name, _ in stream_errors(pl.DataFrame(rows))]
+    assert len(names) == 2 and names[0] != names[1] and "aaa" in names[0] and "bbb" in names[1], names

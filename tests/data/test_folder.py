@@ -169,3 +169,34 @@ def test_rounds_over_a_folder_are_bounded_before_the_first_cell(folder):
     assert "rounds=1000000 x 90 positions a round" in found and "use rounds <= 111111" in found
     assert not [p for p in problems([Cell(dataset="folder", data_dir=str(folder), sampler="sorted", setting="1111",
                                           rounds=3)]) if "rounds" in p]
+
+
+def test_a_missing_class_folder_is_named_in_english(folder):
+    problems = index_folder(folder, classes=["nope"]).problems
+    assert any(p.startswith("nope: no such class folder in") for p in problems), problems
+
+
+def test_the_ccc_sampler_on_a_folder_is_refused_with_the_config(folder):
+    """Issue 52 weak item: ``sampler: ccc`` walks the embedded set's own corruptions; on a folder it failed in every
+    cell, now it is one line with the config (exit 2 before any cell)."""
+    from unitta.schema import ConfigError
+    from unitta.sweep.config import parse_config
+
+    with pytest.raises(ConfigError, match="sampler=ccc: runs on the embedded fmnist-c only"):
+        parse_config({"name": "x", "datasets": ["folder"], "data_dir": str(folder), "sampler": "ccc",
+                      "methods": ["test"], "settings": ["i111"]})
+
+
+def test_a_single_domain_folder_is_the_same_problem_for_data_check_and_the_sweep(folder, tmp_path):
+    """Issue 52 weak item: ``data check`` said ok for a one-domain folder that the sweep refuses, and the sweep
+    suggested ``datasets_as_domains: [folder, ...]``, which a mixture refuses (its members are natural-shift sets)."""
+    from unitta.data.__main__ import main
+    from unitta.data.listing import check_folder_dataset
+    from unitta.run.checks import problems as preflight
+
+    one = tmp_path / "one"
+    shutil.copytree(folder / "fog", one / "fog")
+    [checked] = check_folder_dataset("folder", one)
+    [found] = preflight([Cell(dataset="folder", data_dir=str(one), sampler="sorted", setting="1111")])
+    assert checked in found and "at least two" in found and "datasets_as_domains" not in found, found
+    assert main(["check", "folder", "--dir", str(one)]) == 1

@@ -112,3 +112,90 @@ def test_a_misspelt_timm_name_is_one_line_and_no_warning(folder):
     done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True,
                           env={"PYTHONPATH": str(root), "PATH": ""})
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def _constant(k: int, pad: str = "") -> str:
+    """A builder whose model always predicts class ``k`` (``pad``: a comment that changes the file's size)."""
+    return ("import torch\n"
+            "class Const(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            f"        return torch.nn.functional.one_hot(torch.full((len(x),), {k}), 10).float()  {pad}\n"
+            "def build(num_classes):\n"
+            "    return Const()\n")
+
+
+def _predicts(spec: str) -> int:
+    import torch
+
+    from unitta.models.custom import build_custom
+
+    model, _ = build_custom(spec, 10)
+    return int(model(torch.zeros(1, 3, 32, 32)).argmax())
+
+
+def test_a_changed_builder_is_a_fresh_module_and_two_of_one_name_are_two(tmp_path):
+    """Issue 52 item 3: one process, the builder edited between two loads, runs the edited code (its cell id, which
+    hashes the file, already changes); two ``my_models.py`` in two folders run their own code each."""
+    _forget("my_models")
+    first, second = tmp_path / "a" / "my_models.py", tmp_path / "b" / "my_models.py"
+    for path, k in ((first, 1), (second, 2)):
+        path.parent.mkdir()
+        path.write_text(_constant(k))
+    assert _predicts(f"{first}:build") == 1
+    assert _predicts(f"{second}:build") == 2
+    assert _predicts(f"{first}:build") == 1
+    first.write_text(_constant(3, "# edited"))
+    assert _predicts(f"{first}:build") == 3
+    _forget("my_models")
+
+
+def test_a_builder_that_ends_the_process_is_one_line_not_a_silent_exit_0(folder, tmp_path):
+    """Issue 52 item 8: ``build()`` calling ``os._exit(0)`` ran in the driver, which then ended with exit 0 and
+    nothing said; the builder is first called in a child process whose exit is read."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "quits_models.py").write_text("import os\ndef build(num_classes):\n    os._exit(0)\n")
+    (tmp_path / "own.yaml").write_text(
+        f"name: own\ndatasets: [folder]\ndata_dir: {folder}\nsampler: sorted\nmethods: [test]\n"
+        f"models: {{folder: quits_models.py:build}}\noutput: {tmp_path / 'out'}\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "unitta", "sweep", "own.yaml", "--dry-run"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert "quits_models.py:build" in line and "exit code 0" in line and "return the model" in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case, code, words", [
+    ("import_error", "import torch\nfrom torch import no_such_thing\n", "import_error_models.py, line 2"),
+    ("null_bytes", "def build(num_classes):\x00\n", "null bytes"),
+])
+def test_builder_file_mistakes_name_the_line(folder, tmp_path, case, code, words):
+    """Issue 52 weak items: an import error inside the builder file says its line; null bytes are no 'line None'."""
+    module = f"{case}_models"
+    (tmp_path / f"{module}.py").write_text(code)
+    with pytest.raises(ConfigError) as err:
+        _config(folder, tmp_path, module)
+    assert words in str(err.value) and "None" not in str(err.value), str(err.value)
+
+
+def test_a_missing_builder_file_is_named_as_a_file(folder, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        _config(folder, tmp_path, "not_there")
+    assert "no such file" in str(err.value) and "not_there.py" in str(err.value), str(err.value)
+    assert "No module named" not in str(err.value)
+
+
+def test_a_builder_files_module_level_input_size_counts(tmp_path):
+    """docs/own_data.md: the input side is the returned module's ``input_size`` attribute, else the builder file's
+    module-level ``input_size``, else 224."""
+    from unitta.models.custom import build_custom
+
+    body = "import torch\ndef build(num_classes):\n    return torch.nn.Linear(3, num_classes)\n"
+    (tmp_path / "side_models.py").write_text("input_size = 48\n" + body)
+    assert build_custom(f"{tmp_path / 'side_models.py'}:build", 10)[1] == 48
+    (tmp_path / "plain_models.py").write_text(body)
+    assert build_custom(f"{tmp_path / 'plain_models.py'}:build", 10)[1] == 224

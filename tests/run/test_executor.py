@@ -60,3 +60,27 @@ def test_a_planner_that_stalls_is_a_bug_not_a_hang(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="not done"):
         execute_plan(RunConfig(name="stalled"), tmp_path, lambda finished: Stalled(CELLS, finished), LOCAL)
+
+
+TINY = [Cell(method=m, setting="i111", n_per_domain=10, S=1, batch_size=20, corruptions=("fog", "snow"))
+        for m in ("test", "bn")]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_broken_manifest_is_set_aside_on_resume(tmp_path: Path, capsys) -> None:
+    """Issue 52 item 5: a resume whose manifest.json does not parse (or is no manifest) moves it to quarantine/ with
+    one warning line, like a broken cell file, and resumes: nothing reruns, a cell left to run runs and the run
+    starts a new manifest."""
+    import json
+
+    execute_plan(RunConfig(name="manifest"), tmp_path, lambda finished: GridPlanner(TINY[:1], finished), LOCAL)
+    for n, broken in enumerate(['["a list"]', '{"runs": 3}', '{"broken']):
+        (tmp_path / "manifest.json").write_text(broken)
+        cells = TINY if n == 2 else TINY[:1]  # the last resume has a cell to run (it wrote the manifest: rc 3)
+        again = execute_plan(RunConfig(name="manifest"), tmp_path, lambda finished, cells=cells: GridPlanner(cells, finished),
+                             LOCAL)
+        assert again.n_skipped == 1 and again.n_ok == len(cells) - 1
+        aside = tmp_path / "quarantine" / ("manifest.json" if n == 0 else f"manifest.{n}.json")
+        assert aside.read_text() == broken
+        assert f"moved to {aside}" in capsys.readouterr().err
+    assert len(json.loads((tmp_path / "manifest.json").read_text())["runs"]) == 1

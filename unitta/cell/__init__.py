@@ -207,7 +207,8 @@ class Cell:
     criteria: tuple[str, ...] = cell_field((), check=check_criteria, later=True, column="string", config=None)
     # the input side of a ``torchvision:`` / ``timm:`` / builder model (None: the model's own, 224 for most); an
     # image folder is decoded at it, a model that fixes its side (a ViT) is built for it; rule: such models only
-    input_size: int | None = cell_field(None, check=whole_at_least(8), later=True, column="int64")
+    # at most 4096: one 64-image batch of 4096-pixel images is 12 GB of float32 already (a larger side is a typo)
+    input_size: int | None = cell_field(None, check=whole_at_least(8, 4096), later=True, column="int64")
     # (a new field goes above this line: ``name: type = cell_field(default, ..., later=True)``)
 
     def __post_init__(self) -> None:
@@ -239,6 +240,9 @@ class Cell:
             object.__setattr__(self, "delta", DEFAULT_DELTA if self.delta is None else self.delta)
         if self.sampler == CCC_SAMPLER:
             check_ccc_setting(self.setting)
+            if self.dataset in RECORDS and RECORDS[self.dataset].loader != "fmnist":  # as ccc_calibration says
+                raise ValueError(f"sampler=ccc: runs on the embedded fmnist-c only (the clean test images and the "
+                                 f"corruption operators of {self.dataset} are not here)")
             domain = sorted(k for k in self.factors if k.startswith("domain"))
             extra = (["n_per_domain"] if self.n_per_domain else []) + domain
             if extra:

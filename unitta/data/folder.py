@@ -92,9 +92,10 @@ def _chosen(kind: str, given: Sequence[str] | None, found: list[str], root: Path
         return found
     if len(set(given)) != len(given):
         raise FolderProblem([f"{kind}: {list(given)} lists a name twice"])
+    singular = {"classes": "class", "domains": "domain"}.get(kind, kind)
     for name in given:
         if name not in found:
-            problems.append(f"{root / name if kind == 'domains' else name}: no such {kind[:-1]} folder in {root}; "
+            problems.append(f"{root / name if kind == 'domains' else name}: no such {singular} folder in {root}; "
                             f"found: {', '.join(found[:10])}{' ...' if len(found) > 10 else ''}")
     return list(given)
 

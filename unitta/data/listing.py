@@ -46,6 +46,7 @@ def check_folder_dataset(name: str, data_dir: Path, domains: Sequence[str] | Non
     sees (0..255, 16-bit images scaled) and the files' Pillow modes; a sample decoding to one value is a problem."""
     from unitta.data import default_data_dir
     from unitta.data.folder import FolderProblem, decoded_range, verify_images
+    from unitta.data.mixture import one_domain_problem
     from unitta.data.natural import index_dataset, natural_problem
 
     record = RECORDS[name]
@@ -57,6 +58,8 @@ def check_folder_dataset(name: str, data_dir: Path, domains: Sequence[str] | Non
     except (FileNotFoundError, FolderProblem) as err:
         return list(getattr(err, "problems", [str(err)]))
     problems = index.problems + _release_problems(record, index) + verify_images(index)
+    if record.loader == "folder" and (one := one_domain_problem(name, index.domain_names)):
+        problems.append(one)  # the sweep's preflight says the same (a natural-shift set is a mixture's member)
     if problems or notes is None:
         return problems
     n, lo, hi, modes = decoded_range(index)

@@ -41,6 +41,19 @@ def check_members(members: Sequence[str]) -> list[str]:
     return members
 
 
+def one_domain_problem(dataset: str, domain_names: Sequence[str]) -> str | None:
+    """Why a stream cannot be drawn from ``dataset``'s domains (fewer than two), with the fix that fits it: a
+    natural-shift set joins a mixture (``check_members``), an image folder needs a second domain folder."""
+    if len(domain_names) >= 2:
+        return None
+    found = f"one domain ({domain_names[0]})" if domain_names else "no domain"
+    if dataset in RECORDS and RECORDS[dataset].loader == "natural":
+        return (f"{dataset}: {found}; a stream needs at least two: use it as one domain of a mixture (dataset: "
+                f"mixture, datasets_as_domains: [{dataset}, ...])")
+    return (f"{dataset}: {found}; a stream needs at least two: put each domain's class folders in a folder of its "
+            "own, ROOT/<domain>/<class>/<image> (docs/own_data.md)")
+
+
 def _keys(name: str, classes: list[str]) -> list[str]:
     if name == "imagenet-v2":
         wnids = imagenet_wnids()

@@ -72,7 +72,7 @@ def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
     """(domains, classes, smallest domain) of an image-folder cell's dataset, or a problem naming the path."""
     from unitta.data import default_data_dir
     from unitta.data.folder import FolderProblem
-    from unitta.data.mixture import index_any
+    from unitta.data.mixture import index_any, one_domain_problem
 
     try:
         index = index_any(cell.dataset, cell.data_dir, default_data_dir(), cell.domains, cell.classes,
@@ -81,9 +81,8 @@ def _folder_shape(cell: Cell) -> tuple[tuple[int, int, int] | None, str | None]:
         return None, f"{cell.dataset}: {exc}"
     if index.problems:
         return None, f"{cell.dataset}: {FolderProblem(index.problems)}"
-    if len(index.domain_names) < 2:
-        return None, (f"{cell.dataset}: one domain ({index.domain_names[0]}); a stream needs at least two: use it as "
-                      f"one domain of a mixture (dataset: mixture, datasets_as_domains: [{cell.dataset}, ...])")
+    if one_domain := one_domain_problem(cell.dataset, index.domain_names):
+        return None, one_domain
     return (len(index.domain_names), len(index.classes), min(len(f) for f in index.files)), None
 
 

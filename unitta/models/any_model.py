@@ -95,6 +95,37 @@ def _head_size(state: dict[str, torch.Tensor], classifier: str) -> int | None:
     return None
 
 
+def _build(name: str, num_classes: int, input_size: int | None) -> tuple[nn.Module, int]:
+    """``build_custom``, with whatever torchvision or timm raise on the arguments (an assertion on the input size)
+    as one ``ValueError`` line naming the model (a builder's own failures are already such lines)."""
+    try:
+        return build_custom(name, num_classes, input_size)
+    except ValueError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a library's assertion or error on the arguments, said as one line
+        at = f" for input_size {input_size}" if input_size is not None else ""
+        raise ValueError(f"model={name}: cannot be built{at}: {type(err).__name__}: {err}; choose an input_size the "
+                         "model takes (docs/own_data.md)".replace("\n", " ")) from None
+
+
+def _check_shapes(model: nn.Module, state: dict[str, torch.Tensor], name: str, path: Path) -> None:
+    """Weights whose tensors have other shapes than the model's (another architecture, or a ViT's position
+    embeddings for another input size): one line naming the first ones and the fix."""
+    own = model.state_dict()
+    differ = [k for k, v in state.items() if k in own and tuple(v.shape) != tuple(own[k].shape)]
+    if not differ:
+        return
+    first = differ[0]
+    shapes = f"{first} is {tuple(state[first].shape)} in the file, {tuple(own[first].shape)} in the model"
+    more = f" (and {len(differ) - 1} more tensors)" if len(differ) > 1 else ""
+    if any("pos_embed" in k for k in differ):
+        fix = ("its position embeddings are for another input size: set input_size: to the side the weights were "
+               "trained at")
+    else:
+        fix = "give weights trained for this model (the same architecture and widths)"
+    raise ValueError(f"{path} does not fit {name}: {shapes}{more}; {fix}")
+
+
 def _load_custom(name: str, num_classes: int, checkpoint: str | None, checkpoint_dir: str | Path | None,
                  trust: bool, input_size: int | None = None) -> tuple[nn.Module, ModelInfo]:
     path = weights_file(name, checkpoint, checkpoint_dir)
@@ -103,17 +134,22 @@ def _load_custom(name: str, num_classes: int, checkpoint: str | None, checkpoint
             raise FileNotFoundError(f"model={name}: checkpoint {path} not found")
         where = f" (or {path.name} in checkpoint_dir {path.parent})" if path is not None else ""
         raise FileNotFoundError(f"model={name}: no weights: set checkpoint: PATH{where}; unitta never downloads them")
-    model, side = build_custom(name, num_classes, input_size)
+    model, side = _build(name, num_classes, input_size)
     info = describe(model, name, num_classes, side)
-    state, digest = read_weights(path, trust)
+    try:
+        state, digest = read_weights(path, trust)
+    except ValueError as err:  # CheckpointError too: the file's own line, named for the model it was meant for
+        raise type(err)(f"model={name}: {err}") from None
     found = _head_size(state, info.classifier)
     if found is not None and found != num_classes:
         raise ValueError(f"{path}: its classifier has {found} classes, the dataset has {num_classes}; give weights "
                          f"trained for these {num_classes} classes (or list classes: to match)")
     inner = model.model if hasattr(model, "normalize") and not any(k.startswith("model.") for k in state) else model
+    _check_shapes(inner, state, name, path)
     missing, unexpected = inner.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path} does not fit {name}: missing keys {missing[:5]}, unexpected keys {unexpected[:5]}")
+        raise ValueError(f"{path} does not fit {name}: missing keys {missing[:5]}, unexpected keys "
+                         f"{unexpected[:5]}; give weights trained for this model (docs/own_data.md)")
     return model.eval(), replace(info, extra={"checkpoint": str(path), "weights_digest": digest})
 
 

@@ -9,17 +9,20 @@ one ``ValueError`` line naming the file, so a config check says it before the fi
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
+import os
+import subprocess
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from unitta.models.code_files import import_file, import_named
 from unitta.models.digest import checkpoint_digest
 
-__all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "is_builder"]
+__all__ = ["KINDS", "builder_identity", "builder_source", "call_builder", "check_builder_exit", "is_builder",
+           "module_input_size"]
 
 KINDS = ("torchvision", "timm")  # any other '<module>:<function>' is a builder
 
@@ -62,34 +65,34 @@ def _where(err: BaseException, path: str) -> str:
 
 
 def _import(spec: str) -> Any:
+    """The builder's module, by content (``unitta.models.code_files``): an edited file runs its new code."""
     head, _, function = spec.rpartition(":")
     name = _module_name(head)
-    if name in sys.modules:
-        return sys.modules[name]
     path = Path(head)
     try:
         if head.endswith(".py") and path.is_file():
-            loader_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[name] = module
-            loader_spec.loader.exec_module(module)
-            return module
-        return importlib.import_module(name)
+            return import_file(name, path)
+        return import_named(name)
     except SyntaxError as err:
-        sys.modules.pop(name, None)
-        raise ValueError(f"model={spec}: {Path(err.filename or head).name} does not parse: line {err.lineno}: "
-                         f"{err.msg}") from None
+        at = f"line {err.lineno}: " if err.lineno is not None else ""  # null bytes: no line (not a text file?)
+        raise ValueError(f"model={spec}: {Path(err.filename or head).name} does not parse: {at}{err.msg}") from None
     except ImportError as err:
-        sys.modules.pop(name, None)
-        raise ValueError(f"model={spec}: cannot import {name!r} ({err})") from None
+        if head.endswith(".py") and getattr(err, "name", None) == name:  # the file itself, neither here nor shipped
+            raise ValueError(f"model={spec}: no such file {head} (a builder's path is relative to the config file's "
+                             "directory)") from None
+        raise ValueError(f"model={spec}: cannot import {name!r} ({err}){_where(err, head)}".replace("\n", " ")) \
+            from None
     except SystemExit as err:
-        sys.modules.pop(name, None)
         raise ValueError(f"model={spec}: importing {Path(head).name} calls sys.exit({err.code}); a builder file "
                          "must only define functions") from None
     except Exception as err:  # noqa: BLE001 - whatever the user's file does wrong is reported as the file's error
-        sys.modules.pop(name, None)
         raise ValueError(f"model={spec}: importing {Path(head).name} raised {type(err).__name__}: {err}"
                          f"{_where(err, head)}".replace("\n", " ")) from None
+
+
+def module_input_size(spec: str) -> Any:
+    """The builder file's module-level ``input_size`` (docs/own_data.md, "Your model"), or None."""
+    return getattr(_import(spec), "input_size", None)
 
 
 def call_builder(spec: str, num_classes: int) -> Any:
@@ -112,3 +115,42 @@ def call_builder(spec: str, num_classes: int) -> Any:
     except Exception as err:  # noqa: BLE001 - the user's code: its error, one line, named as theirs
         raise ValueError(f"model={spec}: {function}(num_classes={num_classes}) raised {type(err).__name__}: {err}"
                          f"{_where(err, head)}".replace("\n", " ")) from None
+
+
+_OK = "unitta-builder-returned"  # the child's last stdout line once the builder returned
+_CHILD = f"""
+import sys
+from unitta.models.builders import call_builder
+try:
+    call_builder(sys.argv[1], 10)
+except ValueError as err:
+    print(err, file=sys.stderr)
+    sys.exit(2)
+print({_OK!r}, flush=True)
+"""
+_checked: set[tuple[str, str | None]] = set()
+CHILD_TIMEOUT_S = 600  # importing torch and building a large model on a loaded machine: minutes at most
+
+
+def check_builder_exit(spec: str) -> None:
+    """Call the builder once in a child Python whose exit is read, before the driver calls it: code that ends the
+    process (``os._exit``, a crash in native code, being killed) would end the driver, silently with ``os._exit(0)``.
+    Its own failures are the same one ``ValueError`` line as ``call_builder``'s. Once per file content."""
+    key = (spec, builder_identity(spec)[1])
+    if key in _checked:
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    head, _, function = spec.rpartition(":")
+    try:
+        done = subprocess.run([sys.executable, "-c", _CHILD, spec], capture_output=True, text=True, env=env,
+                              timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"model={spec}: {function}(num_classes) did not return in {CHILD_TIMEOUT_S} s") from None
+    if done.returncode == 2 and done.stderr.strip():
+        raise ValueError(done.stderr.strip().splitlines()[-1])
+    if done.returncode != 0 or not done.stdout.rstrip().endswith(_OK):
+        how = (f"was killed by signal {-done.returncode}" if done.returncode < 0
+               else f"ended the process (exit code {done.returncode})")
+        raise ValueError(f"model={spec}: {function}(num_classes) in {Path(head).name} {how} instead of returning; "
+                         "a builder must return the model, never exit (docs/own_data.md)")
+    _checked.add(key)

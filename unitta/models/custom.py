@@ -5,7 +5,8 @@ Each is built without weights (no network) for the dataset's number of classes a
 torchvision's and timm's networks are wrapped in ``Normalized`` with their weights' mean and std (torchvision:
 ImageNet's; timm: the model's ``pretrained_cfg``), so their keys are ``model.*`` and a bare checkpoint (the
 libraries' own files) loads into ``model``. A builder is a function ``build(num_classes) -> nn.Module`` whose
-module takes [0, 1] images itself (an ``input_size`` attribute on the module gives its input side, else 224).
+module takes [0, 1] images itself (its input side: an ``input_size`` attribute of the returned module, else a
+module-level ``input_size`` of the builder file, else 224).
 Weights come from ``checkpoint: PATH`` or, for torchvision, its own file name in ``checkpoint_dir``
 (``resnet18-f37072fd.pth``), for timm ``<checkpoint_dir>/<NAME>.safetensors`` / ``.pth``; ``.safetensors``
 files are read with safetensors (tensors only), others with the zoo's safe loader (``read_checkpoint``).
@@ -21,7 +22,7 @@ from typing import TypeGuard
 import torch
 from torch import nn
 
-from unitta.models.builders import call_builder
+from unitta.models.builders import call_builder, module_input_size
 from unitta.models.catalog import IMAGENET_MEAN, IMAGENET_STD, Normalized
 from unitta.models.digest import bytes_digest
 from unitta.models.zoo import read_checkpoint
@@ -48,11 +49,22 @@ def _torchvision(name: str, num_classes: int, input_size: int | None) -> tuple[n
         raise ValueError(f"model=torchvision:{name}: torchvision has no classification model {name!r} "
                          "(torchvision.models.list_models())")
     crop = torchvision.models.get_model_weights(name).DEFAULT.transforms.keywords.get("crop_size", 224)
-    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
-    if input_size is not None and hasattr(model, "image_size") and model.image_size != input_size:
-        # a VisionTransformer fixes its side (position embeddings): built for the one asked; a CNN takes any side
-        model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, image_size=input_size)
+    with torch.device("meta"):  # its shape only (no memory, no time): a ViT's patch size and side
+        probe = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+    _check_patches(f"torchvision:{name}", getattr(probe, "patch_size", None), input_size)
+    side = {}
+    if input_size is not None and hasattr(probe, "image_size") and probe.image_size != input_size:
+        side = {"image_size": input_size}  # a VisionTransformer fixes its side (position embeddings); a CNN takes any
+    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes, **side)
     return Normalized(model, IMAGENET_MEAN, IMAGENET_STD), int(input_size or crop)
+
+
+def _check_patches(spec: str, patch: int | None, input_size: int | None) -> None:
+    """A vision transformer cuts its input into patch x patch squares: a side they do not divide is refused."""
+    if patch and input_size is not None and input_size % patch:
+        below, above = input_size - input_size % patch, input_size - input_size % patch + patch
+        raise ValueError(f"model={spec}: input_size {input_size} is not a multiple of its patch size {patch}; "
+                         f"use {below or above} or {above}")
 
 
 def _import_timm():
@@ -75,6 +87,8 @@ def _timm(name: str, num_classes: int, input_size: int | None) -> tuple[nn.Modul
     except RuntimeError as err:  # timm: "Unknown model (...)"
         raise ValueError(f"model=timm:{name}: {err}") from None
     cfg = model.pretrained_cfg
+    patch = getattr(getattr(model, "patch_embed", None), "patch_size", None)
+    _check_patches(f"timm:{name}", patch[-1] if isinstance(patch, tuple) else patch, input_size)
     if input_size is not None and cfg.get("fixed_input_size") and cfg["input_size"][-1] != input_size:
         # a ViT's position embeddings fix its side: built for the one asked (timm's img_size); a CNN takes any side
         model = timm.create_model(name, pretrained=False, num_classes=num_classes, img_size=input_size)
@@ -92,7 +106,8 @@ def build_custom(spec: str, num_classes: int, input_size: int | None = None) -> 
     model = call_builder(spec, num_classes)
     if not isinstance(model, nn.Module):
         raise ValueError(f"model={spec}: {name}(num_classes) returned {type(model).__name__}, not a torch nn.Module")
-    return model, int(input_size or getattr(model, "input_size", 224))
+    # the side: the cell's input_size, else the module's input_size attribute, else the builder file's, else 224
+    return model, int(input_size or getattr(model, "input_size", None) or module_input_size(spec) or 224)
 
 
 def own_weights_file(spec: str, checkpoint_dir: Path) -> Path | None:
@@ -115,8 +130,13 @@ def own_weights_file(spec: str, checkpoint_dir: Path) -> Path | None:
 def read_weights(path: Path, trust_checkpoints: bool) -> tuple[dict[str, torch.Tensor], str]:
     """A weights file's state_dict and the SHA-256 of its bytes (``.safetensors``: tensors only by design)."""
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load
 
         data = path.read_bytes()
-        return load(data), bytes_digest(data)
+        try:
+            return load(data), bytes_digest(data)
+        except SafetensorError as err:
+            raise ValueError(f"{path}: not a readable .safetensors file ({err}); it may be cut short: copy it "
+                             "again from where it was saved") from None
     return read_checkpoint(path, trust_checkpoints)

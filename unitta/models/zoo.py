@@ -194,12 +194,39 @@ def pickled_code_problem(path: Path) -> str | None:
     without ``trust_checkpoints``), else None; scans the pickle's globals, loads nothing, runs nothing."""
     try:
         unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-    except Exception:  # noqa: BLE001 - not a zip checkpoint (legacy format): read_checkpoint will say
-        return None
+    except Exception:  # noqa: BLE001 - not a zip checkpoint (legacy format, a plain pickle): read_checkpoint says
+        try:  # a legacy torch file's first pickle is its magic number: no globals, nothing named
+            with open(path, "rb") as f:
+                unsafe = pickled_globals(f.read(4 << 20))
+        except OSError:
+            return None
+        if not unsafe:
+            return None
+        return (f"{path}: a plain pickle (pickle.dump, not torch.save) that pickles {unsafe[0]} (unpickling it "
+                "could run code from the file); re-save the weights with torch.save(model.state_dict(), PATH)")
     if not unsafe:
         return None
     return (f"{path}: not a plain state_dict (it pickles {unsafe[0]}; unpickling it could run code from the file); "
             "if you trust the file, set trust_checkpoints: true, or re-save it as a plain state_dict")
+
+
+def pickled_globals(data: bytes) -> list[str]:
+    """The classes and functions a plain pickle (``pickle.dump``, not ``torch.save``) would import, read from its
+    opcodes without unpickling anything; empty when ``data`` is no pickle or imports nothing."""
+    import pickletools
+
+    found, strings = [], []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name == "GLOBAL":
+                found.append(str(arg).replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                found.append(f"{strings[-2]}.{strings[-1]}")
+            elif isinstance(arg, str):
+                strings.append(arg)
+    except Exception:  # noqa: BLE001 - not a pickle (or cut short): nothing named
+        pass
+    return list(dict.fromkeys(found))
 
 
 def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[str, torch.Tensor], str]:
@@ -218,6 +245,10 @@ def read_checkpoint(path: Path, trust_checkpoints: bool = False) -> tuple[dict[s
         raise CheckpointError(f"{path}: cannot be read ({err.strerror or err})") from err
     not_torch = (f"{path}: not a torch checkpoint (its bytes are no saved state_dict); give the file the weights "
                  "were saved to with torch.save (or a .safetensors file)")
+    if code := pickled_globals(data):  # a pickle.dump of a model: code, not a torch file
+        not_torch = (f"{path}: a plain pickle (pickle.dump, not torch.save) that pickles {code[0]} (unpickling it "
+                     "could run code from the file), so it is not loaded; re-save the weights with "
+                     "torch.save(model.state_dict(), PATH)")
     try:
         checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from unitta.run import exits, ray_cluster
 from unitta.run.executor import USAGE_ERRORS, RunOptions
 from unitta.schema.overrides import OVERRIDES_HELP
+from unitta.switches import switch_problems
 from unitta.track.destinations import TRACK_FLAG_HELP
 
 __all__ = ["USAGE_ERRORS", "add_run_arguments", "run_parser", "run_options", "run_command"]
@@ -74,4 +75,8 @@ def run_options(args: argparse.Namespace) -> RunOptions:
 def run_command(body: Callable[[], int]) -> int:
     """``body`` under the shared exit codes (``unitta.run.exits``); ``USAGE_ERRORS`` exit 2."""
     hint = "finished cells are saved; rerun the same command to resume"
+    problems = switch_problems()  # ``python -m unitta.sweep`` too: the environment switches before anything runs
+    if problems:
+        print("\n".join(f"error: {p}" for p in problems), file=sys.stderr)
+        return exits.EXIT_USAGE
     return exits.run_cli(body, hint, USAGE_ERRORS)

@@ -34,6 +34,7 @@ from unitta.run.outdir import (
     record,
     remove_stale_temp_files,
     removed_if_unused,
+    set_aside_broken_manifest,
     write_manifest,
 )
 from unitta.run.progress import Progress
@@ -234,6 +235,7 @@ def execute_plan(
         for directory in (temp_dir(out), cells_dir(out), compacted_dir(out), out):  # older writers' beside their files
             remove_stale_temp_files(directory)
         move_old_quarantine(out)
+        set_aside_broken_manifest(out, say)  # like a broken cell file, whether or not cells are left to run
         planner = make_planner(done_cells(out, quarantine=True))
         if planner.members is not None:
             write_membership(out, cfg.name, planner.members)

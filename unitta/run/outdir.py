@@ -12,15 +12,17 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from unitta.evaluate.provenance import git_commit, now, ray_version
 from unitta.files import naming
 from unitta.results import check_cell_id, write_cell_result
+from unitta.results.cell_files import quarantine_dir
 
-__all__ = ["fresh_output_dir", "write_manifest", "record", "OutputLock", "OutputBusy", "remove_stale_temp_files",
+__all__ = ["fresh_output_dir", "write_manifest", "set_aside_broken_manifest", "record",
+           "OutputLock", "OutputBusy", "remove_stale_temp_files",
            "removed_if_unused"]
 
 
@@ -125,7 +127,41 @@ def fresh_output_dir(out_dir: Path) -> Path:
     return candidate
 
 
-def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] | None) -> None:
+def _read_manifest(out_dir: Path, path: Path, warn: Callable[[str], None]) -> dict[str, Any]:
+    """The manifest's runs so far; a file that does not parse or holds no list of runs is moved to
+    ``<out>/quarantine/`` (as an unreadable cell file is: ``unitta.results.cell_files.quarantine``) with one line
+    on ``warn``, and a new manifest starts (the results are in the cell files, not here)."""
+    try:
+        manifest = json.loads(path.read_text())
+        if isinstance(manifest, dict) and isinstance(manifest.get("runs", []), list):
+            return {**manifest, "runs": manifest.get("runs", [])}
+        reason = "not a manifest: no list of runs"
+    except (ValueError, UnicodeDecodeError) as exc:
+        reason = f"not JSON: {exc}"
+    target = quarantine_dir(out_dir) / path.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while target.exists():
+        target = target.with_name(f"{path.stem}.{n}{path.suffix}")
+        n += 1
+    os.replace(path, target)
+    warn(f"warning: unreadable {path} ({reason}) moved to {target}; a new manifest starts with this run")
+    return {"runs": []}
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def set_aside_broken_manifest(out_dir: Path, warn: Callable[[str], None] = _stderr) -> None:
+    """At a resume, before anything runs: a broken ``manifest.json`` to ``<out>/quarantine/`` (``_read_manifest``)."""
+    path = Path(out_dir) / "manifest.json"
+    if path.is_file():
+        _read_manifest(Path(out_dir), path, warn)
+
+
+def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] | None,
+                   warn: Callable[[str], None] = _stderr) -> None:
     import yaml
 
     from unitta import __version__
@@ -135,7 +171,7 @@ def write_manifest(out_dir: Path, cfg, n_cells: int, mode: str, argv: list[str] 
     head = "".join(f"# override: {text}\n" for text in overrides)
     (out_dir / cfg.config_file_name).write_text(head + yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
     manifest_path = out_dir / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"runs": []}
+    manifest = _read_manifest(out_dir, manifest_path, warn) if manifest_path.is_file() else {"runs": []}
     manifest.update(name=cfg.name, config_hash=cfg.config_hash(), n_cells=n_cells)
     manifest["runs"].append(
         {

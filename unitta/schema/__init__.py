@@ -33,6 +33,8 @@ __all__ = [
     "WandbTracking",
     "TensorboardTracking",
     "TRACKER_PACKAGES",
+    "WANDB_MODES",
+    "check_tracking_uri",
     "hint",
     "one_line",
     "check_distinct",
@@ -84,12 +86,15 @@ _NUMBERS = (int, float)
 def _bool_for_number(annotation: Any, value: Any, where: str) -> str | None:
     """Where (e.g. 'seeds[1]') a YAML boolean stands for a number in ``value``, or None.
 
-    pydantic's lax mode reads ``S: true`` as 1; a number key never means a boolean, so it is refused.
+    pydantic's lax mode reads ``S: true`` as 1 and ``batch_size: '64'`` as 64; a number key never means a boolean or a
+    string, so both are refused.
     """
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if isinstance(value, bool):
+    if isinstance(value, (bool, str)):  # a quoted number ('64') too: lax mode would read it as 64, silently
         admitted = set(args) if origin in (typing.Union, types.UnionType) else {annotation}
-        return where if admitted & set(_NUMBERS) and bool not in admitted and Any not in admitted else None
+        if isinstance(value, str) and any(typing.get_origin(a) is typing.Literal for a in admitted):
+            return None  # a number or a named value ('auto'): pydantic says which it is not
+        return where if admitted & set(_NUMBERS) and type(value) not in admitted and Any not in admitted else None
     if origin in (typing.Union, types.UnionType):
         return next((w for a in args if (w := _bool_for_number(a, value, where))), None)
     if origin in (list, tuple) and isinstance(value, (list, tuple)) and args:
@@ -124,7 +129,8 @@ class Strict(BaseModel):
                 where = _bool_for_number(cls.model_fields[key].annotation, value, key)
                 if where:
                     got = _value_at(value, where, key)
-                    raise ValueError(f"{where}: expected a number, got {got!r} (a YAML boolean)")
+                    what = "a YAML boolean" if isinstance(got, bool) else "a string: write the number without quotes"
+                    raise ValueError(f"{where}: expected a number, got {got!r} ({what})")
         return data
 
 
@@ -190,6 +196,37 @@ class _Tracker(Strict):
         return self
 
 
+# The URI schemes MLflow's tracking stores take (mlflow.tracking._tracking_service.utils: its store registry; a
+# database URI may name its driver, 'postgresql+psycopg2://'), and those of the plugins installed as its entry points.
+MLFLOW_SCHEMES = ("http", "https", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks", "databricks-uc",
+                  "uc")
+
+
+def _mlflow_schemes() -> tuple[str, ...]:
+    from importlib.metadata import entry_points
+
+    return MLFLOW_SCHEMES + tuple(e.name for e in entry_points(group="mlflow.tracking_store"))
+
+
+def check_tracking_uri(uri: str) -> str:
+    """An MLflow tracking URI a store takes: ``http(s)://host[:port]``, ``file:``, a database URI or a local
+    folder; an empty one (MLflow would write ``./mlflow.db`` where the command runs, unasked) is refused."""
+    from urllib.parse import urlparse
+
+    fix = "give http://host:port, file:/path, sqlite:///file.db or a folder (docs/tracking.md)"
+    if not uri.strip():
+        raise ValueError(f"{uri!r}: empty (MLflow would write ./mlflow.db where the command runs); {fix}")
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+")[0]
+    if len(scheme) <= 1:  # no scheme: a local folder (a one-letter 'scheme' is a Windows drive)
+        return uri
+    if scheme not in _mlflow_schemes():
+        raise ValueError(f"{uri!r}: MLflow has no tracking store for '{parsed.scheme}:'; {fix}")
+    if scheme in ("http", "https") and not parsed.hostname:
+        raise ValueError(f"{uri!r}: no host; {fix}")
+    return uri
+
+
 class MlflowTracking(_Tracker):
     """An MLflow tracking server (``http://host:port``) or file store; experiment: the run's name if not given."""
 
@@ -197,16 +234,31 @@ class MlflowTracking(_Tracker):
     tracking_uri: str
     experiment: str | None = None
 
+    @field_validator("tracking_uri")
+    @classmethod
+    def _uri(cls, value: str) -> str:
+        return check_tracking_uri(value)
+
+
+WANDB_MODES = ("online", "offline", "disabled")
+
 
 class WandbTracking(_Tracker):
-    """Weights & Biases: project, entity, mode (online/offline/disabled: checked when the run opens it, so a
-    wrong mode is one warning and the run goes on) and the folder of its files (``<out>`` if not given)."""
+    """Weights & Biases: project, entity, mode (online/offline/disabled) and the folder of its files (``<out>`` if
+    not given)."""
 
     tracker: ClassVar[str] = "wandb"
     project: str = "unitta"
     entity: str | None = None
     mode: str = "offline"
     dir: str | None = None
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, value: str) -> str:
+        if value not in WANDB_MODES:
+            raise ValueError(f"{value!r} is not one of {', '.join(WANDB_MODES)}{hint(value, WANDB_MODES)}")
+        return value
 
 
 class TensorboardTracking(_Tracker):

@@ -51,11 +51,14 @@ def _norm_kind_problem(method: str, dataset: str, model: str | None, source: str
     """Why ``method`` cannot run on the dataset's model (its normalisation kind), or None."""
     from unitta.methods import method_class, norm_kind_problem
     from unitta.models.any_model import any_norm_kind
+    from unitta.models.builders import check_builder_exit, is_builder
     from unitta.models.custom import is_custom
     from unitta.models.zoo import known_models, list_models, model_norm_kind, zoo_table
 
     if is_custom(model):
         try:
+            if is_builder(model):  # first in a child process: a builder that ends the process must not end this one
+                check_builder_exit(model)
             return norm_kind_problem(method_class(method), any_norm_kind(dataset, model), model)
         except (ValueError, ImportError) as exc:
             raise ConfigError(f"{source}: models: {dataset}: {exc}".replace("\n", " ")) from None

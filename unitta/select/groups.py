@@ -82,6 +82,8 @@ def trial_cell(cfg: SelectConfig, group: Group, point: dict[str, Any] | None, st
     kwargs = dict(base.method_kwargs) if stream == "default" else {**base.method_kwargs, **(point or {})}
     changes: dict[str, Any] = dict(method=group.method, setting=group.setting, seed=group.seed, method_kwargs=kwargs)
     if stream == "validation":
+        if "holdout" not in cfg.protocols:  # a caller's bug: only the holdout protocol validates
+            raise ValueError(f"a validation cell without the holdout protocol (protocols: {cfg.protocols})")
         changes["corruptions"] = cfg.validation.names()
     elif stream == "test" and "unsupervised" in cfg.protocols:
         changes["criteria"] = tuple(cfg.criteria)

@@ -92,7 +92,9 @@ class GroupPlan(TrialSpace):
         self.width = len(self.streams)
         self.points: list[dict[str, Any]] = []
         self.cells: dict[tuple[str, str], Cell] = {}  # (point key or '', stream) -> cell
-        self._validation = trial_cell(cfg, group, None, "validation").corruptions
+        # only the holdout protocol has validation cells (an image folder has no corruptions to hold out)
+        self._validation = (trial_cell(cfg, group, None, "validation").corruptions
+                            if "validation" in self.streams else None)
         self._names: set[str] | None = None
 
     def _record(self, point: dict[str, Any] | None, stream: str, cell: Cell) -> Cell:
@@ -122,7 +124,7 @@ class GroupPlan(TrialSpace):
 
     def reuses(self, cell: Cell, row: dict[str, Any]) -> bool:
         """'ok', or 'stopped' for a validation trial (ASHA stopped it: its result is that it stopped)."""
-        return row.get("status") == STATUS_OK or (row.get("status") == STATUS_STOPPED
+        return row.get("status") == STATUS_OK or (row.get("status") == STATUS_STOPPED and self._validation is not None
                                                   and cell.corruptions == self._validation)
 
     def objective(self, rows: list[dict[str, Any]]) -> float:

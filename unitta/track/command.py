@@ -15,10 +15,12 @@ what was logged stays), 2 a mistake in the command (no such folder, no tracker g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -67,12 +69,34 @@ def folder_runs(out: Path) -> tuple[list[CellRun], int]:
     return [r for r in runs if r is not None], sum(r is None for r in runs)
 
 
+_TIMEOUT = "MLFLOW_HTTP_REQUEST_TIMEOUT"
+BULK_TIMEOUT_S = "60"  # many requests at once queue on a server: MLflow's time-out once the server has answered
+
+
+@contextlib.contextmanager
+def _bulk_timeout() -> Iterator[None]:
+    """``BULK_TIMEOUT_S`` for the logging after ``open`` (``track_folder``), unless the user set the variable;
+    restored after. ``open`` keeps the tracker's own (docs/tracking.md: 10 s + one retry), so a server that never
+    answers is given up on in about 20 s, not in two of the bulk logging's time-outs."""
+    user = os.environ.get(_TIMEOUT)
+    try:
+        yield
+    finally:
+        os.environ.pop(_TIMEOUT, None)
+        if user is not None:
+            os.environ[_TIMEOUT] = user
+
+
 def track_folder(tracker: Tracker, runs: list[CellRun], jobs: int = 1) -> tuple[int, int]:
     """Log the ``runs`` ``tracker`` does not hold yet, on ``jobs`` threads; (logged, already there).
 
-    A failed write stops the rest (TrackerError); the runs logged before it stay logged.
+    A failed write stops the rest (TrackerError); the runs logged before it stay logged. The tracker opens with its
+    own time-outs; the logging of many requests at once has ``BULK_TIMEOUT_S`` unless the environment sets one.
     """
+    user_timeout = _TIMEOUT in os.environ
     done = tracker.open()
+    if not user_timeout and tracker.name == "mlflow":
+        os.environ[_TIMEOUT] = BULK_TIMEOUT_S
     todo = [run for run in runs if run.cell_id not in done]
     if jobs > 1 and len(todo) > 1:
         with ThreadPoolExecutor(jobs) as pool:
@@ -108,13 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     if not runs:
         print(f"unitta track: {out} holds no finished cell with metrics ({failed} failed)", file=sys.stderr)
         return 2 if not failed else 0
-    # many requests at once queue on the server: a longer timeout than a running sweep's (unitta.track.mlflow_tracker)
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
     code = 0
     for tracker in make_trackers(tracking, out, _run_name(out)):
         start = time.perf_counter()
         try:
-            logged, there = track_folder(tracker, runs, args.jobs if tracker.name == "mlflow" else 1)
+            with _bulk_timeout():
+                logged, there = track_folder(tracker, runs, args.jobs if tracker.name == "mlflow" else 1)
         except (TrackerError, OSError) as exc:
             print(f"unitta track: {tracker.name}: {short_reason(exc)}; rerun the command to log the rest",
                   file=sys.stderr)

@@ -7,8 +7,8 @@ so a 1,000-cell folder is logged in well under a minute (``bench/track.py``). A 
 mid-cell is deleted and logged again, so a folder logged twice holds each cell once.
 
 Requests time out after ``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds (10 here unless set; ``unitta track``, which
-sends many at once, 60) and are retried once (``MLFLOW_HTTP_REQUEST_MAX_RETRIES``), so a server that is down costs
-seconds, not MLflow's default minutes.
+sends many at once, 60 once the server has answered ``open``) and are retried once
+(``MLFLOW_HTTP_REQUEST_MAX_RETRIES``), so a server that is down costs seconds, not MLflow's default minutes.
 """
 
 from __future__ import annotations

@@ -13,14 +13,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from unitta.schema import WANDB_MODES
 from unitta.track.cell_run import CellRun
 from unitta.track.ledger import Ledger
 from unitta.track.tracker import TrackerError, short_reason
 
 __all__ = ["WandbTracker", "WANDB_MODES", "wandb_run_id"]
 
-WANDB_MODES = ("online", "offline", "disabled")
 _ID = re.compile(r"[^A-Za-z0-9_-]")
+INIT_TIMEOUT_S = 30.0  # online, a W&B host that does not answer is given up on after this (W&B's default: 90 s)
 
 
 def wandb_run_id(cell_id: str) -> str:
@@ -51,7 +52,8 @@ class WandbTracker:
         import wandb
 
         settings = wandb.Settings(silent=True, console="off", x_disable_stats=True, x_disable_meta=True,
-                                  disable_git=True, save_code=False, x_save_requirements=False)
+                                  disable_git=True, save_code=False, x_save_requirements=False,
+                                  init_timeout=INIT_TIMEOUT_S)
         try:
             handle = wandb.init(project=self.project, entity=self.entity, mode=self.mode, dir=str(self.dir),
                                 id=wandb_run_id(run.cell_id), name=run.name, group=run.sweep, job_type="cell",

@@ -17,7 +17,7 @@ from unitta.methods.parts.switch import scoped
 
 __all__ = ["fast_paths", "set_fast_paths", "fast_paths_set"]
 
-_enabled = os.environ.get("UNITTA_FAST_PATHS", "1").strip() not in ("0", "false", "False", "no", "off")
+_enabled = os.environ.get("UNITTA_FAST_PATHS", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def fast_paths() -> bool:

@@ -41,6 +41,7 @@ import difflib
 import functools
 import importlib
 import logging
+import math
 import numbers
 import pkgutil
 import re
@@ -134,8 +135,9 @@ def register_method(name: str):
     check_method_name(name)
 
     def wrap(cls: type[TTAMethod]) -> type[TTAMethod]:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            taken = _REGISTRY[name]
+        taken = _REGISTRY.get(name)
+        if taken is not None and taken is not cls and (taken.__module__, taken.__qualname__) != (
+                cls.__module__, cls.__qualname__):  # the same class of an edited plugin file, executed again: replaced
             raise ValueError(
                 f"method name {name!r} is already taken by {taken.__module__}.{taken.__qualname__}; "
                 f"register {cls.__module__}.{cls.__qualname__} under another name"
@@ -282,6 +284,8 @@ def _check_type(method: str, key: str, value: Any, hint: Any) -> Any:
         raise ValueError(f"method {method!r}: {key}={value!r} has the wrong type (expected {hint})")
     # numbers.* so that numpy scalars (e.g. from a Ray Tune / Optuna search space) are accepted too
     if hint is float and isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        if not math.isfinite(value):  # no hyper-parameter is infinite; and a row's method_kwargs must be JSON
+            raise ValueError(f"method {method!r}: {key}={value!r} is not a finite number")
         return float(value)
     if hint is int and isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
         return int(value)
@@ -290,6 +294,8 @@ def _check_type(method: str, key: str, value: Any, hint: Any) -> Any:
     if hint is str and isinstance(value, str):
         return value
     if origin in (tuple, list) and isinstance(value, (tuple, list)):
+        if any(isinstance(v, numbers.Real) and not math.isfinite(v) for v in value):
+            raise ValueError(f"method {method!r}: {key}={list(value)!r} is not a list of finite numbers")
         return type(value)(value) if origin is list else tuple(value)
     if hint in (float, int, bool, str):
         raise ValueError(
