@@ -1,6 +1,9 @@
-"""Shared fixtures: the small trained Fashion-MNIST CNN, the embedded ResNet-20, a Fashion-MNIST-C batch, one thread."""
+"""Shared fixtures: the small trained Fashion-MNIST CNN, the embedded ResNet-20, a Fashion-MNIST-C batch, one thread,
+the session's one local Ray cluster."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -46,3 +49,24 @@ def fmnist_c_images() -> torch.Tensor:
     dataset = load_dataset("fmnist-c", n_per_domain=40)
     order = np.random.default_rng(0).permutation(len(dataset))[:128]
     return dataset.get_batch(order)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """The test session's one local Ray cluster: ``ray.init(num_cpus=2, num_gpus=2)``, started by the first test
+    that asks for it and shut down at the end of the session (fake GPUs: Ray only sets CUDA_VISIBLE_DEVICES).
+    Every test that needs Ray in this process (sweep, tune, select, track, run) shares it: a cluster starts in
+    seconds of CPU, and more than one in a session only repeats that."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        resources = ray.cluster_resources()
+        if resources.get("CPU", 0) >= 2 and resources.get("GPU", 0) >= 2:
+            yield ray
+            return
+        ray.shutdown()
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="WARNING")
+    yield ray
+    ray.shutdown()

@@ -363,14 +363,17 @@ def test_check_suggests_the_registered_name_meant(capsys):
 
 
 # ---------------------------------------------------------------------- as a user runs it
-def test_broken_plugin_exits_2_with_one_line_before_anything_runs(tmp_path):
+def test_broken_plugin_exits_2_with_one_line_before_anything_runs(tmp_path, clean_registry, capfd, monkeypatch):
+    """``main`` in this process, in the config's folder (capfd: all that reaches file descriptors 1 and 2)."""
+    from unitta.sweep import main
+
     _write(tmp_path / "plugins" / "zz_typo.py", "from unitta.methods import TTAMethod, register_methd\n")
     config = _sweep_config(tmp_path / "broken.yaml", ["plugins/zz_typo.py"], ["test"], output=str(tmp_path / "out"))
-    proc = subprocess.run([sys.executable, "-m", "unitta.sweep", str(config), "--address", "local"],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.count("\n") == 1 and "cannot import it: ImportError: cannot import name 'register_methd'" in (
-        proc.stderr), proc.stderr
+    monkeypatch.chdir(tmp_path)
+    code = main([str(config), "--address", "local"])
+    err = capfd.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and "cannot import it: ImportError: cannot import name 'register_methd'" in err, err
     assert not (tmp_path / "out").exists()
 
 

@@ -57,23 +57,15 @@ def test_a_grpc_server_passes_the_probe():
         server.stop(None)
 
 
-def test_an_address_is_not_ignored_when_ray_already_runs_in_this_process(web_server):
-    """Ray initialised in this process (a notebook, an earlier call) is reused only for no address or the same
-    cluster; another address is checked like a fresh connect, then refused in one line."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        assert connect(None) == (ray, False)
-        with pytest.raises(ClusterError, match="cannot reach the Ray cluster at 127.0.0.1:1 "):
-            connect("127.0.0.1:1")
-        with pytest.raises(ClusterError, match="does not answer like a Ray cluster"):
-            connect(f"127.0.0.1:{web_server}")
-    finally:
-        if started:
-            ray.shutdown()
+def test_an_address_is_not_ignored_when_ray_already_runs_in_this_process(web_server, ray_cluster):
+    """Ray initialised in this process (a notebook, an earlier call; here the session's ``ray_cluster``) is
+    reused only for no address or the same cluster; another address is checked like a fresh connect, then
+    refused in one line."""
+    assert connect(None) == (ray_cluster, False)
+    with pytest.raises(ClusterError, match="cannot reach the Ray cluster at 127.0.0.1:1 "):
+        connect("127.0.0.1:1")
+    with pytest.raises(ClusterError, match="does not answer like a Ray cluster"):
+        connect(f"127.0.0.1:{web_server}")
 
 
 def test_the_auth_mode_ray_would_choose_is_said_so_ray_prints_no_warning(monkeypatch):

@@ -1,4 +1,4 @@
-"""Fixtures of the sweep tests: one local Ray cluster per session (2 CPUs, 2 fake GPUs), small real cells.
+"""Fixtures of the sweep tests: small real cells (the session's Ray cluster is ``ray_cluster`` in tests/conftest.py).
 
 Cells use the embedded Fashion-MNIST-C on a 200-images-per-domain subset (20 per class) and the
 official sampler with S=5 (at most 750 images per stream; the settings used here give 80-380),
@@ -24,23 +24,6 @@ def small_config(name: str = "small", methods=("test", "bn"), settings=("i111", 
     data.setdefault("resources", {"num_cpus": 1, "num_gpus": 0})
     data.update(changes)
     return parse_config(data)
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """ray.init(num_cpus=2, num_gpus=2) once per test session (fake GPUs: Ray only sets CUDA_VISIBLE_DEVICES)."""
-    import ray
-
-    if ray.is_initialized():
-        resources = ray.cluster_resources()
-        if resources.get("CPU", 0) >= 2 and resources.get("GPU", 0) >= 2:
-            yield ray
-            return
-        ray.shutdown()
-    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="WARNING")
-    yield ray
-    ray.shutdown()
 
 
 REFERENCE_SETTINGS = ("i1i1", "nui1", "nuiu", "iunu")  # 83-167 images each with S=5

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from unitta.results import load_results
+from unitta.sweep import main
 
 from . import _procs
 from .conftest import REFERENCE_SETTINGS, SMALL, metric_rows
@@ -39,7 +40,9 @@ def _write_config(path: Path, name: str, settings=REFERENCE_SETTINGS) -> Path:
     return path
 
 
-def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(reference, tmp_path):
+def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(reference, ray_cluster, tmp_path, capsys):
+    """The killed driver is a real process; the rerun is ``main`` with the same arguments in this process, on the
+    session's Ray (the process boundary matters for the kill, not for the resume)."""
     config = _write_config(tmp_path / "kill.yaml", "kill")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "unitta.sweep", str(config), "--output", str(out), "--address", "local",
@@ -65,9 +68,11 @@ def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(refer
     lingering = _procs.stop(family, timeout=5)
     assert {names[p] for p in lingering} <= {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}, [names[p] for p in lingering]
 
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"resume: {len(done_before)} of 8 cells already done" in proc.stderr
+    capsys.readouterr()
+    code = main(cmd[3:])
+    rerun = capsys.readouterr()
+    assert code == 0, rerun.err[-3000:]
+    assert f"resume: {len(done_before)} of 8 cells already done" in rerun.err
     files = sorted(p.name for p in cells.iterdir())
     assert len(files) == 8 and all(f.endswith(".parquet") for f in files)  # each cell exactly once, no temp files
     df = load_results(out)
@@ -75,7 +80,7 @@ def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(refer
     assert metric_rows(df) == metric_rows(reference)  # identical to an uninterrupted run
     for name in done_before:  # finished cells were not recomputed
         assert (cells / name).exists()
-    assert "method" in proc.stdout and "i1i1" in proc.stdout  # the summary table
+    assert "method" in rerun.out and "i1i1" in rerun.out  # the summary table
 
 
 def _free_port() -> int:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.sweep.conftest import SMALL, ray_cluster, small_config  # noqa: F401  (ray_cluster: the session's Ray)
+from tests.sweep.conftest import SMALL, small_config
 from tests.track.readers import read_tensorboard, read_tensorboard_hparams, read_wandb_run
 from tests.track.servers import Gate, free_port, mlflow_server
 from unitta.results import load_results
@@ -126,7 +126,7 @@ def test_wandb_offline_and_tensorboard_hold_the_same_cells(tracked):
     assert set((tmp / "wb" / "wandb" / "unitta-logged-cells-unitta.txt").read_text().split()) == ids
 
 
-def test_a_ray_sweep_with_the_track_flag(server, ray_cluster, tmp_path):  # noqa: F811
+def test_a_ray_sweep_with_the_track_flag(server, ray_cluster, tmp_path):
     cfg = small_config("on-ray", methods=("bn",), settings=("i111", "nui1"))
     outcome = run_sweep(cfg, tmp_path / "out", progress=False, track=[f"mlflow={server}"])
     assert outcome.n_ok == 2

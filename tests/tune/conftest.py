@@ -1,22 +1,11 @@
-"""Fixtures of the tune tests: one local Ray cluster per test session, shared by every tune test."""
+"""Fixtures of the tune tests: the test session's one local Ray cluster (``ray_cluster``, tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray with 2 CPUs, started once (or the one another test directory already started)."""
-    import ray
-
-    if ray.is_initialized():
-        yield ray
-        return
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    yield ray
-    ray.shutdown()
+def ray_session(ray_cluster):
+    """The session's local Ray (2 CPUs; its 2 fake GPUs are unused by the tune and select configs here)."""
+    return ray_cluster

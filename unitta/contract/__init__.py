@@ -3,9 +3,10 @@ states it). The package also holds ``host_sync`` (the recorder of host synchroni
 ``command`` (``unitta methods`` = ``python -m unitta.contract``: check a method, list the methods); it sits in
 the command layer, above the cells, evaluation and the run layer it uses (docs/layout.md).
 
-Each check builds the method by name, runs it on the batches it is given and returns a ``CheckResult``
-(passed or not, and why), so that the test suite (``tests/methods/test_contract.py``) and a command
-line checker for new methods can share them. The contract:
+The checks build the method by name, run it on the batches they are given and return ``CheckResult``s
+(passed or not, and why), so that the test suite (``tests/methods/test_contract.py``) and a command line
+checker for new methods can share them; one run serves several checks (``check_stream`` five,
+``check_twins`` two), so that a method costs four builds, not ten. The contract:
 
 * finite (B, K) scores for a full batch and for a batch of one (streams end with short batches);
 * ``reset()`` restores the source exactly: the adapted model's state equals the freshly built one and
@@ -25,8 +26,8 @@ outputs on the check's shifted images equal the source model's on every batch ("
 ``nonzero``, boolean-mask indexing; ``unitta.contract.host_sync``), forbidden by docs/adding_a_method.md
 unless unavoidable and documented.
 
-``run_checks`` gives every check its own deep copy of the model, so that a method which modifies the model
-it was given cannot change what a later check compares with.
+``run_checks`` gives every run its own deep copy of the model, so that a method which modifies the model
+it was given cannot change what a later run compares with.
 
 ``overrides`` (keyword arguments) go to ``get_method``, e.g. fewer CoTTA augmentations to keep a
 check fast; they must not change what the check is about.
@@ -47,20 +48,15 @@ from torch.utils.data import TensorDataset
 
 from unitta.contract.host_sync import HostSyncRecorder
 from unitta.methods.parts.registry import build_config, get_method, method_class, resolved_hints
-from unitta.methods.parts.tta_method import TTAMethod
+from unitta.methods.parts.tta_method import MethodCost, TTAMethod
 from unitta.models.info import ModelInfo
 
 __all__ = [
     "CheckResult",
     "CHECKS",
-    "check_finite_outputs",
-    "check_reset_restores_source",
-    "check_source_unchanged",
-    "check_adapts",
-    "check_host_sync",
-    "check_deterministic",
+    "check_stream",
+    "check_twins",
     "check_config_validation",
-    "check_cost_accounting",
     "check_bf16_autocast",
     "run_checks",
 ]
@@ -101,57 +97,30 @@ def _first_difference(a: dict[str, Tensor], b: dict[str, Tensor]) -> str | None:
     return None
 
 
-def check_finite_outputs(
-    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
-) -> CheckResult:
-    """Every batch in ``batches`` (e.g. sizes 1, 64, 1) gives finite scores of shape (B, num_classes)."""
-    return _result("finite_outputs", name, _scores_failure(get_method(name, model, info, **overrides), info, batches))
-
-
 def check_bf16_autocast(
     name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
 ) -> CheckResult:
     """Under ``precision: bf16`` (``torch.autocast`` to bfloat16 on the model's device) every batch still
     gives finite (B, num_classes) scores: a cell's precision option works for every method."""
     method = get_method(name, model, info, **overrides)
+    failure = None
     try:
         with torch.autocast(method.device.type, dtype=torch.bfloat16):
-            failure = _scores_failure(method, info, batches)
+            for i, x in enumerate(batches):
+                failure = failure or _scores_failure(i, x, method(x), info)
     except RuntimeError as exc:  # e.g. a float32 buffer updated from a bf16 statistic
         failure = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     return _result("bf16", name, failure)
 
 
-def _scores_failure(method: TTAMethod, info: ModelInfo, batches: Sequence[Tensor]) -> str | None:
-    for i, x in enumerate(batches):
-        out = method(x)
-        expected = (x.shape[0], info.num_classes)
-        if tuple(out.shape) != expected:
-            return f"batch {i}: output shape {tuple(out.shape)}, expected {expected}"
-        if not torch.isfinite(out).all():
-            return f"batch {i} (size {x.shape[0]}): non-finite scores"
+def _scores_failure(i: int, x: Tensor, out: Tensor, info: ModelInfo) -> str | None:
+    """Why the scores ``out`` of batch ``i`` are not finite (B, num_classes) scores, or None."""
+    expected = (x.shape[0], info.num_classes)
+    if tuple(out.shape) != expected:
+        return f"batch {i}: output shape {tuple(out.shape)}, expected {expected}"
+    if not torch.isfinite(out).all():
+        return f"batch {i} (size {x.shape[0]}): non-finite scores"
     return None
-
-
-def check_reset_restores_source(
-    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
-) -> CheckResult:
-    """After adapting on ``batches`` and ``reset()``, the method is indistinguishable from a fresh one."""
-    method = get_method(name, model, info, **overrides)
-    initial = _state(method.model)
-    for x in batches:
-        method(x)
-    method.reset()
-    differs = _first_difference(initial, _state(method.model))
-    if differs is not None:
-        return _result("reset", name, f"state after reset() differs from the fresh method's at {differs!r}")
-    if method.cost.batches or method.cost.forwards or method.cost.backwards:
-        return _result("reset", name, f"cost not cleared by reset(): {method.cost}")
-    fresh = get_method(name, model, info, **overrides)
-    for i, x in enumerate(batches):
-        if not torch.equal(method(x), fresh(x)):
-            return _result("reset", name, f"batch {i}: outputs after reset() differ from a fresh method's")
-    return _result("reset", name, None)
 
 
 def _structure(module: nn.Module) -> list[tuple[str, str, bool]]:
@@ -179,76 +148,132 @@ def _source_difference(pristine: nn.Module, model: nn.Module, probe: Tensor) -> 
     return None if same else "its outputs (same state and modules)"
 
 
-def check_source_unchanged(
-    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
-) -> CheckResult:
-    """The model passed in is never modified: building the method (``setup()``), adapting on ``batches`` and
-    ``reset()`` leave its state, its modules and its outputs those of an untouched copy (the outputs are
-    compared on ``batches[0]`` in eval mode, after the method has run)."""
-    pristine = copy.deepcopy(model)
-    method = get_method(name, model, info, **overrides)
-    for x in batches:
-        method(x)
-    method.reset()
-    differs = _source_difference(pristine, model, batches[0])
-    if differs is None:
-        return _result("source_unchanged", name, None)
-    return _result("source_unchanged", name, f"the source model passed in was modified: {differs} "
-                                             "(build state on self.model in setup(), never on self.source_model)")
-
-
 def _same_as_source(out: Tensor, source_logits: Tensor, scores: str) -> bool:
     """Whether the method's scores say what the source model's logits say (up to float rounding)."""
     reference = source_logits.softmax(1) if scores == "probabilities" else source_logits
     return out.shape == reference.shape and torch.allclose(out.float(), reference.float(), rtol=1e-5, atol=1e-6)
 
 
-def check_adapts(
-    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
-) -> CheckResult:
-    """A warning for a method meant to adapt (``adapts``) whose scores on every one of ``batches`` (images
-    under distribution shift, in stream order) equal the source model's: it behaves exactly like ``test``."""
+def _cost_failure(method: TTAMethod, before: MethodCost, x: Tensor) -> str | None:
+    """What ``method.cost`` miscounted for the batch ``x`` it just ran (``before``: the cost before it)."""
+    cost = method.cost
+    counted = (cost.batches - before.batches, cost.images - before.images)
+    if counted != (1, x.shape[0]):
+        return f"batches={counted[0]}, images={counted[1]} counted for one batch of {x.shape[0]}"
+    if cost.forwards - before.forwards < 1:
+        return f"no forward pass counted for the batch of {x.shape[0]} (track() the networks the method runs)"
+    if not cost.seconds > before.seconds:
+        return f"seconds={cost.seconds}: wall time not measured"
+    trains = getattr(method, "optimizer", None) is not None
+    if trains and cost.backwards < 1:
+        return "the method has an optimiser but no backward pass was counted (use step())"
+    if not trains and cost.backwards:
+        return f"{cost.backwards} backward passes counted by a method without an optimiser"
+    return None
+
+
+def check_stream(
+    name: str, model: nn.Module, info: ModelInfo, one: Tensor, full: Tensor, stream: Sequence[Tensor],
+    **overrides: Any,
+) -> dict[str, CheckResult]:
+    """One method built once runs ``[one, full, one, *stream]`` and is then ``reset()``; what it did serves
+    five checks (so that a method costs one build and one stream here, not five):
+
+    * ``finite_outputs``: every batch gives finite (B, num_classes) scores, the batch of one ``one`` first
+      (a fresh method), after the full batch, and the short batches of ``stream``;
+    * ``cost``: nothing counted before the first batch (one-off set-up belongs in ``setup_cost``); the full
+      batch ``full`` (64 images: methods that update every 64 samples take a step by its end) counts 1 batch,
+      its images, >= 1 forward and its wall time; >= 1 backward by then iff the method holds an optimiser;
+    * ``adapts`` (a warning): the scores on ``full`` and ``stream`` (shifted images, stream order) all equal
+      the source model's, for a method meant to adapt: it behaves exactly like ``test``;
+    * ``host_sync`` (a warning): ``forward`` on ``full`` and ``stream`` synchronises with the host (on a GPU:
+      ``.item()``, ``.cpu()``, ``.tolist()``, ``bool(tensor)``, ``nonzero``, boolean-mask indexing), seen on any
+      device by ``HostSyncRecorder``; building the method is not watched;
+    * ``source_unchanged``: the model passed in is never modified: building the method (``setup()``),
+      adapting and ``reset()`` leave its state, its modules and its outputs those of an untouched copy (the
+      outputs compared on ``stream[0]`` in eval mode, after the method has run).
+    """
     cls = method_class(name)
-    if not cls.adapts:
-        return _warning("adapts", name, None)
-    source = copy.deepcopy(model).eval()
+    pristine = copy.deepcopy(model)  # what source_unchanged compares with
+    source = copy.deepcopy(model).eval()  # what adapts compares with
     method = get_method(name, model, info, **overrides)
-    for x in batches:
-        out = method(x)
-        with torch.no_grad():
-            if not _same_as_source(out.detach(), source(x), cls.scores):
-                return _warning("adapts", name, None)
-    return _warning("adapts", name, f"never adapts: its scores on {len(batches)} shifted batches equal the source "
-                                    "model's (set adapts = False if that is intended, as for 'test')")
+    cost_failure = None
+    if method.cost.forwards or method.cost.backwards:
+        cost_failure = (f"{method.cost} before the first batch: one-off set-up belongs in setup_cost "
+                        "(run it inside TTAMethod.one_off)")
+    batches = [one, full, one, *stream]
+    watched = [full, *stream]  # what adapts and host_sync look at: full-size and stream batches
+    syncs = HostSyncRecorder()
+    finite_failure, adapted = None, not cls.adapts  # a method that should not adapt passes adapts as it is
+    for i, x in enumerate(batches):
+        before = dataclasses.replace(method.cost)
+        if any(x is w for w in watched):
+            with syncs:
+                out = method(x)
+            if not adapted:
+                with torch.no_grad():
+                    adapted = not _same_as_source(out.detach(), source(x), cls.scores)
+        else:
+            out = method(x)
+        finite_failure = finite_failure or _scores_failure(i, x, out, info)
+        if x is full and cost_failure is None:
+            cost_failure = _cost_failure(method, before, x)
+    method.reset()
+    changed = _source_difference(pristine, model, stream[0])
+    n_syncs = sum(syncs.counts.values())
+    return {
+        "finite_outputs": _result("finite_outputs", name, finite_failure),
+        "cost": _result("cost", name, cost_failure),
+        "adapts": _warning("adapts", name, None if adapted else (
+            f"never adapts: its scores on {len(watched)} shifted batches equal the source model's (set adapts = "
+            "False if that is intended, as for 'test')")),
+        "host_sync": _warning("host_sync", name, None if not n_syncs else (
+            f"{n_syncs} host synchronisation(s) in forward over {len(watched)} batches: {syncs.summary()} "
+            "(docs/adding_a_method.md: avoid, or document why)")),
+        "source_unchanged": _result("source_unchanged", name, None if changed is None else (
+            f"the source model passed in was modified: {changed} (build state on self.model in setup(), never "
+            "on self.source_model)")),
+    }
 
 
-def check_host_sync(
-    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], **overrides: Any
-) -> CheckResult:
-    """A warning for a ``forward`` that synchronises with the host (on a GPU: ``.item()``, ``.cpu()``,
-    ``.tolist()``, ``bool(tensor)``, ``nonzero``, boolean-mask indexing), seen on any device by
-    ``HostSyncRecorder``; building the method is not watched, only its calls on ``batches``."""
-    method = get_method(name, model, info, **overrides)
-    with HostSyncRecorder() as syncs:
-        for x in batches:
-            method(x)
-    if not syncs.counts:
-        return _warning("host_sync", name, None)
-    n = sum(syncs.counts.values())
-    return _warning("host_sync", name, f"{n} host synchronisation(s) in forward over {len(batches)} batches: "
-                                       f"{syncs.summary()} (docs/adding_a_method.md: avoid, or document why)")
+def check_twins(
+    name: str, model: nn.Module, info: ModelInfo, stream: Sequence[Tensor], seed: int = 7, **overrides: Any
+) -> dict[str, CheckResult]:
+    """Two methods built with the same ``seed`` run ``stream`` side by side; this serves two checks:
 
-
-def check_deterministic(
-    name: str, model: nn.Module, info: ModelInfo, batches: Sequence[Tensor], seed: int = 7, **overrides: Any
-) -> CheckResult:
-    """Two methods built with the same seed give identical outputs on ``batches``."""
+    * ``deterministic``: the two give identical outputs on every batch (randomness comes from the method's
+      seeded generator);
+    * ``reset``: after the first one's ``reset()`` its state equals the freshly built one's, its cost is
+      cleared, and on ``stream`` again it gives the outputs it gave when fresh: it is indistinguishable from
+      a never-used method.
+    """
     a = get_method(name, model, info, seed=seed, **overrides)
     b = get_method(name, model, info, seed=seed, **overrides)
-    for i, x in enumerate(batches):
-        if not torch.equal(a(x), b(x)):
-            return _result("deterministic", name, f"batch {i}: outputs differ for the same seed {seed}")
-    return _result("deterministic", name, None)
+    initial = _state(a.model)
+    fresh, nondeterministic = [], None
+    for i, x in enumerate(stream):
+        out = a(x)
+        fresh.append(out.detach().clone())
+        if nondeterministic is None and not torch.equal(out, b(x)):
+            nondeterministic = f"batch {i}: outputs differ for the same seed {seed}"
+    return {"deterministic": _result("deterministic", name, nondeterministic),
+            "reset": _result("reset", name, _reset_failure(a, initial, stream, fresh))}
+
+
+def _reset_failure(method: TTAMethod, initial: dict[str, Tensor], stream: Sequence[Tensor],
+                   fresh: list[Tensor]) -> str | None:
+    """Why ``method``, adapted on ``stream`` and then ``reset()``, is not the fresh method whose state was
+    ``initial`` and whose outputs on ``stream`` were ``fresh``; None when it is."""
+    method.reset()
+    differs = _first_difference(initial, _state(method.model))
+    if differs is not None:
+        return f"state after reset() differs from the fresh method's at {differs!r}"
+    if method.cost.batches or method.cost.forwards or method.cost.backwards:
+        return f"cost not cleared by reset(): {method.cost}"
+    for i, x in enumerate(stream):
+        if not torch.equal(method(x), fresh[i]):
+            return f"batch {i}: outputs after reset() differ from a fresh method's"
+    return None
 
 
 def check_config_validation(name: str) -> CheckResult:
@@ -288,31 +313,6 @@ def _scalar_field(cls: type[TTAMethod]) -> str | None:
     return None
 
 
-def check_cost_accounting(name: str, model: nn.Module, info: ModelInfo, x: Tensor, **overrides: Any) -> CheckResult:
-    """One batch: 1 batch, B images, >= 1 forward, time measured; >= 1 backward iff the method has an optimiser.
-
-    ``x`` should be a full batch (64): methods that update every 64 samples then take one step.
-    """
-    method = get_method(name, model, info, **overrides)
-    if method.cost.forwards or method.cost.backwards:
-        return _result("cost", name, f"{method.cost} before the first batch: one-off set-up belongs in setup_cost "
-                                     "(run it inside TTAMethod.one_off)")
-    method(x)
-    cost = method.cost
-    if (cost.batches, cost.images) != (1, x.shape[0]):
-        return _result("cost", name, f"batches={cost.batches}, images={cost.images} after one batch of {x.shape[0]}")
-    if cost.forwards < 1:
-        return _result("cost", name, "no forward pass counted (track() the networks the method runs)")
-    if not cost.seconds > 0:
-        return _result("cost", name, f"seconds={cost.seconds}: wall time not measured")
-    trains = getattr(method, "optimizer", None) is not None
-    if trains and cost.backwards < 1:
-        return _result("cost", name, "the method has an optimiser but no backward pass was counted (use step())")
-    if not trains and cost.backwards:
-        return _result("cost", name, f"{cost.backwards} backward passes counted by a method without an optimiser")
-    return _result("cost", name, None)
-
-
 def check_source(model: nn.Module, images: Tensor) -> TensorDataset:
     """A labelled stand-in source set for methods that need one when the caller gave none: the check images
     labelled by the source model's own predictions (the contract checks mechanics, not accuracy)."""
@@ -331,18 +331,39 @@ def _unguarded(check: str, run: Callable[[], CheckResult]) -> CheckResult:
     return run()
 
 
+def _once(run: Callable[[], dict[str, CheckResult]]) -> Callable[[], dict[str, CheckResult]]:
+    """``run`` called at most once: later calls return its results, or raise the exception it raised."""
+    outcome: list[tuple[dict[str, CheckResult] | None, Exception | None]] = []
+
+    def results() -> dict[str, CheckResult]:
+        if not outcome:
+            try:
+                outcome.append((run(), None))
+            except Exception as exc:  # noqa: BLE001 - raised again to every check the run serves
+                outcome.append((None, exc))
+        value, exc = outcome[0]
+        if exc is not None:
+            raise exc
+        assert value is not None
+        return value
+
+    return results
+
+
 def run_checks(
     name: str, model: nn.Module, info: ModelInfo, images: Tensor, small: int = 8, guard: Guard = _unguarded,
     **overrides: Any,
 ) -> list[CheckResult]:
     """All checks of ``CHECKS`` for method ``name`` on ``images`` (at least 65 + 2 * ``small``, stream order).
 
-    ``images[:64]`` is the full batch (finite outputs, cost: methods that update every 64 samples take one
-    step on it), ``images[64:65]`` the batch of one (first and last in the finite-output stream), and the
-    reset and determinism checks run on the next two batches of ``small`` images (pass overrides such as a
-    shorter update period so that they adapt). Every check gets its own deep copy of ``model``, so that a
-    method that modifies the model it is given cannot hide it from a later check. ``guard(check, run)`` runs
-    each check (the command line turns a method's exception into that check's failure).
+    ``images[:64]`` is the full batch (cost: methods that update every 64 samples take a step by its end),
+    ``images[64:65]`` the batch of one, and the next two batches of ``small`` images the stream (pass
+    overrides such as a shorter update period so that the method adapts within them). Four builds of the
+    method serve the nine checks: ``check_stream`` (finite outputs, cost, adapts, host sync, source unchanged),
+    ``check_twins`` (two builds: determinism and reset), ``check_bf16_autocast``; the config check builds
+    none. Each of them gets its own deep copy of ``model``, so that a method that modifies the model it is
+    given cannot hide it from another. ``guard(check, run)`` runs each check (the command line turns a
+    method's exception into that check's failure: into the failure of every check its run serves).
     """
     need = 65 + 2 * small
     if images.shape[0] < need:
@@ -351,15 +372,18 @@ def run_checks(
         overrides = {**overrides, "source": check_source(copy.deepcopy(model), images)}
     full, one = images[:64], images[64:65]
     stream = [images[65 : 65 + small], images[65 + small : need]]
-    plan: dict[str, Callable[[nn.Module], CheckResult]] = {
-        "finite_outputs": lambda m: check_finite_outputs(name, m, info, [one, full, one], **overrides),
-        "reset": lambda m: check_reset_restores_source(name, m, info, stream, **overrides),
-        "source_unchanged": lambda m: check_source_unchanged(name, m, info, stream, **overrides),
-        "deterministic": lambda m: check_deterministic(name, m, info, stream, **overrides),
-        "config_validation": lambda m: check_config_validation(name),
-        "cost": lambda m: check_cost_accounting(name, m, info, full, **overrides),
-        "bf16": lambda m: check_bf16_autocast(name, m, info, [one, *stream], **overrides),  # small: slow on CPUs
-        "adapts": lambda m: check_adapts(name, m, info, [full, *stream], **overrides),
-        "host_sync": lambda m: check_host_sync(name, m, info, [full, *stream], **overrides),
+    streamed = _once(lambda: check_stream(name, copy.deepcopy(model), info, one, full, stream, **overrides))
+    twins = _once(lambda: check_twins(name, copy.deepcopy(model), info, stream, **overrides))
+    plan: dict[str, Callable[[], CheckResult]] = {
+        "finite_outputs": lambda: streamed()["finite_outputs"],
+        "reset": lambda: twins()["reset"],
+        "source_unchanged": lambda: streamed()["source_unchanged"],
+        "deterministic": lambda: twins()["deterministic"],
+        "config_validation": lambda: check_config_validation(name),
+        "cost": lambda: streamed()["cost"],
+        # small batches: bf16 is slow on CPUs
+        "bf16": lambda: check_bf16_autocast(name, copy.deepcopy(model), info, [one, *stream], **overrides),
+        "adapts": lambda: streamed()["adapts"],
+        "host_sync": lambda: streamed()["host_sync"],
     }
-    return [guard(check, lambda run=run: run(copy.deepcopy(model))) for check, run in plan.items()]
+    return [guard(check, plan[check]) for check in CHECKS]

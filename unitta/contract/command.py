@@ -153,7 +153,7 @@ def check(name: str, model, info, images, **overrides: Any) -> list:
 
 
 _WHAT = {
-    "finite_outputs": "finite (B, K) scores at B=1, 64, 1",
+    "finite_outputs": "finite (B, K) scores at B=1, 64, 1, 8, 8",
     "reset": "reset() restores the source exactly",
     "deterministic": "same seed -> same outputs",
     "config_validation": "Config refuses unknown names and wrong types",
