@@ -216,16 +216,17 @@ PAPER_METHODS = [
 NEW_METHODS = [
     "bn_alpha", "eta", "eata", "sar", "deyo", "rpl", "rdumb", "cmf", "rmt", "adacontrast", "memo", "santa", "gtta",
 ]  # issue 20: the other TTA benchmark's methods
-MODERN_METHODS = ["test", "bn", "tent", "cotta", "rotta", "roid", "tribe", "bdn", "unitta", *NEW_METHODS]
+RECENT_METHODS = ["tea", "come", "ttaug"]  # issue 49: TEA, COME, TTAug
+MODERN_METHODS = ["test", "bn", "tent", "cotta", "rotta", "roid", "tribe", "bdn", "unitta", *NEW_METHODS, *RECENT_METHODS]
 REFERENCE_TABLE_METHODS = ["test", "bn", "tent", "eata", "sar", "cotta", "rotta", "adacontrast", "rmt", "lame", "roid"]
 
 
 @pytest.mark.parametrize(
     "name, methods, n_cells",
-    [("quick", None, None), ("fmnist_grid", PAPER_METHODS + NEW_METHODS, 30 * 24),
+    [("quick", None, None), ("fmnist_grid", PAPER_METHODS + NEW_METHODS + RECENT_METHODS, 33 * 24),
      ("full_grid", PAPER_METHODS, 3 * 17 * 24), ("full_grid_reference", PAPER_METHODS, 3 * 17 * 24),
      ("cifar10", PAPER_METHODS, 17 * 24), ("cifar100", PAPER_METHODS, 17 * 24), ("imagenet", PAPER_METHODS, 17 * 24),
-     ("modern_grid", MODERN_METHODS, 3 * 22 * 24)],
+     ("modern_grid", MODERN_METHODS, 3 * 25 * 24)],
 )
 def test_shipped_sweeps_validate(name, methods, n_cells):
     from unitta.methods import list_methods
