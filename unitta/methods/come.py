@@ -18,13 +18,13 @@ BatchNorm/LayerNorm/GroupNorm adapt, one step per batch on the mean loss, the pr
 
 Hyper-parameters: the authors' repository (BlueWhaleLab/COME ``main.py``) runs ImageNet-C only: ResNet-50 (BN)
 with SGD lr 2.5e-4, momentum 0.9, at batch 64. COME is TENT with another loss (its README), so CIFAR-10/100 use
-TENT's values (Adam 1e-3; UT/md ``tent.yaml``), as the paper's CIFAR comparisons do on top of TENT.
+TENT's values (Adam 1e-3; UT/md ``tent.yaml``).
 
 Deviations (DEVIATION tags below):
 - From the authors' code: the opinion is computed as a softmax over (z~_1, ..., z~_K, log K), which is the same
   value up to float rounding and stays finite where ``exp(z)`` overflows float32 (logits above about 88), where
-  the authors' loss is NaN; all-zero logits stay zero in the rescale (the authors' 0 / 0). The constant K is the model's number of classes: the README's ``K``; the authors'
-  ``tent_come.py`` hard-codes ImageNet's 1000.
+  the authors' loss is NaN; all-zero logits stay zero in the rescale (the authors' 0 / 0). The constant K is the
+  model's number of classes: the README's ``K``; the authors' ``tent_come.py`` hard-codes ImageNet's 1000.
 - SGD is unitta's Nesterov SGD (``parts/optim.py``, md's and UT's default); the authors' SGD has plain momentum.
 - A batch of one is predicted without a step (``min_update_batch``, as unitta's TENT); the authors adapt on it.
 """
