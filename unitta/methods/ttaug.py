@@ -11,7 +11,7 @@ models (no BatchNorm) run unchanged: TTAug runs on every model kind (docs/method
 What a batch means here: md runs TTAug at batch size 1 (its view list is one image's). A batch of B images is B
 such predictions: on the CPU one image's V + 1 views after another (as md); on a GPU all the batch's views in one
 ``torch.func.vmap`` of the model over the images (each image's BatchNorm statistics over its own views), in chunks
-that bound memory (``CHUNK_VIEW_VALUES``). Models without BatchNorm take every view of the batch as one batch
+that bound memory (``VMAP_CHUNK_VALUES``). Models without BatchNorm take every view of the batch as one batch
 (their layers are per sample). The outputs depend neither on the path nor on how the stream is cut into batches
 on the CPU (each image's views take consecutive numbers from the method's generator).
 
@@ -46,7 +46,7 @@ __all__ = ["TTAug"]
 
 # The views one vmapped chunk holds (GPU path): a batch of 64 CIFAR-sized images with 32 views each (MEMO's bound,
 # ``memo.py``; here no activations are kept for a backward, so this is conservative).
-CHUNK_VIEW_VALUES = 64 * 32 * 3 * 32 * 32
+VMAP_CHUNK_VALUES = 64 * 32 * 3 * 32 * 32
 
 
 @register_method("ttaug")
@@ -99,7 +99,7 @@ class TTAug(TTAMethod):
         elif not takes_cuda_path(views):  # compute-bound: one image's views after another, as md
             scores = torch.cat([self.model(image_views).mean(dim=0, keepdim=True) for image_views in views])
         else:
-            per_chunk = max(1, CHUNK_VIEW_VALUES // views[0].numel())
+            per_chunk = max(1, VMAP_CHUNK_VALUES // views[0].numel())
             scores = torch.cat([vmap(self._image_scores)(chunk) for chunk in views.split(per_chunk)])
         self.cost.forwards = forwards + b  # one forward (of V + 1 views) per image, as md's batch of one
         return scores
