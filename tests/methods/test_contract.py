@@ -30,7 +30,7 @@ FAST = {
     "rmt": {"warmup_samples": 16},
     "adacontrast": {"queue_size": 32, "knn_after": 8},
     "ttaug": {"n_augmentations": 2},  # as MEMO: 32 views per image
-    "tea": {"sgld_steps": 2, "buffer_size": 64},  # 20 SGLD steps per batch; a buffer of 10,000 random images
+    "tea": {"sgld_steps": 1, "buffer_size": 16},  # 20 SGLD steps per batch; a buffer of 10,000 random images
 }
 
 
