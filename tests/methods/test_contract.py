@@ -29,6 +29,8 @@ FAST = {
     # source set-up on two source batches instead of 50,000 samples; kNN pseudo-labels from the second batch
     "rmt": {"warmup_samples": 16},
     "adacontrast": {"queue_size": 32, "knn_after": 8},
+    "ttaug": {"n_augmentations": 2},  # as MEMO: 32 views per image
+    "tea": {"sgld_steps": 1, "buffer_size": 16},  # 20 SGLD steps per batch; a buffer of 10,000 random images
 }
 
 
@@ -41,7 +43,7 @@ VARIANTS = {
     "roid-logits-prior": ("roid", {"prior_on": "logits"}),
 }
 # Methods whose model state never changes (they adapt outputs only, or not at all).
-STATELESS = {"test", "bn", "bn_alpha", "lame", "cofa", "cofa_nofilter"}
+STATELESS = {"test", "bn", "bn_alpha", "lame", "cofa", "cofa_nofilter", "ttaug"}
 
 
 def _assert_contract(name, model, info, images, **overrides):

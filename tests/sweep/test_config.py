@@ -217,16 +217,18 @@ NEW_METHODS = [
     "bn_alpha", "eta", "eata", "sar", "deyo", "rpl", "rdumb", "cmf", "rmt", "adacontrast", "memo", "santa", "gtta",
 ]  # issue 20: the other TTA benchmark's methods
 TTAB_METHODS = ["shot", "t3a", "conjugate_pl"]  # issue 49: the source-free online baselines of LINs-lab/ttab
-MODERN_METHODS = ["test", "bn", "tent", "cotta", "rotta", "roid", "tribe", "bdn", "unitta", *NEW_METHODS, *TTAB_METHODS]
+RECENT_METHODS = ["tea", "come", "ttaug"]  # issue 49: TEA, COME, TTAug
+MODERN_METHODS = ["test", "bn", "tent", "cotta", "rotta", "roid", "tribe", "bdn", "unitta", *NEW_METHODS, *TTAB_METHODS,
+                  *RECENT_METHODS]
 REFERENCE_TABLE_METHODS = ["test", "bn", "tent", "eata", "sar", "cotta", "rotta", "adacontrast", "rmt", "lame", "roid"]
 
 
 @pytest.mark.parametrize(
     "name, methods, n_cells",
-    [("quick", None, None), ("fmnist_grid", PAPER_METHODS + NEW_METHODS + TTAB_METHODS, 33 * 24),
+    [("quick", None, None), ("fmnist_grid", PAPER_METHODS + NEW_METHODS + TTAB_METHODS + RECENT_METHODS, 36 * 24),
      ("full_grid", PAPER_METHODS, 3 * 17 * 24), ("full_grid_reference", PAPER_METHODS, 3 * 17 * 24),
      ("cifar10", PAPER_METHODS, 17 * 24), ("cifar100", PAPER_METHODS, 17 * 24), ("imagenet", PAPER_METHODS, 17 * 24),
-     ("modern_grid", MODERN_METHODS, 3 * 25 * 24)],
+     ("modern_grid", MODERN_METHODS, 3 * 28 * 24)],
 )
 def test_shipped_sweeps_validate(name, methods, n_cells):
     from unitta.methods import list_methods
