@@ -225,6 +225,8 @@ def steady_counts(method: str, model, info, batches: list[torch.Tensor], warmup:
         "kernels": kernels / n,
         "syncs": sum(recorder.counts.values()) / n,
         "copies": sum(recorder.copies.values()) / n,
+        "host_data": sum(recorder.host_data.values()) / n,
+        "host_data_sites": {f"{what} at {where}": c / n for (what, where), c in recorder.host_data.most_common()},
         "sync_sites": {f"{what} at {where}": c / n for (what, where), c in recorder.counts.most_common()},
     }
 
@@ -321,8 +323,8 @@ def _steady(args) -> int:
           f"{args.batches} distinct batches after {args.warmup} warm-up; device paths: {device_paths()}; {kind}")
     collapse = not args.no_collapse
     base = None
-    print(f"{'method':16s} {'new-shape batches':>17s} {'new shapes':>10s} {'syncs':>6s} {'H2D':>5s} "
-          f"{'aten ops':>9s} {'x TEST':>7s}  sync sites (per batch)")
+    print(f"{'method':16s} {'new-shape batches':>17s} {'new shapes':>10s} {'syncs':>6s} {'H2D':>5s} {'host data':>9s} "
+          f"{'aten ops':>9s} {'x TEST':>7s}  sync and host-data sites (per batch)")
     for name in (["test"] if "test" not in names else []) + list(names):
         try:
             r = steady_counts(name, model, info, batches, args.warmup,
@@ -333,9 +335,10 @@ def _steady(args) -> int:
         base = base or r
         if name == "test" and "test" not in names:
             continue
-        sites = ", ".join(f"{k} {v:g}" for k, v in list(r["sync_sites"].items())[:3])
+        sites = ", ".join(f"{k} {v:g}" for k, v in [*r["sync_sites"].items(), *r["host_data_sites"].items()][:4])
         print(f"{name:16s} {r['new_shape_batches']:>11d} of {r['steady_batches']:<3d} {r['new_shapes']:10d} "
-              f"{r['syncs']:6.2f} {r['copies']:5.1f} {r['aten_ops']:9.1f} {r['aten_ops'] / base['aten_ops']:7.2f}  "
+              f"{r['syncs']:6.2f} {r['copies']:5.1f} {r['host_data']:9.1f} {r['aten_ops']:9.1f} "
+              f"{r['aten_ops'] / base['aten_ops']:7.2f}  "
               f"{sites}")
     return 0
 

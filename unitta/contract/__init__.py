@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import typing
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -229,14 +230,24 @@ def check_host_sync(
     ``.tolist()``, ``bool(tensor)``, ``nonzero``, boolean-mask indexing), seen on any device by
     ``HostSyncRecorder``; building the method is not watched, only its calls on ``batches``."""
     method = get_method(name, model, info, **overrides)
+    first: Counter[tuple[str, str]] = Counter()
     with HostSyncRecorder() as syncs:
-        for x in batches:
+        for i, x in enumerate(batches):
             method(x)
-    if not syncs.counts:
+            if i == 0:
+                first = Counter(syncs.host_data)  # constants made on the first batch: once per cell
+    steady_host_data = syncs.host_data - first
+    if not syncs.counts and not steady_host_data:
         return _warning("host_sync", name, None)
-    n = sum(syncs.counts.values())
-    return _warning("host_sync", name, f"{n} host synchronisation(s) in forward over {len(batches)} batches: "
-                                       f"{syncs.summary()} (docs/adding_a_method.md: avoid, or document why)")
+    problems = []
+    if syncs.counts:
+        problems.append(f"{sum(syncs.counts.values())} host synchronisation(s) in forward over {len(batches)} "
+                        f"batches: {syncs.summary()}")
+    if steady_host_data:
+        sites = ", ".join(f"{what} at {where} (x{n})" for (what, where), n in steady_host_data.most_common(3))
+        problems.append(f"{sum(steady_host_data.values())} tensor(s) made from host data after the first batch "
+                        f"(a host-to-device copy each on a GPU): {sites}")
+    return _warning("host_sync", name, "; ".join(problems) + " (docs/adding_a_method.md: avoid, or document why)")
 
 
 def check_deterministic(

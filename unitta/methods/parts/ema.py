@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from unitta.methods.norm.stats import constant
+from unitta.methods.parts.device import takes_cuda_path
 
 __all__ = ["make_teacher", "ema_update_", "ema_tensors_"]
 
@@ -72,7 +73,11 @@ def _ema_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: fl
     if not targets:
         return
     first = targets[0]
-    if all(t.dtype == first.dtype and t.device == first.device for t in targets):
+    if takes_cuda_path(first):
+        # one multi-tensor kernel taking the number as an argument: no tensor made per new momentum (CMF's filter
+        # passes a new one every batch for its first few hundred, which a cached constant would copy from the host)
+        torch._foreach_mul_(targets, momentum)
+    elif all(t.dtype == first.dtype and t.device == first.device for t in targets):
         # a cached 0-dim tensor factor: the same float product as the Python number, which the CPU's
         # per-tensor fallback would otherwise convert to a tensor once per parameter
         torch._foreach_mul_(targets, constant(momentum, first))
