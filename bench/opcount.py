@@ -144,12 +144,16 @@ def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batche
     ``warmup + batches`` times (the method adapts on every one; only the last ``batches`` are counted).
     ``aten_ops`` counts top-level operators unless ``all_ops``. Multi-tensor operators count once unless
     ``collapse_multi_tensor`` is False (module docstring). Also returns ``sync_names``: the sync
-    operators seen, with their per-batch counts.
+    operators seen, with their per-batch counts; ``recorded_syncs`` and ``host_data``: the host synchronisations and
+    tensors made from host data per batch that ``HostSyncRecorder`` sees (as ``steady_counts``).
     """
+    from unitta.contract.host_sync import HostSyncRecorder
+
     m = get_method(method, model, info, dataset=info.dataset, **overrides)
     for _ in range(warmup):
         m(x)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    recorder = HostSyncRecorder()
+    with profile(activities=[ProfilerActivity.CPU]) as prof, recorder:
         for _ in range(batches):
             m(x)
     aten = [e for e in prof.events() if e.name.startswith("aten::")]
@@ -166,6 +170,9 @@ def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batche
         "kernels": len(kernels) / batches,
         "syncs": sum(syncs.values()) / batches,
         "sync_names": {k: v / batches for k, v in sorted(syncs.items())},
+        # the recorder of ``steady_counts``: ``.tolist()``, ``.cpu()`` and reads the profiler misses included
+        "recorded_syncs": sum(recorder.counts.values()) / batches,
+        "host_data": sum(recorder.host_data.values()) / batches,
     }
 
 
