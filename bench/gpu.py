@@ -23,16 +23,21 @@ What a row times is what a cell runs (docs/benchmarks.md, "The GPU measurement")
   one instance.
 
 Columns: images/s and x TEST (time per image over TEST's, measured first on the same batches); aten ops/batch, its
-ratio to TEST's, and host syncs/batch (``bench/opcount.py``'s ``count_ops``, eager, on one stream batch); peak MiB
+ratio to TEST's, host syncs and host-data tensors per batch (``bench/opcount.py``'s ``count_ops``, eager, on one
+stream batch); peak MiB
 that the method needs above the source model and the batches (cuda: ``max_memory_allocated``; CPU: peak resident set
 size sampled during building and warm-up).
 
 ``--grid`` (default config ``sweeps/full_grid.yaml``) measures the config's methods on its models first (data and
 checkpoints from its ``data_dir`` / ``checkpoint_dir``), then whatever ``--methods`` / ``--models`` add, and prints
 the config's GPU-hours: each (dataset, setting, seed)'s official stream length (``bench/grid_lengths.json``) times
-the method's seconds per image, one cell per GPU at a time, with the cells left unmeasured listed. ``--budget-s``
-stops cleanly: no row starts after it, and a row that reaches it stops warming up (not measured) or timing (fewer
-timed batches, counted in the JSON). Rows are printed as soon as measured.
+the method's seconds per image, with the config's packing (``num_gpus: 0.5``: two cells per GPU, measured with
+``--pack 2`` unless ``--pack`` is given) and, beside it, one cell per GPU; the cells left unmeasured are listed.
+``--budget-s`` holds in every step: no row starts after it, a row that reaches it stops warming up (not measured)
+or timing (fewer timed batches, counted in the JSON), and the operator count and the packed timing run only when
+their estimated time ends before it (else skipped and listed). Syncs and host-data tensors per batch come from
+``HostSyncRecorder``, as in ``bench/opcount.py``; ``--with-inputs`` adds the per-batch input work (read, decode,
+``device_batch``) where the data is present. Rows are printed as soon as measured.
 """
 
 from __future__ import annotations
