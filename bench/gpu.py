@@ -23,16 +23,21 @@ What a row times is what a cell runs (docs/benchmarks.md, "The GPU measurement")
   one instance.
 
 Columns: images/s and x TEST (time per image over TEST's, measured first on the same batches); aten ops/batch, its
-ratio to TEST's, and host syncs/batch (``bench/opcount.py``'s ``count_ops``, eager, on one stream batch); peak MiB
+ratio to TEST's, host syncs and host-data tensors per batch (``bench/opcount.py``'s ``count_ops``, eager, on one
+stream batch); peak MiB
 that the method needs above the source model and the batches (cuda: ``max_memory_allocated``; CPU: peak resident set
 size sampled during building and warm-up).
 
 ``--grid`` (default config ``sweeps/full_grid.yaml``) measures the config's methods on its models first (data and
 checkpoints from its ``data_dir`` / ``checkpoint_dir``), then whatever ``--methods`` / ``--models`` add, and prints
 the config's GPU-hours: each (dataset, setting, seed)'s official stream length (``bench/grid_lengths.json``) times
-the method's seconds per image, one cell per GPU at a time, with the cells left unmeasured listed. ``--budget-s``
-stops cleanly: no row starts after it, and a row that reaches it stops warming up (not measured) or timing (fewer
-timed batches, counted in the JSON). Rows are printed as soon as measured.
+the method's seconds per image, with the config's packing (``num_gpus: 0.5``: two cells per GPU, measured with
+``--pack 2`` unless ``--pack`` is given) and, beside it, one cell per GPU; the cells left unmeasured are listed.
+``--budget-s`` holds in every step: no row starts after it, a row that reaches it stops warming up (not measured)
+or timing (fewer timed batches, counted in the JSON), and the operator count and the packed timing run only when
+their estimated time ends before it (else skipped and listed). Syncs and host-data tensors per batch come from
+``HostSyncRecorder``, as in ``bench/opcount.py``; ``--with-inputs`` adds the per-batch input work (read, decode,
+``device_batch``) where the data is present. Rows are printed as soon as measured.
 """
 
 from __future__ import annotations
@@ -95,6 +100,9 @@ class Row:
     peak_mib: float = math.nan
     timed_batches: int = 0
     pack: int = 1
+    host_data: float = math.nan  # tensors made from host data per batch (HostSyncRecorder)
+    input_ms: float = math.nan  # --with-inputs: milliseconds of per-batch input work (load, decode, to device)
+    skipped: list[str] = field(default_factory=list)  # steps left out so as not to overrun --budget-s
     pack_images_per_s: float = math.nan
     pack_gain: float = math.nan
     error: str = ""
@@ -120,6 +128,7 @@ class Inputs:
     batches: list[torch.Tensor]
     source: Any = None
     notes: list[str] = field(default_factory=list)
+    input_ms: float = math.nan  # --with-inputs: per-batch input work (dataset read/decode + ``device_batch``)
 
 
 def _random_batches(size: int, n: int, seed: int = 0) -> list[torch.Tensor]:
@@ -127,9 +136,10 @@ def _random_batches(size: int, n: int, seed: int = 0) -> list[torch.Tensor]:
     return [torch.rand(BATCH, 3, size, size, generator=gen) for _ in range(n)]
 
 
-def _stream_batches(dataset: str, n: int, args, device: torch.device) -> tuple[list[torch.Tensor], str]:
+def _stream_batches(dataset: str, n: int, args, device: torch.device) -> tuple[list[torch.Tensor], str, float]:
     """``n`` batches of the official stream of ``args.setting`` over the dataset's files, in stream order, as the
-    cell's loop moves them to the device (``device_batch``); FileNotFoundError when the files are not there."""
+    cell's loop moves them to the device (``device_batch``), and the milliseconds that took per batch;
+    FileNotFoundError when the files are not there."""
     from unitta.cell import Cell
     from unitta.data import load_dataset
     from unitta.evaluate.adapt import device_batch
@@ -143,10 +153,16 @@ def _stream_batches(dataset: str, n: int, args, device: torch.device) -> tuple[l
     need = n * BATCH
     cycled = len(indices) < need
     indices = np.resize(indices, need)  # repeats the stream when it is shorter than the bench needs
-    batches = [device_batch(data, indices[i * BATCH : (i + 1) * BATCH], device) for i in range(n)]
+    batches = []
+    synchronize(device)
+    start = time.perf_counter()
+    for i in range(n):  # what a cell's loop does per batch before the method sees it: read, decode, move
+        batches.append(device_batch(data, indices[i * BATCH : (i + 1) * BATCH], device))
+    synchronize(device)
+    input_ms = (time.perf_counter() - start) * 1000 / n
     note = (f"stream: real {dataset} images, official stream {args.setting} seed {SEED} "
             f"({n_per_domain} images per domain{', cycled' if cycled else ''})")  # fmt: skip
-    return batches, note
+    return batches, note, input_ms
 
 
 def _model(arch: str, dataset: str, args) -> tuple[torch.nn.Module, Any, str] | str:
@@ -193,14 +209,15 @@ def prepare(arch: str, dataset: str, methods: list[str], args, device: torch.dev
     if layout:
         model = model.to(memory_format=torch.channels_last)
     n = args.warmup + args.batches
+    input_ms = math.nan
     try:
-        batches, stream = _stream_batches(dataset, n, args, device)
+        batches, stream, input_ms = _stream_batches(dataset, n, args, device)
     except FileNotFoundError as exc:
         batches = [x.to(device) for x in _random_batches(info.input_size, n)]
         stream = f"stream: random images ({str(exc).splitlines()[0]})"
     if layout:
         batches = [x.contiguous(memory_format=torch.channels_last) for x in batches]
-    inputs = Inputs(arch, dataset, model, info, batches, notes=[stream, weights])
+    inputs = Inputs(arch, dataset, model, info, batches, notes=[stream, weights], input_ms=input_ms)
     if any(method_class(m).needs_source for m in methods):
         inputs.source, note = _source(dataset, info.input_size, args)
         inputs.notes.append(note)
@@ -337,7 +354,7 @@ def _pack_worker(k: int, arch: str, dataset: str, methods: list[str], args, task
 class Pack:
     """``n`` worker processes for one model (spawned: a fresh CUDA context each, as Ray's workers have)."""
 
-    def __init__(self, n: int, arch: str, dataset: str, methods: list[str], args) -> None:
+    def __init__(self, n: int, arch: str, dataset: str, methods: list[str], args, deadline: float = math.inf) -> None:
         context = mp.get_context("spawn")
         self.n = n
         self.barrier = context.Barrier(n)
@@ -350,13 +367,18 @@ class Pack:
         ]
         for w in self.workers:
             w.start()
-        self.problem = next((p for _, _, p in (self._get() for _ in range(n)) if p), None)
+        try:  # the workers build their inputs within the time budget, or the model is not packed
+            self.problem = next((p for _, _, p in (self._get(deadline) for _ in range(n)) if p), None)
+        except RuntimeError as exc:
+            self.problem = str(exc)
 
-    def _get(self):
+    def _get(self, deadline: float = math.inf):
+        wait = min(PACK_TIMEOUT_S, deadline - time.perf_counter())
         try:
-            return self.results.get(timeout=PACK_TIMEOUT_S)
+            return self.results.get(timeout=max(wait, 0.1))
         except queue.Empty:
-            raise RuntimeError(f"a packed worker did not answer within {PACK_TIMEOUT_S} s") from None
+            why = "the time budget" if wait < PACK_TIMEOUT_S else f"{PACK_TIMEOUT_S} s"
+            raise RuntimeError(f"a packed worker did not answer within {why}") from None
 
     def images_per_s(self, name: str, timed_batches: int) -> float:
         """Aggregate images/s of the ``n`` instances of ``name``: all images over the span from the first start to
@@ -372,11 +394,11 @@ class Pack:
         last = max(e for (_, e), _ in answers)
         return self.n * timed_batches * BATCH / (last - first)
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 60) -> None:
         for q in self.tasks:
             q.put(None)
         for w in self.workers:
-            w.join(timeout=60)
+            w.join(timeout=wait_s)
             if w.is_alive():
                 w.terminate()
 
@@ -396,7 +418,7 @@ class Model:
     test: Row | None = None
 
 
-def open_model(arch: str, dataset: str, methods: list[str], args, device) -> Model:
+def open_model(arch: str, dataset: str, methods: list[str], args, device, deadline: float = math.inf) -> Model:
     inputs = prepare(arch, dataset, methods, args, device)
     model = Model(arch, dataset, methods, inputs)
     if isinstance(inputs, str):
@@ -405,10 +427,10 @@ def open_model(arch: str, dataset: str, methods: list[str], args, device) -> Mod
     for note in inputs.notes:
         print(f"   {arch} ({dataset}) {note}", flush=True)
     if args.pack > 1:
-        model.pack = Pack(args.pack, arch, dataset, methods, args)
+        model.pack = Pack(args.pack, arch, dataset, methods, args, deadline)
         if model.pack.problem:
             print(f"   not packed: a packed worker could not build its inputs ({model.pack.problem})", flush=True)
-            model.pack.close()
+            model.pack.close(wait_s=1)
             model.pack = None
     return model
 
@@ -424,7 +446,7 @@ def measure_models(group: list[tuple[str, str, list[str]]], args, device, emit, 
             if time.perf_counter() > deadline:
                 print(f"time budget reached: {arch} not measured", flush=True)
                 continue
-            models.append(open_model(arch, dataset, methods, args, device))
+            models.append(open_model(arch, dataset, methods, args, device, deadline))
         order = list(dict.fromkeys(["test", *(m for model in models for m in model.methods)]))
         for name in order:
             for model in models:
@@ -460,19 +482,39 @@ def _row(name: str, model: Model, args, device, deadline: float) -> Row:
     return row
 
 
+OPS_COST = 3.0  # a profiled batch costs about this many plain ones (the profiler's events; measured on the CPU)
+
+
+def fits(seconds: float, deadline: float) -> bool:
+    """Whether a step of about ``seconds`` ends before ``deadline`` (a step that would overrun is skipped)."""
+    return time.perf_counter() + seconds <= deadline
+
+
 def measure_row(name: str, inputs: Inputs, args, device, deadline: float, pack: Pack | None) -> Row:
     row = Row(inputs.arch, inputs.dataset, name)
+    if args.with_inputs:
+        row.input_ms = inputs.input_ms  # nan where the data is not present (random images: no input work)
     try:
         seconds, row.peak_mib, row.timed_batches = time_method(name, inputs, args, device, deadline)
         row.images_per_s = 1.0 / seconds
         if not args.no_ops:
-            ops = count_method_ops(name, inputs, args, device)
-            row.aten_ops, row.syncs = ops["aten_ops"], ops["syncs"]
-            row.extra["sync_names"] = ops.get("sync_names", {})
-        if pack is not None and time.perf_counter() < deadline:
-            row.pack = pack.n
-            row.pack_images_per_s = pack.images_per_s(name, args.batches)
-            row.pack_gain = row.pack_images_per_s / row.images_per_s
+            if fits(OPS_COST * (args.ops_warmup + args.ops_batches) * seconds * BATCH, deadline):
+                ops = count_method_ops(name, inputs, args, device)
+                row.aten_ops, row.syncs = ops["aten_ops"], ops["recorded_syncs"]
+                row.host_data = ops["host_data"]
+                row.extra["sync_names"] = ops.get("sync_names", {})
+            else:
+                row.skipped.append("ops")
+        if pack is not None:
+            # every packed instance warms up and times its batches, sharing the device: about pack.n x one's time
+            if fits(pack.n * (args.warmup + args.batches) * seconds * BATCH, deadline):
+                row.pack = pack.n
+                row.pack_images_per_s = pack.images_per_s(name, args.batches)
+                row.pack_gain = row.pack_images_per_s / row.images_per_s
+            else:
+                row.skipped.append(f"pack {pack.n}")
+        if row.skipped:
+            print(f"   {inputs.arch} / {name}: skipped {', '.join(row.skipped)} (would overrun --budget-s)", flush=True)
     except OverBudget:
         row.error = "not measured: the time budget ran out during its warm-up"
     except Exception as exc:  # noqa: BLE001 - one failing method must not end the benchmark
@@ -492,8 +534,9 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def header(pack: int) -> str:
-    cols = f"{'model':28s} {'method':14s} {'img/s':>9s} {'x TEST':>7s} {'ops/b':>7s} {'x TEST':>7s} {'syncs/b':>7s}"
-    cols += f" {'MiB':>8s}"
+    cols = (f"{'model':28s} {'method':14s} {'img/s':>9s} {'x TEST':>7s} {'ops/b':>7s} {'x TEST':>7s} {'syncs/b':>7s}"
+            f" {'h2d/b':>5s}")
+    cols += f" {'MiB':>8s} {'input ms/b':>10s}"
     return cols + (f" {f'pack{pack} img/s':>12s} {'gain':>5s}" if pack > 1 else "")
 
 
@@ -502,7 +545,8 @@ def line(r: Row) -> str:
         return f"{r.arch:28s} {r.method:14s} {r.error}"
     text = (
         f"{r.arch:28s} {r.method:14s} {_fmt(r.images_per_s, '9.1f')} {_fmt(r.x_test, '7.2f')} "
-        f"{_fmt(r.aten_ops, '7.0f')} {_fmt(r.aten_x_test, '7.2f')} {_fmt(r.syncs, '7.1f')} {_fmt(r.peak_mib, '8.1f')}"
+        f"{_fmt(r.aten_ops, '7.0f')} {_fmt(r.aten_x_test, '7.2f')} {_fmt(r.syncs, '7.1f')} "
+        f"{_fmt(r.host_data, '5.1f')} {_fmt(r.peak_mib, '8.1f')} {_fmt(r.input_ms, '10.1f')}"
     )
     if r.pack > 1:
         text += f" {_fmt(r.pack_images_per_s, '12.1f')} {_fmt(r.pack_gain, '5.2f')}"
@@ -510,18 +554,20 @@ def line(r: Row) -> str:
 
 
 def markdown(rows: list[Row], pack: int) -> str:
-    head = "| model | method | images/s | x TEST | aten ops/batch | x TEST | syncs/batch | peak MiB |"
-    rule = "|---|---|---|---|---|---|---|---|"
+    head = ("| model | method | images/s | x TEST | aten ops/batch | x TEST | syncs/batch | host-data tensors/batch "
+            "| peak MiB | input ms/batch |")
+    rule = "|---|---|---|---|---|---|---|---|---|---|"
     if pack > 1:
         head += f" pack {pack} images/s | gain |"
         rule += "---|---|"
     out = [head, rule]
     for r in rows:
         if r.error:
-            out.append(f"| {r.arch} | {r.method} | {r.error} |" + " |" * (5 + 2 * (pack > 1)))
+            out.append(f"| {r.arch} | {r.method} | {r.error} |" + " |" * (7 + 2 * (pack > 1)))
             continue
         cells = [r.arch, r.method, _fmt(r.images_per_s, ",.0f"), _fmt(r.x_test, ".2f"), _fmt(r.aten_ops, ".0f"),
-                 _fmt(r.aten_x_test, ".2f"), _fmt(r.syncs, ".1f"), _fmt(r.peak_mib, ".0f")]  # fmt: skip
+                 _fmt(r.aten_x_test, ".2f"), _fmt(r.syncs, ".1f"), _fmt(r.host_data, ".1f"), _fmt(r.peak_mib, ".0f"),
+                 _fmt(r.input_ms, ".1f")]  # fmt: skip
         if pack > 1:
             cells += [_fmt(r.pack_images_per_s, ",.0f"), _fmt(r.pack_gain, ".2f")]
         out.append("| " + " | ".join(cells) + " |")
@@ -544,6 +590,7 @@ class GridPlan:
     data_dir: str | None
     checkpoint_dir: str | None
     trust_checkpoints: bool
+    cells_per_gpu: int = 1  # the config's packing: 1 / resources.num_gpus cells share a GPU (num_gpus 0.5: two)
 
 
 def grid_plan(path: str) -> GridPlan:
@@ -556,7 +603,10 @@ def grid_plan(path: str) -> GridPlan:
     streams = {d: list(dict.fromkeys((c.setting, c.seed) for c in cells if c.dataset == d)) for d in datasets}
     models = {c.dataset: c.model for c in cells}
     methods = list(dict.fromkeys(c.method for c in cells))
-    return GridPlan(path, datasets, models, methods, streams, cfg.data_dir, cfg.checkpoint_dir, cfg.trust_checkpoints)
+    share = cfg.resources.num_gpus
+    per_gpu = max(1, int(1 / share + 1e-9)) if 0 < share < 1 else 1
+    return GridPlan(path, datasets, models, methods, streams, cfg.data_dir, cfg.checkpoint_dir, cfg.trust_checkpoints,
+                    per_gpu)
 
 
 def stream_lengths(streams: dict[str, list[tuple[str, int]]], cache: Path = GRID_LENGTHS) -> dict[str, dict[str, int]]:
@@ -590,42 +640,65 @@ def grid_estimate(plan: GridPlan, rows: list[Row], cache: Path = GRID_LENGTHS) -
     images = {ds: sum(lengths[ds][f"{s}/{seed}"] for s, seed in plan.streams[ds]) for ds in plan.datasets}
     measured = {(r.arch, r.method): r for r in rows}
     hours: dict[str, dict[str, float | None]] = {}
+    packed: dict[str, dict[str, float | None]] = {}
     unmeasured: list[str] = []
     for name in plan.methods:
         per = hours.setdefault(name, {})
+        per_packed = packed.setdefault(name, {})
         for ds in plan.datasets:
             row = measured.get((plan.models[ds], name))
             per[ds] = images[ds] / row.images_per_s / 3600 if row is not None and not row.error else None
+            # the grid's own packing: cells_per_gpu cells share a GPU, at the aggregate rate --pack measured
+            gain = row.pack_gain if row is not None and row.pack == plan.cells_per_gpu else math.nan
+            if plan.cells_per_gpu == 1:
+                gain = 1.0
+            per_packed[ds] = per[ds] / gain if per[ds] is not None and math.isfinite(gain) else None
             if per[ds] is None:
                 why = row.error if row is not None else "not reached within the time budget"
                 unmeasured.append(f"{name} on {ds} ({plan.models[ds]}): {why}")
     return {"config": plan.path, "datasets": plan.datasets, "models": plan.models, "images_per_cell_sum": images,
-            "hours": hours, "unmeasured": unmeasured}  # fmt: skip
+            "hours": hours, "cells_per_gpu": plan.cells_per_gpu, "hours_packed": packed,
+            "unmeasured": unmeasured}  # fmt: skip
 
 
 def print_grid(grid: dict[str, Any]) -> None:
-    datasets = grid["datasets"]
-    print(f"\n## estimated GPU-hours of {grid['config']} (one cell per GPU at a time; '-': not measured)")
+    datasets, per_gpu = grid["datasets"], grid.get("cells_per_gpu", 1)
+    packing = f"{per_gpu} cells per GPU, as the config packs them" if per_gpu > 1 else "one cell per GPU"
+    print(f"\n## estimated GPU-hours of {grid['config']} ({packing}; in brackets: one cell per GPU at a time; "
+          "'-': not measured)")
+    if per_gpu > 1:
+        print(f"packed figures: one cell's hours / the aggregate gain of --pack {per_gpu} ('-' where not measured)")
     print(
         "stream images per method (all settings and seeds): "
         + ", ".join(f"{d} {n:,}" for d, n in grid["images_per_cell_sum"].items())
     )
     print("| method | " + " | ".join(f"{d} ({grid['models'][d]})" for d in datasets) + " | total |")
     print("|---|" + "---|" * (len(datasets) + 1))
-    totals = dict.fromkeys(datasets, 0.0)
-    complete = dict.fromkeys(datasets, True)
+    packed = grid.get("hours_packed", grid["hours"])
+    totals = {"one": dict.fromkeys(datasets, 0.0), "packed": dict.fromkeys(datasets, 0.0)}
+    complete = {"one": dict.fromkeys(datasets, True), "packed": dict.fromkeys(datasets, True)}
+
+    def both(p: float | None, o: float | None, spec: str) -> str:
+        return "-" if p is None and o is None else f"{_fmt(p, spec)} ({_fmt(o, spec)})"
+
     for method, per in grid["hours"].items():
-        known = [v for v in per.values() if v is not None]
-        total = _fmt(sum(known), ".2f") if len(known) == len(per) else "-"
-        print(f"| {method} | " + " | ".join(_fmt(per[d], ".2f") for d in datasets) + f" | {total} |")
-        for d in datasets:
-            if per[d] is None:
-                complete[d] = False
-            else:
-                totals[d] += per[d]
-    cells = [(_fmt(totals[d], ".1f") if complete[d] else f">{totals[d]:.1f}") for d in datasets]
-    overall = sum(totals.values())
-    print("| **all** | " + " | ".join(cells) + f" | {'' if all(complete.values()) else '>'}{overall:.1f} |")
+        for kind, values in (("one", per), ("packed", packed[method])):
+            for d in datasets:
+                if values[d] is None:
+                    complete[kind][d] = False
+                else:
+                    totals[kind][d] += values[d]
+        sums = [sum(v for v in values.values() if v is not None) if None not in values.values() else None
+                for values in (packed[method], per)]
+        print(f"| {method} | " + " | ".join(both(packed[method][d], per[d], ".2f") for d in datasets)
+              + f" | {both(sums[0], sums[1], '.2f')} |")
+
+    def total(kind: str, d: str) -> str:
+        return f"{'' if complete[kind][d] else '>'}{totals[kind][d]:.1f}"
+
+    overall = {k: f"{'' if all(complete[k].values()) else '>'}{sum(totals[k].values()):.1f}" for k in totals}
+    print("| **all** | " + " | ".join(f"{total('packed', d)} ({total('one', d)})" for d in datasets)
+          + f" | {overall['packed']} ({overall['one']}) |")
     if grid["unmeasured"]:
         print(f"unmeasured cells ({len(grid['unmeasured'])}), so the total is a lower bound:")
         for item in grid["unmeasured"]:
@@ -711,7 +784,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="cuDNN's benchmark mode (default: UNITTA_CUDNN_BENCHMARK, as for cells; unset: 0)")
     parser.add_argument("--channels-last", action="store_true", help="also at fp32/tf32 (bf16 on cuda: always)")
     parser.add_argument("--compile", action="store_true", help="torch.compile each method's adapted model")
-    parser.add_argument("--pack", type=int, default=1, help="N cells on one device: N processes")
+    parser.add_argument("--pack", type=int, default=None,
+                        help="N cells on one device: N processes (default 1; --grid: the config's cells per GPU)")
+    parser.add_argument("--with-inputs", action="store_true",
+                        help="a column of per-batch input work (read, decode, device_batch) where data is present")
     parser.add_argument("--no-ops", action="store_true", help="skip the operator counts")
     parser.add_argument("--grid", nargs="?", const="sweeps/full_grid.yaml", default=None, metavar="CONFIG",
                         help="a sweep config's GPU-hours, its cells measured first (default sweeps/full_grid.yaml)")
@@ -736,6 +812,7 @@ def check(args) -> str | None:
     args.batches = args.batches if args.batches is not None else (2 if args.quick else 10)
     args.models = args.models or (["resnet20"] if args.quick else None)
     args.ops_warmup, args.ops_batches = (1, 1) if args.quick else (2, 3)
+    args.pack = args.pack if args.pack is not None else 1
     if args.warmup < 0 or args.batches < 1 or args.pack < 1:
         return "--warmup must be >= 0, --batches and --pack >= 1"
     if args.cudnn_benchmark is None:
@@ -763,6 +840,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --grid: {exc}", file=sys.stderr)
         return 2
     if plan is not None:
+        if "--pack" not in (argv if argv is not None else sys.argv[1:]):
+            args.pack = plan.cells_per_gpu  # the grid's own packing, measured
         args.data_dir = args.data_dir or plan.data_dir
         args.checkpoint_dir = args.checkpoint_dir or plan.checkpoint_dir
         args.trust_checkpoints = args.trust_checkpoints or plan.trust_checkpoints

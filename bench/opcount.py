@@ -144,12 +144,16 @@ def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batche
     ``warmup + batches`` times (the method adapts on every one; only the last ``batches`` are counted).
     ``aten_ops`` counts top-level operators unless ``all_ops``. Multi-tensor operators count once unless
     ``collapse_multi_tensor`` is False (module docstring). Also returns ``sync_names``: the sync
-    operators seen, with their per-batch counts.
+    operators seen, with their per-batch counts; ``recorded_syncs`` and ``host_data``: the host synchronisations and
+    tensors made from host data per batch that ``HostSyncRecorder`` sees (as ``steady_counts``).
     """
+    from unitta.contract.host_sync import HostSyncRecorder
+
     m = get_method(method, model, info, dataset=info.dataset, **overrides)
     for _ in range(warmup):
         m(x)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    recorder = HostSyncRecorder()
+    with profile(activities=[ProfilerActivity.CPU]) as prof, recorder:
         for _ in range(batches):
             m(x)
     aten = [e for e in prof.events() if e.name.startswith("aten::")]
@@ -166,6 +170,9 @@ def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batche
         "kernels": len(kernels) / batches,
         "syncs": sum(syncs.values()) / batches,
         "sync_names": {k: v / batches for k, v in sorted(syncs.items())},
+        # the recorder of ``steady_counts``: ``.tolist()``, ``.cpu()`` and reads the profiler misses included
+        "recorded_syncs": sum(recorder.counts.values()) / batches,
+        "host_data": sum(recorder.host_data.values()) / batches,
     }
 
 
@@ -225,6 +232,8 @@ def steady_counts(method: str, model, info, batches: list[torch.Tensor], warmup:
         "kernels": kernels / n,
         "syncs": sum(recorder.counts.values()) / n,
         "copies": sum(recorder.copies.values()) / n,
+        "host_data": sum(recorder.host_data.values()) / n,
+        "host_data_sites": {f"{what} at {where}": c / n for (what, where), c in recorder.host_data.most_common()},
         "sync_sites": {f"{what} at {where}": c / n for (what, where), c in recorder.counts.most_common()},
     }
 
@@ -322,8 +331,8 @@ def _steady(args) -> int:
           f"{args.batches} distinct batches after {args.warmup} warm-up; device paths: {paths}; {kind}")
     collapse = not args.no_collapse
     base = None
-    print(f"{'method':16s} {'new-shape batches':>17s} {'new shapes':>10s} {'syncs':>6s} {'H2D':>5s} "
-          f"{'aten ops':>9s} {'x TEST':>7s}  sync sites (per batch)")
+    print(f"{'method':16s} {'new-shape batches':>17s} {'new shapes':>10s} {'syncs':>6s} {'H2D':>5s} {'host data':>9s} "
+          f"{'aten ops':>9s} {'x TEST':>7s}  sync and host-data sites (per batch)")
     for name in (["test"] if "test" not in names else []) + list(names):
         try:
             r = steady_counts(name, model, info, batches, args.warmup,
@@ -334,9 +343,10 @@ def _steady(args) -> int:
         base = base or r
         if name == "test" and "test" not in names:
             continue
-        sites = ", ".join(f"{k} {v:g}" for k, v in list(r["sync_sites"].items())[:3])
+        sites = ", ".join(f"{k} {v:g}" for k, v in [*r["sync_sites"].items(), *r["host_data_sites"].items()][:4])
         print(f"{name:16s} {r['new_shape_batches']:>11d} of {r['steady_batches']:<3d} {r['new_shapes']:10d} "
-              f"{r['syncs']:6.2f} {r['copies']:5.1f} {r['aten_ops']:9.1f} {r['aten_ops'] / base['aten_ops']:7.2f}  "
+              f"{r['syncs']:6.2f} {r['copies']:5.1f} {r['host_data']:9.1f} {r['aten_ops']:9.1f} "
+              f"{r['aten_ops'] / base['aten_ops']:7.2f}  "
               f"{sites}")
     return 0
 

@@ -116,3 +116,23 @@ def test_bad_input_is_one_line_and_exit_2(bench, args, env, expected, capsys, mo
     assert bench.main(["--device", "cpu", *args]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith(expected), err
+
+
+def test_a_dry_rehearsal_keeps_its_budget_in_every_step(tmp_path):
+    """The CPU rehearsal of ``--grid --budget-s``: every step (warm-up, timing, operator count, packing) ends inside
+    the budget or is skipped and listed; the grid's packing (num_gpus 0.5: two cells per GPU) is read."""
+    config = _grid_config(tmp_path, ["test", "bn", "tent", "rotta"])
+    config.write_text(config.read_text() + "resources: {num_cpus: 1, num_gpus: 0.5}\n")
+    budget = 12
+    done = _run("--grid", str(config), "--budget-s", str(budget), "--pack", "1", "--warmup", "2", "--batches", "2",
+                "--lengths", str(tmp_path / "lengths.json"), "--json", str(tmp_path / "gpu.json"))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    measured = float(done.stdout.split("measured in ")[1].split(" s")[0])
+    # a row being timed ends after the batch that crossed the budget: one batch of slack (a few s on a busy CPU)
+    assert measured <= budget + 5, done.stdout
+    assert report["grid"]["cells_per_gpu"] == 2
+    assert "2 cells per GPU, as the config packs them" in done.stdout
+    for row in report["rows"]:  # measured, or listed with what was left out
+        assert row["error"] or row["images_per_s"] > 0
+        assert all(step in ("ops", "pack 1") for step in row["skipped"])

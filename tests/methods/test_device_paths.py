@@ -97,6 +97,25 @@ def test_masked_rows_give_the_kept_rows_a_forward_of_their_own(kind):
     assert masked.row_mask is None  # the mask applies inside the block only
 
 
+def test_one_kept_row_of_a_batchnorm1d_falls_back_as_a_forward_of_that_row():
+    """A (B, C) input with one kept row has one value per channel: a forward of that row alone normalises with the
+    source statistics (``BatchStatsNorm``; PyTorch's train-mode BatchNorm refuses it), and so does the masked one."""
+    bn = torch.nn.BatchNorm1d(4)
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.tensor([0.5, -1.0, 2.0, 0.0]))
+        bn.running_var.copy_(torch.tensor([2.0, 0.5, 1.0, 3.0]))
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
+    for kept in ([2], [1, 4]):
+        keep = torch.zeros(6, dtype=torch.bool)
+        keep[kept] = True
+        layer = BatchStatsNorm(bn)
+        expected = layer(x[keep])
+        with masked_rows(layer, keep):
+            got = layer(x)
+        torch.testing.assert_close(got[keep], expected, rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(expected).all()
+
+
 @pytest.mark.parametrize("device_steps", [0, 2, 5, 40, 100])
 def test_lame_fixed_point_is_the_same_however_many_steps_run_before_the_read(device_steps):
     g = torch.Generator().manual_seed(5)

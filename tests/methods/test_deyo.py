@@ -51,6 +51,22 @@ def test_filters_that_drop_everything_take_no_step(fmnist_cnn):
     assert deyo.cost.backwards == 1 and int(deyo.kept_last) > 0
 
 
+def test_an_empty_first_filter_returns_before_the_shuffled_forward(fmnist_cnn):
+    """S1 empty: the reference returns before shuffling (no second forward, no draw). On the CPU path the read of
+    S1 comes first; the CUDA path keeps its one read (of S2) per batch and runs the shuffled forward (docstring)."""
+    x = grey_shift(fmnist_cnn.x[:16], seed=5)
+    deyo = get_method("deyo", fmnist_cnn.model, fmnist_cnn.info, margin=1e-6)
+    forwards = []
+    hook = deyo.model.register_forward_hook(lambda *_: forwards.append(1))
+    state = deyo.aug_generator.get_state()
+    try:
+        deyo(x)
+    finally:
+        hook.remove()
+    assert len(forwards) == 1 and deyo.cost.backwards == 0
+    assert torch.equal(deyo.aug_generator.get_state(), state)  # nothing drawn for a shuffle
+
+
 def test_the_loss_is_the_reweighted_entropy_of_the_kept_samples(fmnist_cnn):
     """Recompute the loss from the filters' pieces: mean over S2 of H (exp(-(H - e0)) + exp(PLPD))."""
     x = grey_shift(fmnist_cnn.x[:64], seed=6)

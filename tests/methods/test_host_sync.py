@@ -45,3 +45,19 @@ def test_the_record_names_the_calling_line() -> None:
     ((what, where),) = syncs.counts
     assert what == "Tensor.item" and where.startswith("test_host_sync.py:")
     assert syncs.summary() == f"Tensor.item at {where} (x1)"
+
+
+def test_tensors_made_from_host_data_are_counted() -> None:
+    import numpy as np
+
+    x = torch.randn(3)
+    with HostSyncRecorder() as syncs:
+        torch.tensor([1.0, 2.0])
+        torch.as_tensor(np.zeros(2))
+        torch.from_numpy(np.ones(2)).to(x.device)
+        torch.as_tensor(x)  # already a tensor: no host data
+        torch.full((2,), 0.5)  # a fill, no copy of host data
+    assert sorted(what for what, _ in syncs.host_data) == [
+        "torch.as_tensor of host data", "torch.from_numpy of host data", "torch.tensor of host data"
+    ]
+    assert torch.from_numpy is not syncs._recorded_from_numpy  # restored on exit

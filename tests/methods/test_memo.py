@@ -203,7 +203,7 @@ def _serving(views: torch.Tensor):
 
 
 def test_episodes_per_chunk_bounds_views_and_weight_copies(fmnist_cnn):
-    memo = get_method("memo", fmnist_cnn.model, fmnist_cnn.info)  # 32 views
+    memo = get_method("memo", fmnist_cnn.model, fmnist_cnn.info, chunk_memory=1e9)  # 32 views, no memory bound
     assert memo.episodes_per_chunk(torch.zeros(200, 3, 32, 32)) == 64  # CHUNK_VIEW_VALUES: 64 CIFAR images' views
     assert memo.episodes_per_chunk(torch.zeros(8, 3, 32, 32)) == 8
     assert memo.episodes_per_chunk(torch.zeros(8, 3, 224, 224)) == 1  # ImageNet-sized: one episode at a time
@@ -237,3 +237,21 @@ def test_presets(fmnist_cnn):
 
 def test_fmnist_cell(fmnist_cell):
     fmnist_cell("memo", n_augmentations=4)
+
+
+def test_the_memory_budget_bounds_a_chunk_by_sequential_episodes(fmnist_cnn):
+    """A chunk's estimated memory stays within chunk_memory x one sequential batch's, at any batch size."""
+    from unitta.methods.memo import VMAP_ACTIVATION_COPIES
+
+    for factor in (2.0, 20.0):
+        memo = get_method("memo", fmnist_cnn.model, fmnist_cnn.info, chunk_memory=factor)
+        for batch in (1, 16, 200):
+            x = torch.zeros(batch, 3, 32, 32)
+            views = 32 * x[0].numel()
+            weights = sum(p.numel() for p in memo.source_params.values())
+            activations = 32 * memo.activation_values(x)
+            sequential = 3 * weights + activations + batch * views
+            per_episode = 3 * weights + VMAP_ACTIVATION_COPIES * activations + views
+            e = memo.episodes_per_chunk(x)
+            assert 1 <= e <= batch and (e == 1 or e * per_episode <= factor * sequential), (factor, batch, e)
+        assert memo.activation_values(x) > x[0].numel()  # every layer's outputs, the input's size and more

@@ -38,6 +38,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import typing
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -204,12 +205,15 @@ def check_stream(
     batches = [one, full, one, *stream]
     watched = [full, *stream]  # what adapts and host_sync look at: full-size and stream batches
     syncs = HostSyncRecorder()
+    first_host_data: Counter[tuple[str, str]] = Counter()  # made on the first watched batch: once per cell
     finite_failure, adapted = None, not cls.adapts  # a method that should not adapt passes adapts as it is
     for i, x in enumerate(batches):
         before = dataclasses.replace(method.cost)
         if any(x is w for w in watched):
             with syncs:
                 out = method(x)
+            if x is full:
+                first_host_data = Counter(syncs.host_data)
             if not adapted:
                 with torch.no_grad():
                     adapted = not _same_as_source(out.detach(), source(x), cls.scores)
@@ -221,15 +225,23 @@ def check_stream(
     method.reset()
     changed = _source_difference(pristine, model, stream[0])
     n_syncs = sum(syncs.counts.values())
+    steady_host_data = syncs.host_data - first_host_data
+    sync_problems = []
+    if n_syncs:
+        sync_problems.append(f"{n_syncs} host synchronisation(s) in forward over {len(watched)} batches: "
+                             f"{syncs.summary()}")
+    if steady_host_data:
+        sites = ", ".join(f"{what} at {where} (x{n})" for (what, where), n in steady_host_data.most_common(3))
+        sync_problems.append(f"{sum(steady_host_data.values())} tensor(s) made from host data after the first "
+                             f"batch (a host-to-device copy each on a GPU): {sites}")
     return {
         "finite_outputs": _result("finite_outputs", name, finite_failure),
         "cost": _result("cost", name, cost_failure),
         "adapts": _warning("adapts", name, None if adapted else (
             f"never adapts: its scores on {len(watched)} shifted batches equal the source model's (set adapts = "
             "False if that is intended, as for 'test')")),
-        "host_sync": _warning("host_sync", name, None if not n_syncs else (
-            f"{n_syncs} host synchronisation(s) in forward over {len(watched)} batches: {syncs.summary()} "
-            "(docs/adding_a_method.md: avoid, or document why)")),
+        "host_sync": _warning("host_sync", name, None if not sync_problems else (
+            "; ".join(sync_problems) + " (docs/adding_a_method.md: avoid, or document why)")),
         "source_unchanged": _result("source_unchanged", name, None if changed is None else (
             f"the source model passed in was modified: {changed} (build state on self.model in setup(), never "
             "on self.source_model)")),

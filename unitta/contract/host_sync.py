@@ -16,6 +16,10 @@ code that asked for it. Reads made inside ``torch.optim`` (step counts kept in h
 recorded. On a CPU run this counts what a GPU would wait for only on the branches a GPU takes: run it under
 ``UNITTA_DEVICE_PATHS=cuda`` (``unitta.methods.parts.device``).
 
+``host_data`` counts every tensor made from host data (``torch.tensor``, ``torch.as_tensor`` / ``torch.asarray``
+of Python or NumPy values, ``torch.from_numpy``), wherever it then goes: on a GPU each is a host-to-device copy
+(blocking unless pinned) or host bookkeeping next to device work; a steady batch should make none (constants
+once per cell on the device, bookkeeping on the device).
 ``copies`` counts, the same way, the host-to-device copies a CUDA run would make: tensors built from Python
 values (``torch.tensor``, ``torch.as_tensor``) or drawn from a host generator (a CPU generator that
 ``device_generator`` did not make) that are then moved with ``.to(...)`` / ``.cuda()``, or built with a
@@ -49,6 +53,9 @@ _HOST_MEMORY_FILES = (_device.__file__,)  # reads made there are of host tensors
 _HOST_MADE = {"tensor", "as_tensor"}
 _DRAWS = {"rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "rand_like", "randn_like"}
 _MOVES = {"to", "cuda"}
+# functions that make a tensor from host data (Python numbers, lists, NumPy arrays): a host-to-device copy each
+# on a GPU, blocking unless the source is pinned
+_FROM_HOST_DATA = {"tensor", "as_tensor", "asarray"}
 
 
 def _caller() -> str | None:
@@ -75,6 +82,8 @@ class _Functions(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in _MOVES and args and id(args[0]) in self._recorder.host_made:
             self._recorder.record_copy(f"Tensor.{name} of a host tensor")
+        if name in _FROM_HOST_DATA and _made_from_host_data(name, args, kwargs):
+            self._recorder.record_host_data(f"torch.{name} of host data")
         if name not in _HOST_READS:
             out = func(*args, **kwargs)
             if (name in _HOST_MADE or (name in _DRAWS and _host_generator(kwargs))) and isinstance(out, torch.Tensor):
@@ -110,6 +119,14 @@ class _Operators(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+def _made_from_host_data(name: str, args: tuple, kwargs: dict) -> bool:
+    """Whether ``torch.<name>(data, ...)`` reads host data: not for ``as_tensor``/``asarray`` of a tensor."""
+    if name in ("tensor", "from_numpy"):
+        return True
+    data = args[0] if args else kwargs.get("data", kwargs.get("obj"))
+    return not isinstance(data, torch.Tensor)
+
+
 def _host_generator(kwargs: dict) -> bool:
     generator = kwargs.get("generator")
     return isinstance(generator, torch.Generator) and not _device.is_device_generator(generator)
@@ -131,6 +148,7 @@ class HostSyncRecorder:
     def __init__(self) -> None:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.copies: Counter[tuple[str, str]] = Counter()
+        self.host_data: Counter[tuple[str, str]] = Counter()
         self.host_made: dict[int, weakref.ref] = {}  # id -> the host tensor (ids of dead tensors are dropped)
         self.inside = 0
         self._modes = (_Functions(self), _Operators(self))
@@ -145,6 +163,11 @@ class HostSyncRecorder:
         if where is not None:
             self.copies[(what, where)] += 1
 
+    def record_host_data(self, what: str) -> None:
+        where = _caller()
+        if where is not None:
+            self.host_data[(what, where)] += 1
+
     def remember_host(self, t: torch.Tensor) -> None:
         key = id(t)
         self.host_made[key] = weakref.ref(t, lambda _, key=key: self.host_made.pop(key, None))
@@ -152,11 +175,19 @@ class HostSyncRecorder:
     def __enter__(self) -> HostSyncRecorder:
         for mode in self._modes:
             mode.__enter__()
+        # ``torch.from_numpy`` takes no tensor and bypasses the function mode: wrapped while recording
+        self._from_numpy = torch.from_numpy
+        torch.from_numpy = self._recorded_from_numpy
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        torch.from_numpy = self._from_numpy
         for mode in reversed(self._modes):
             mode.__exit__(*exc)
+
+    def _recorded_from_numpy(self, array: Any) -> torch.Tensor:
+        self.record_host_data("torch.from_numpy of host data")
+        return self._from_numpy(array)
 
     def summary(self, limit: int = 3) -> str:
         """e.g. 'Tensor.item at my_method.py:42 (x3), aten.nonzero at my_method.py:50 (x3)'."""

@@ -136,12 +136,12 @@ class CMF(ROID):
     def filter_step(self) -> None:
         """Predict, update and ensemble (module docstring), on the trained parameters only."""
         alpha, q = self.cfg.alpha, self.process_noise
-        ema_tensors_(self.hidden_params, self.source_params, alpha)  # the recovered model, in place
+        ema_tensors_(self.hidden_params, self.source_params, alpha, self.device_paths)  # the recovered model, in place
         self.hidden_var = alpha**2 * self.hidden_var + q
         beta = max((1.0 - q) / (self.hidden_var + 1.0 - q), BETA_MIN)
         beta = beta if beta < BETA_ONE else 1.0
         self.hidden_var = beta * self.hidden_var
         if beta < 1.0:  # md ema_update_model skips momentum 1
-            ema_tensors_(self.hidden_params, self.params, beta)
+            ema_tensors_(self.hidden_params, self.params, beta, self.device_paths)
         if self.cfg.gamma < 1.0:
-            ema_tensors_(self.params, self.hidden_params, self.cfg.gamma)
+            ema_tensors_(self.params, self.hidden_params, self.cfg.gamma, self.device_paths)

@@ -23,8 +23,13 @@ reweighting by entropy and PLPD on, augmentation 'patch' with 4 x 4 patches ('oc
 (56, 56) filled with the image's channel means; 'pixel': one random pixel permutation for the batch).
 
 Deviations:
-- From the reference: one host read per adapted batch (is S2 empty: no step), where the reference's
-  ``len(...) == 0`` tests make two. The shuffled forward sees every image, with the batch statistics of S1's
+- From the reference: on the CUDA path one host read per adapted batch (is S2 empty: no step), where the
+  reference's ``len(...) == 0`` tests make two: with S1 empty the shuffled forward still runs (its draws are
+  consumed, its output unused; S2 is then empty and no step is taken), since knowing S1 empty before it would be
+  a second read (one read cannot serve both: S2 needs the shuffled forward), and a step cannot be skipped
+  without a read (Adam and momentum SGD move the parameters on a zero gradient). On the CPU path (host memory,
+  reads free) S1 is read first and the method returns before the shuffled forward, as the reference does.
+  The shuffled forward sees every image, with the batch statistics of S1's
   alone (``norm.row_mask.masked_rows``), and S1 and S2 are masks: the same values as the reference's forward of
   S1's images, without a data-dependent shape. The shuffles are drawn from the method's torch.Generator (on the
   CUDA path a device generator seeded from it; the reference: the global RNG), so a seed gives other (equally
@@ -66,7 +71,7 @@ EXCLUDE = ("layer4", "blocks.9", "blocks.10", "blocks.11", "norm.")
 class DeYO(TTAMethod):
     """DeYO (Lee et al., ICLR'24): entropy + PLPD filtering under patch shuffling, reweighted entropy."""
 
-    version = 2  # 2: every image shuffled, S1 a mask (other draws); one host read
+    version = 3  # 2: every image shuffled, S1 a mask (other draws); one host read. 3: CPU path returns on an empty S1
     norm_kinds = ("batch", "layer", "group")
 
     @dataclass(frozen=True)
@@ -116,6 +121,9 @@ class DeYO(TTAMethod):
         self.e0 = self.cfg.margin_e0 * log_k
         self.kept_last: Tensor | int = 0  # |S2| of the last adapted batch (a tensor: no host read)
         # the augmentation's draws: where the images are on the CUDA path (no host-to-device copy)
+        # on the CUDA path the one host read per batch is S2's; S1's emptiness cannot be known before the shuffled
+        # forward without a second read (module docstring), on the CPU path it is read first, as the reference does
+        self.one_read = self.device_paths.cuda(self.device)
         self.aug_generator = (
             device_generator(self.generator, self.device) if self.device_paths.cuda(self.device) else self.generator
         )
@@ -127,6 +135,9 @@ class DeYO(TTAMethod):
         """The filtered, reweighted entropy of the module docstring; None when S1 or S2 is empty."""
         entropy = softmax_entropy(logits)
         first = entropy < self.entropy_margin  # S1, a mask: every row goes on, so that no shape depends on it
+        if not self.one_read and not bool(first.any()):  # host memory: free; the reference returns before shuffling
+            self.kept_last = first.sum()
+            return None
         with torch.no_grad(), masked_rows(self.model, first):  # batch statistics of S1, as a forward of S1 alone
             probs_shuffled = self.model(self.destroy(x.detach())).softmax(dim=1)
         probs = logits.softmax(dim=1)

@@ -70,6 +70,11 @@ __all__ = ["MEMO"]
 # weights (weights, gradients, momenta: three such copies), 2**28 values = 1 GiB per copy in float32.
 CHUNK_VIEW_VALUES = 64 * 32 * 3 * 32 * 32
 CHUNK_WEIGHT_VALUES = 2**28
+# What vmap(grad) keeps per activation value of an episode, against the sequential path's estimate: issue 53's
+# measurement on the embedded ResNet-20 (batch 16, 32 views, CUDA branches on the CPU: +1,705 MiB batched against
+# +56 MiB sequentially, ~1.9x one sequential batch per batched episode); an estimate, so ``chunk_memory`` bounds the
+# peak to about, not exactly, its multiple.
+VMAP_ACTIVATION_COPIES = 2
 
 
 @register_method("memo")
@@ -87,12 +92,16 @@ class MEMO(TTAMethod):
         bn_alpha: float = 0.1  # md conf.py BN.ALPHA: (1 - alpha) source + alpha batch statistics
         steps: int = 1  # md cfgs/*/memo.yaml OPTIM.STEPS
         preaugment: Literal["crop", "resized_crop"] = "crop"  # md transforms_augmix: CIFAR crop, else resized crop
+        # not MEMO's: the batched (CUDA) path's memory bound, in units of one sequential episode's estimated memory
+        # (``episodes_per_chunk``); 2: a batch's peak at most ~2x the sequential path's, whatever the batch size
+        chunk_memory: float = 2.0
 
         def __post_init__(self) -> None:
             check_positive("lr", self.lr)
             check_at_least("n_augmentations", self.n_augmentations, 1)
             check_probability("bn_alpha", self.bn_alpha)
             check_at_least("steps", self.steps, 1)
+            check_at_least("chunk_memory", self.chunk_memory, 1.0)
 
     presets = {
         # md cfgs/imagenet_c/memo.yaml: SGD 2.5e-4, 64 views; RandomResizedCrop for non-CIFAR images
@@ -122,6 +131,7 @@ class MEMO(TTAMethod):
         self.optimizer = optimizer_from_config(list(self.params.values()), self.cfg)
         self.augmix = AugMix(preaugment=self.cfg.preaugment, paths=self.device_paths)
         self.views_generator = device_generator(self.generator, self.device)
+        self._activation_values: dict[tuple[int, ...], int] = {}  # per image size (``activation_values``)
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.device_paths.cuda(x):  # compute-bound: one episode after another keeps the kernels dense (below)
@@ -131,11 +141,45 @@ class MEMO(TTAMethod):
 
     def episodes_per_chunk(self, x: Tensor) -> int:
         """How many episodes run together: all of the batch unless their views or their weight copies would pass
-        ``CHUNK_VIEW_VALUES`` / ``CHUNK_WEIGHT_VALUES``; at least one."""
-        per_episode_views = self.cfg.n_augmentations * x[0].numel()
+        ``CHUNK_VIEW_VALUES`` / ``CHUNK_WEIGHT_VALUES``, or their memory ``chunk_memory`` times one sequential
+        episode's; at least one.
+
+        Memory, in values, from the model's sizes: an episode holds its weights' copies (weights, gradients, momenta:
+        3 W) and its views' activations (V views x A values per image, every layer's output, kept for the
+        backward); the sequential path holds one such episode and the batch's views (B V image values), a chunk of E
+        episodes E times (3 W + V A + V image values). vmap's grouped layers keep more per activation than the
+        sequential pass (``VMAP_ACTIVATION_COPIES``, measured, docs/benchmarks.md "MEMO batched")."""
+        views = self.cfg.n_augmentations
+        per_episode_views = views * x[0].numel()
         per_episode_weights = sum(p.numel() for p in self.source_params.values())
-        bound = min(CHUNK_VIEW_VALUES // per_episode_views, CHUNK_WEIGHT_VALUES // per_episode_weights)
+        activations = views * self.activation_values(x)
+        sequential = 3 * per_episode_weights + activations + x.shape[0] * per_episode_views
+        batched = 3 * per_episode_weights + VMAP_ACTIVATION_COPIES * activations + per_episode_views
+        bound = min(CHUNK_VIEW_VALUES // per_episode_views, CHUNK_WEIGHT_VALUES // per_episode_weights,
+                    int(self.cfg.chunk_memory * sequential // batched))  # fmt: skip
         return max(1, min(x.shape[0], bound))
+
+    def activation_values(self, x: Tensor) -> int:
+        """Output values of every leaf module for one image of ``x``'s size (once per size: a forward of one
+        image without autograd, outside the steady batches)."""
+        key = tuple(x.shape[1:])
+        if key not in self._activation_values:
+            total = [0]
+
+            def count(_module, _inputs, output) -> None:
+                if isinstance(output, Tensor):
+                    total[0] += output.numel()
+
+            leaves = [m for m in self.model.modules() if not any(True for _ in m.children())]
+            hooks = [m.register_forward_hook(count) for m in leaves]
+            try:
+                with torch.no_grad():
+                    self.model(x[:1])
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            self._activation_values[key] = total[0]
+        return self._activation_values[key]
 
     def episodes(self, images: Tensor) -> Tensor:
         """One episode per image, side by side: from the source weights, ``steps`` steps on the marginal entropy

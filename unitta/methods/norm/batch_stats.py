@@ -8,11 +8,15 @@ Batch of size 1: the statistics are then those of the single sample over its H x
 PyTorch's train-mode BatchNorm computes for N = 1, an instance normalisation). When there is only one
 value per channel (N * H * W == 1, e.g. a BatchNorm1d on one sample), batch statistics do not exist
 and the layer falls back to the source running statistics. Either way the output is finite.
-Inside ``row_mask.masked_rows`` the statistics are those of the rows the mask keeps.
+Inside ``row_mask.masked_rows`` the statistics are those of the rows the mask keeps, with the same fallback when
+one kept row has one value per channel.
 """
 
 from __future__ import annotations
 
+import math
+
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -45,4 +49,10 @@ class BatchStatsNorm(RowMaskedNorm):
     def _masked(self, x: Tensor) -> Tensor:
         """The statistics of the rows ``row_mask`` keeps (in float32 under autocast, as BatchNorm)."""
         mean, var = masked_mean_var(x, self.row_mask)
+        if x.ndim == 2 or math.prod(x.shape[2:]) == 1:
+            # one kept row of a (B, C) input has one value per channel: a forward of that row alone takes the
+            # source statistics (see the module docstring), chosen on the device (no host read of the count)
+            single = self.row_mask.sum() == 1
+            mean = torch.where(single, self.source_mean, mean)
+            var = torch.where(single, self.source_var, var)
         return normalise(x, mean, var, self.eps, self.weight, self.bias)

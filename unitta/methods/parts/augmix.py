@@ -226,12 +226,25 @@ class _Draws:
             raise RuntimeError(f"AugMix draws: {self.u.shape[1] - self.used} of {self.u.shape[1]} columns unused")
 
 
+_HALF_SIZES: dict[tuple, Tensor] = {}
+
+
+def _half_size(w: int, h: int, like: Tensor) -> Tensor:
+    """(w / 2, h / 2) on ``like``'s device and dtype, made once per (size, dtype, device): a tensor made from host
+    values every batch is a host-to-device copy on a GPU (docs/benchmarks.md "Device paths")."""
+    key = (w, h, like.dtype, like.device)
+    out = _HALF_SIZES.get(key)
+    if out is None:
+        out = _HALF_SIZES[key] = torch.tensor([w / 2.0, h / 2.0], dtype=like.dtype, device=like.device)
+    return out
+
+
 def _affine_pixels(v: Tensor, a: Tensor) -> Tensor:
     """Bilinear resampling, zero outside: output pixel centre P (pixel units, origin at the top-left corner)
     reads the input at A P (PIL's ``Image.transform(AFFINE)`` convention); ``a`` (N, 2, 3)."""
     n, _, h, w = v.shape
     # P = D (u + 1) with D = diag(w/2, h/2) maps affine_grid's normalised u (align_corners=False) to pixels
-    d = torch.tensor([w / 2.0, h / 2.0], dtype=v.dtype, device=v.device)
+    d = _half_size(w, h, v)
     m = a[:, :, :2]
     t = a[:, :, 2]
     m_u = m * d.view(1, 1, 2) / d.view(1, 2, 1)  # D^-1 M D

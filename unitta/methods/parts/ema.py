@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from unitta.methods.norm.stats import constant
+from unitta.methods.parts.device import DevicePaths
 
 __all__ = ["make_teacher", "ema_update_", "ema_tensors_"]
 
@@ -67,12 +68,18 @@ def ema_update_(teacher: nn.Module, student: nn.Module, momentum: float, buffers
     _ema_(floats_t, floats_s, momentum)
 
 
-def _ema_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: float) -> None:
-    """``t.mul_(momentum).add_(s, alpha=1 - momentum)`` for every pair, as two multi-tensor ops."""
+def _ema_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: float,
+          paths: DevicePaths | None = None) -> None:
+    """``t.mul_(momentum).add_(s, alpha=1 - momentum)`` for every pair, as two multi-tensor ops (``paths``: the
+    calling method's device paths; None: read from the environment)."""
     if not targets:
         return
     first = targets[0]
-    if all(t.dtype == first.dtype and t.device == first.device for t in targets):
+    if (paths or DevicePaths.from_environment()).cuda(first):
+        # one multi-tensor kernel taking the number as an argument: no tensor made per new momentum (CMF's filter
+        # passes a new one every batch for its first few hundred, which a cached constant would copy from the host)
+        torch._foreach_mul_(targets, momentum)
+    elif all(t.dtype == first.dtype and t.device == first.device for t in targets):
         # a cached 0-dim tensor factor: the same float product as the Python number, which the CPU's
         # per-tensor fallback would otherwise convert to a tensor once per parameter
         torch._foreach_mul_(targets, constant(momentum, first))
@@ -82,11 +89,12 @@ def _ema_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: fl
 
 
 @torch.no_grad()
-def ema_tensors_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: float) -> None:
+def ema_tensors_(targets: list[torch.Tensor], sources: list[torch.Tensor], momentum: float,
+                 paths: DevicePaths | None = None) -> None:
     """In place: ``t <- momentum * t + (1 - momentum) * s`` for matching lists of tensors (CMF's filter steps,
     which average selected parameters rather than whole networks)."""
     if not 0.0 <= momentum <= 1.0:
         raise ValueError(f"momentum={momentum!r} must lie in [0, 1]")
     if len(targets) != len(sources):
         raise ValueError(f"{len(targets)} targets but {len(sources)} sources")
-    _ema_(targets, sources, momentum)
+    _ema_(targets, sources, momentum, paths)
