@@ -10,7 +10,8 @@ from concurrent import futures
 
 import pytest
 
-from unitta.run.ray_cluster import AUTH_MODE, ClusterError, _choose_auth_mode, _speaks_grpc, connect
+from unitta.run.ray_auth import AUTH_MODE, choose_auth_mode
+from unitta.run.ray_cluster import ClusterError, _speaks_grpc, connect
 
 
 @pytest.fixture
@@ -71,12 +72,12 @@ def test_an_address_is_not_ignored_when_ray_already_runs_in_this_process(web_ser
 def test_the_auth_mode_ray_would_choose_is_said_so_ray_prints_no_warning(monkeypatch):
     """Ray 2.60 warns on every new local Ray when RAY_AUTH_MODE is unset; unitta sets what Ray would choose."""
     monkeypatch.delenv(AUTH_MODE, raising=False)
-    _choose_auth_mode(new_cluster=True)
+    choose_auth_mode(new_cluster=True)
     assert os.environ[AUTH_MODE] == "token"  # Ray's default for a new local Ray, said explicitly
     monkeypatch.setenv(AUTH_MODE, "disabled")
-    _choose_auth_mode(new_cluster=True)
+    choose_auth_mode(new_cluster=True)
     assert os.environ[AUTH_MODE] == "disabled"  # the user's choice stands
     monkeypatch.delenv(AUTH_MODE)
     monkeypatch.setenv("RAY_AUTH_TOKEN", "a" * 32)  # (Ray caches the token it found: no "without a token" case here)
-    _choose_auth_mode(new_cluster=False)
+    choose_auth_mode(new_cluster=False)
     assert os.environ[AUTH_MODE] == "token"  # joining with a token at hand

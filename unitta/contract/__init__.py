@@ -226,10 +226,8 @@ def check_stream(
     changed = _source_difference(pristine, model, stream[0])
     n_syncs = sum(syncs.counts.values())
     steady_host_data = syncs.host_data - first_host_data
-    sync_problems = []
-    if n_syncs:
-        sync_problems.append(f"{n_syncs} host synchronisation(s) in forward over {len(watched)} batches: "
-                             f"{syncs.summary()}")
+    sync_problems = [f"{n_syncs} host synchronisation(s) in forward over {len(watched)} batches: {syncs.summary()}"
+                     ] if n_syncs else []
     if steady_host_data:
         sites = ", ".join(f"{what} at {where} (x{n})" for (what, where), n in steady_host_data.most_common(3))
         sync_problems.append(f"{sum(steady_host_data.values())} tensor(s) made from host data after the first "

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from unitta.cell import Cell, check_played_size
+from unitta.cell import Cell
+from unitta.cell.stream_size import check_played_size
 from unitta.data.records import FOLDER_LOADERS, NATURAL_LOADERS, RECORDS, dataset_record
 from unitta.data.source import clean_test_problem, source_problem
 from unitta.evaluate.inputs import cell_severities, iid_overrides

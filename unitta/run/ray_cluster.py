@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from unitta.run import exits
+from unitta.run.ray_auth import choose_auth_mode
 
 __all__ = [
     "ClusterError",
@@ -188,7 +189,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
     else:
         _check_joinable(bootstrap)
         kwargs["address"] = address if address is not None else bootstrap
-    _choose_auth_mode(new_cluster=bootstrap is None)
+    choose_auth_mode(new_cluster=bootstrap is None)
     previous = os.environ.get("RAY_OVERRIDE_JOB_RUNTIME_ENV")
     if override:
         os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
@@ -204,31 +205,6 @@ def connect(address: str | None = None, num_cpus: int | None = None, runtime_env
             else:
                 os.environ["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = previous
     return ray, True
-
-
-AUTH_MODE = "RAY_AUTH_MODE"  # Ray's token authentication: 'token' or 'disabled' (cluster/README.md)
-
-
-def _choose_auth_mode(new_cluster: bool) -> None:
-    """Say Ray's token-authentication mode when the user has not, so that Ray does what it would do anyway
-    without its start-up warning on every run (Ray 2.60, ``ray._private.authentication``).
-
-    A new local Ray gets token authentication, Ray's default (a token in ``~/.ray/auth_token``, made if missing):
-    other users of the machine cannot run code on it. Joining a cluster, the mode follows the token this process
-    can read (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), as Ray decides; without one
-    Ray joins a cluster that has authentication off, and says nothing.
-    """
-    if os.environ.get(AUTH_MODE):
-        return
-    try:
-        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
-
-        if not new_cluster and not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
-            return
-        os.environ[AUTH_MODE] = "token"
-        Config.initialize("")  # this process's cached Ray config reads the mode again (as Ray's own switch does)
-    except Exception:  # noqa: BLE001 - another Ray layout: leave the choice (and its warning) to Ray
-        return
 
 
 def _check_joinable(bootstrap: str) -> None:

@@ -128,21 +128,9 @@ def make_stream(
         )
         used_S = None
     indices, n_reused = draw_from_pools(states, pools, starts)
-    return Stream(
-        indices=indices,
-        domains=states // num_classes,
-        classes=states % num_classes,
-        num_domains=num_domains,
-        num_classes=num_classes,
-        setting=s,
-        factors=factors,
-        sampler=sampler,
-        seed=seed,
-        dataset=str(dataset),
-        S=used_S,
-        n_reused=n_reused,
-        meta=meta,
-    )
+    return Stream(indices=indices, domains=states // num_classes, classes=states % num_classes,
+                  num_domains=num_domains, num_classes=num_classes, setting=s, factors=factors, sampler=sampler,
+                  seed=seed, dataset=str(dataset), S=used_S, n_reused=n_reused, meta=meta)
 
 
 def _checked_seed(sampler: str, seed: int, delta: float | None) -> int:
