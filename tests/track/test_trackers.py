@@ -7,6 +7,7 @@ domain, S=5): a second or two each.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -21,7 +22,7 @@ from unitta.sweep import run_sweep
 from unitta.track.command import main as track_main
 from unitta.track.feed import TrackerFeed
 from unitta.track.mlflow_tracker import MlflowTracker
-from unitta.track.wandb_tracker import wandb_run_id
+from unitta.track.wandb_tracker import wandb_run_id, wandb_sweep_id
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -216,3 +217,51 @@ def test_the_report_links_the_tracked_runs(server, tracked, tmp_path):
     parent = where["parent_runs"]["tracked"]
     assert f'<a href="{server}/#/experiments/{where["experiment_id"]}/runs/{parent}">tracked</a>' in page
     assert f"tensorboard --logdir {tracked[0] / 'tb'}" in page and "wandb sync" in page
+
+
+def _parent_run(uri: str, experiment: str, sweep: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    [parent] = [r for r in client.search_runs([found.experiment_id], max_results=1000)
+                if r.data.tags.get("unitta.role") == "sweep" and r.data.tags.get("unitta.sweep") == sweep]
+    return client, parent
+
+
+def _summary(df) -> dict[str, float]:
+    """The summary table computed here from the rows: mean error over seeds per method x setting, per method."""
+    import polars as pl
+
+    cells = df.group_by("method", "setting").agg(pl.col("error").mean())
+    out = {f"error/{m}/{s}": e for m, s, e in cells.iter_rows()}
+    for method in set(cells["method"]):
+        out[f"error/{method}/mean"] = float(cells.filter(pl.col("method") == method)["error"].mean())
+    return out
+
+
+def test_the_parent_run_holds_the_config_and_the_summary_table(server, tracked):
+    """MLflow: config as dotted parameters and as the YAML artifact, the summary as metrics; W&B's sweep run and
+    TensorBoard's _run folder the same."""
+    import yaml
+
+    tmp, df = tracked
+    client, parent = _parent_run(server, "local", "tracked")
+    config = yaml.safe_load((tmp / "out" / "sweep.yaml").read_text())
+    assert parent.data.params["name"] == "tracked"
+    assert parent.data.params["methods"] == json.dumps(config["methods"])
+    assert parent.data.params["resources.num_cpus"] == json.dumps(config["resources"]["num_cpus"])
+    assert parent.info.status == "FINISHED"
+    assert "sweep.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    summary = _summary(df)
+    assert summary and {k: parent.data.metrics[k] for k in summary} == pytest.approx(summary)
+
+    [path] = (tmp / "wb" / "wandb").glob(f"offline-run-*-{wandb_sweep_id('tracked')}/*.wandb")
+    run = read_wandb_run(path)
+    assert run["group"] == "tracked" and run["config"]["methods"] == json.dumps(config["methods"])
+    assert {k: run["summary"][k] for k in summary} == pytest.approx(summary)
+    assert (path.parent / "files" / "sweep.yaml").is_file()
+
+    scalars = read_tensorboard(tmp / "tb" / "tracked" / "_run")
+    assert {k: scalars[k][0][1] for k in summary} == pytest.approx(summary, rel=1e-6)
+    assert (tmp / "tb" / "tracked" / "_run" / "sweep.yaml").read_text() == (tmp / "out" / "sweep.yaml").read_text()
