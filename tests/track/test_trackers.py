@@ -15,10 +15,13 @@ import pytest
 from tests.sweep.conftest import SMALL, ray_cluster, small_config  # noqa: F401  (ray_cluster: the session's Ray)
 from tests.track.readers import read_tensorboard, read_tensorboard_hparams, read_wandb_run
 from tests.track.servers import Gate, free_port, mlflow_server
+from unitta.evaluate import adapt
 from unitta.results import load_results
 from unitta.results.tracking_record import read_tracking_record
+from unitta.run import cell_progress
 from unitta.sweep import main as sweep_main
 from unitta.sweep import run_sweep
+from unitta.track.cell_run import run_label
 from unitta.track.command import main as track_main
 from unitta.track.feed import TrackerFeed
 from unitta.track.mlflow_tracker import MlflowTracker
@@ -62,13 +65,17 @@ def _by_cell(runs: list) -> dict:
 
 @pytest.fixture(scope="module")
 def tracked(server, tmp_path_factory):
-    """A local sweep of 4 cells logged to MLflow, W&B (offline) and TensorBoard at once."""
+    """A local sweep of 4 cells logged to MLflow, W&B (offline) and TensorBoard at once; each cell's error so far
+    sent at every host check of its loop (every 4 batches of 64 images here, 16 in a real run: a few live values
+    per 750-image cell)."""
     tmp = tmp_path_factory.mktemp("tracked")
     tracking = {"mlflow": {"tracking_uri": server, "experiment": "local"},
                 "wandb": {"mode": "offline", "dir": str(tmp / "wb")}, "tensorboard": {"dir": str(tmp / "tb")}}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_DIR", str(tmp / "wandb-home"))
         mp.setenv("WANDB_SILENT", "true")
+        mp.setattr(cell_progress, "SEND_EVERY_S", 0.0)
+        mp.setattr(adapt, "_CHECK_EVERY", 4)
         outcome = run_sweep(small_config("tracked", tracking=tracking), tmp / "out", local=True, progress=False)
     assert (outcome.n_ok, outcome.n_failed) == (4, 0)
     return tmp, load_results(tmp / "out")
@@ -265,3 +272,28 @@ def test_the_parent_run_holds_the_config_and_the_summary_table(server, tracked):
     scalars = read_tensorboard(tmp / "tb" / "tracked" / "_run")
     assert {k: scalars[k][0][1] for k in summary} == pytest.approx(summary, rel=1e-6)
     assert (tmp / "tb" / "tracked" / "_run" / "sweep.yaml").read_text() == (tmp / "out" / "sweep.yaml").read_text()
+
+
+def test_a_running_cell_logs_its_error_so_far(server, tracked):
+    """Live values at the loop's host checks (step: images done), increasing, the last one the row's error; the
+    same curve in W&B's run history and the cell's TensorBoard folder, beside the final row's values."""
+    from mlflow import MlflowClient
+
+    tmp, df = tracked
+    client = MlflowClient(server)
+    runs = _by_cell(_cell_runs(server, "local"))
+    for row in df.iter_rows(named=True):
+        history = sorted(client.get_metric_history(runs[row["cell_id"]].info.run_id, "error_so_far"),
+                         key=lambda m: m.step)
+        steps = [m.step for m in history]
+        assert len(steps) >= 2 and steps == sorted(set(steps)) and steps[-1] == row["n_samples"], steps
+        assert history[-1].value == pytest.approx(row["error"], abs=1e-9)
+        assert all(0 <= m.value <= 100 for m in history)
+        assert runs[row["cell_id"]].info.run_name == run_label(row)
+
+        [path] = (tmp / "wb" / "wandb").glob(f"offline-run-*-{wandb_run_id(row['cell_id'])}/*.wandb")
+        live = [(h["images"], h["error_so_far"]) for h in read_wandb_run(path)["history"] if "error_so_far" in h]
+        assert live == [(m.step, m.value) for m in history]
+
+        scalars = read_tensorboard(tmp / "tb" / "tracked" / row["cell_id"])
+        assert [s for s, _ in scalars["error_so_far"]] == steps and "error" in scalars

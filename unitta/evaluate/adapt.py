@@ -111,17 +111,20 @@ def _one_batch(method, x, schedule: Schedule, device):
     return scores
 
 
-def _progress(progress: bool | Callable[[int, int], None], n: int, cell: Cell):
-    """(advance(images in the batch, images done), close()): a tqdm bar for ``progress=True``, the callback's
-    (images done, n) for a callable (``unitta.run.cell_progress``), nothing for False."""
+def _progress(progress: bool | Callable[..., None], n: int, cell: Cell):
+    """(advance(images in the batch, images done, errors), close()): a tqdm bar for ``progress=True``, the
+    callback's (images done, n) for a callable (``unitta.run.cell_progress``), nothing for False. ``errors``: (stream
+    positions, wrong predictions among them) at a host check (every ``_CHECK_EVERY`` batches), else None; a callable
+    gets it as ``errors=`` then (the live error of docs/tracking.md)."""
     if progress is True:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
-        return (lambda size, done: bar.update(size)), bar.close
+        return (lambda size, done, errors: bar.update(size)), bar.close
     if callable(progress):
-        return (lambda size, done: progress(done, n)), (lambda: None)
-    return (lambda size, done: None), (lambda: None)
+        return (lambda size, done, errors: progress(done, n) if errors is None else progress(done, n, errors=errors)
+                ), (lambda: None)
+    return (lambda size, done, errors: None), (lambda: None)
 
 
 def _record_scores(scores, kind: str, labels, confidence, true_log_prob):
@@ -169,6 +172,7 @@ def adapt_stream(
     confidence = torch.empty(n, dtype=torch.float32, device=device)
     true_log_prob = torch.empty(n, dtype=torch.float32, device=device)
     finite = torch.ones((), dtype=torch.bool, device=device)
+    wrong = torch.zeros((), dtype=torch.int64, device=device)  # wrong predictions so far, read at the host checks
     meter = CriteriaMeter(cell.criteria, cell.seed, device)
     reports: list[tuple[int, dict[str, float]]] = []
     kind = getattr(method, "scores", "logits")
@@ -194,17 +198,20 @@ def adapt_stream(
             end = start + len(x)
             finite &= torch.isfinite(scores).all()
             predictions[start:end] = scores.argmax(dim=1)
+            wrong += (predictions[start:end] != labels[start:end]).sum()
             log_probs = _record_scores(scores, kind, labels[start:end], confidence[start:end], true_log_prob[start:end])
             meter.update(method, x, log_probs, lambda s: _log_probabilities(s, kind))
             if report is not None and (i + 1) % report.every == 0 and end < n:
                 _report(report, i + 1, predictions[:end] == labels[:end], true_log_prob[:end], meter, reports)
+            errors = None
             if (i + 1) % _CHECK_EVERY == 0 or end == n:
-                if not bool(finite):  # one host sync per _CHECK_EVERY batches
+                is_finite, n_wrong = torch.stack((finite.long(), wrong)).tolist()  # one host sync per _CHECK_EVERY
+                if not is_finite:
                     raise FloatingPointError(
                         f"{cell.method} produced non-finite outputs between stream positions {checked} and {end}"
                     )
-                checked = end
-            advance(len(x), end)
+                checked, errors = end, (end, n_wrong)
+            advance(len(x), end, errors)
     out = predictions.cpu().numpy()
     # set-up run at the first batch (``TTAMethod.one_off``) is the row's setup_time_s, not adapting time
     seconds = time.perf_counter() - t_start - (method.setup_cost.seconds - setup_start)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SweepRun", "flat_config", "summary_metrics", "sweep_run", "LiveValue"]
+__all__ = ["SweepRun", "flat_config", "summary_metrics", "sweep_run", "LiveValue", "live_value"]
 
 
 @dataclass
@@ -38,6 +38,16 @@ class LiveValue:
     images: int
     error: float
     tags: dict[str, str] = field(default_factory=dict)
+
+
+def live_value(cell, sweep: str, images: int, wrong: int) -> LiveValue:
+    """A running ``cell``'s (``unitta.cell.Cell``) error so far: ``wrong`` of its first ``images`` predictions."""
+    from unitta.track.cell_run import run_label
+
+    identity = cell.identity()
+    label = run_label({**identity, "factor_overrides": identity.get("factors"), "cell_id": cell.cell_id()})
+    return LiveValue(cell.cell_id(), sweep, label, images, 100.0 * wrong / max(images, 1),
+                     {"unitta.method": str(cell.method)})
 
 
 def flat_config(data: Any, prefix: str = "") -> dict[str, str]:
