@@ -297,3 +297,35 @@ def test_a_running_cell_logs_its_error_so_far(server, tracked):
 
         scalars = read_tensorboard(tmp / "tb" / "tracked" / row["cell_id"])
         assert [s for s, _ in scalars["error_so_far"]] == steps and "error" in scalars
+
+
+def test_heatmaps_on_a_tracked_folder_become_artifacts_of_its_parent_run_once(server, tracked, capsys):
+    """analysis/heatmaps.py twice on the tracked folder: the files under analysis/ in MLflow (overwritten, not
+    duplicated), the W&B sweep run's files and TensorBoard's <sweep>/_run/analysis."""
+    from analysis.heatmaps import main as heatmaps_main
+
+    tmp, _ = tracked
+    for _ in range(2):
+        assert heatmaps_main([str(tmp / "out")]) == 0
+    assert "tracking:" not in capsys.readouterr().err
+    written = sorted(p.name for p in (tmp / "out" / "analysis").iterdir() if p.is_file())
+    assert any(name.startswith("heatmap_") and name.endswith(".png") for name in written)
+    client, parent = _parent_run(server, "local", "tracked")
+    artifacts = [a.path for a in client.list_artifacts(parent.info.run_id, "analysis")]
+    assert sorted(artifacts) == [f"analysis/{name}" for name in written]
+    assert (tmp / "tb" / "tracked" / "_run" / "analysis" / written[0]).is_file()
+    saved = list((tmp / "wb" / "wandb").glob(f"offline-run-*-{wandb_sweep_id('tracked')}/files/analysis/*"))
+    assert {p.name for p in saved} == set(written)
+
+
+def test_an_unreachable_tracker_is_one_warning_for_the_analysis(tmp_path):
+    from unitta.results.tracking_record import write_tracking_record
+    from unitta.track.attach import attach_to_trackers
+
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "s.json").write_text("[]")
+    write_tracking_record(tmp_path, {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_port()}", "experiment": "x"}})
+    (tmp_path / "a.md").write_text("a")
+    lines: list[str] = []
+    assert attach_to_trackers([tmp_path], [tmp_path / "a.md"], "analysis", warn=lines.append) == 0
+    assert len(lines) == 1 and lines[0].startswith("tracking: mlflow:") and "not attached" in lines[0]

@@ -75,7 +75,9 @@ class MlflowTracker:
         except Exception as exc:  # MlflowException, requests' connection errors, ...
             raise TrackerError(f"{self.tracking_uri}: {what}: {short_reason(exc)}") from None
 
-    def open(self) -> set[str]:
+    def connect(self) -> None:
+        """The client, the experiment and its parent runs, and nothing else (``open`` also tidies the cell runs; a
+        later ``attach`` must not touch the runs of a sweep that may still be running)."""
         for key, value in _ENV_DEFAULTS.items():
             os.environ.setdefault(key, value)
         from mlflow import MlflowClient
@@ -86,9 +88,12 @@ class MlflowTracker:
             self.experiment_id = self._call("create experiment", self.client.create_experiment, self.experiment)
         else:
             self.experiment_id = found.experiment_id
-        logged: set[str] = set()
         for run in self._search(f"tags.`{ROLE_TAG}` = 'sweep'"):
             self.parents.setdefault(run.data.tags.get(SWEEP_TAG, ""), run.info.run_id)
+
+    def open(self) -> set[str]:
+        self.connect()
+        logged: set[str] = set()
         for run in self._search(f"tags.`{ROLE_TAG}` = 'cell'"):
             cell_id = run.data.tags.get(CELL_ID_TAG)
             if run.info.status == "FINISHED" and cell_id not in logged:
