@@ -27,8 +27,9 @@ and per tune run (``tune_name`` x dataset) of tune rows:
 * ``layers_<run>.png``      error per BDN prediction layer (paper figure 5);
 * ``tune_<run>.csv``        the trial rows behind them.
 
-Missing and failed cells are shown as such (hatched / 'failed' / '—'), never dropped. An empty or
-foreign directory is an error (exit code 2).
+A folder whose cells went to an experiment tracker (``<dir>/tracking.json``) gets all of these as artifacts of its
+parent run (docs/tracking.md). Missing and failed cells are shown as such (hatched / 'failed' / '—'), never dropped.
+An empty or foreign directory is an error (exit code 2).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from analysis.tables import (
 )
 from unitta.results.output_checks import OutputError, check_output_dir, is_writable
 from unitta.results.replicates import METHOD_KEYS, fixed_keys
+from unitta.track.attach import attach_to_trackers
 
 __all__ = ["analyse", "main"]
 
@@ -193,8 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         check_dirs(args.dirs)
         _check_out(out)
-        for path in analyse(args.dirs, out, args.metric, args.sweep, args.where):
+        written = analyse(args.dirs, out, args.metric, args.sweep, args.where)
+        for path in written:
             print(path)
+        # a tracked folder's parent runs get them as artifacts (docs/tracking.md; a tracker away: one warning)
+        attach_to_trackers(args.dirs, written, "analysis", args.sweep)
         return 0
 
     return run_analysis(body, OutputError)

@@ -40,6 +40,7 @@ from unitta.evaluate.segments import row_stream_cell, short_segment_warnings
 from unitta.paper import PAPER_DATASETS
 from unitta.results.output_checks import OutputError, check_output_dir
 from unitta.results.tracking_record import read_tracking_record
+from unitta.track.attach import attach_to_trackers
 
 __all__ = ["markdown_to_html", "build_report", "main"]
 
@@ -333,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         check_dirs(args.dirs)
         check_output_dir(out, flag="--out")
-        print(build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep, args.where))
+        page = build_report(args.dirs, out, args.paper_dataset, args.tolerance, args.sweep, args.where)
+        print(page)
+        # a tracked folder's parent runs get the self-contained page as an artifact (docs/tracking.md)
+        attach_to_trackers(args.dirs, [page], "report", args.sweep)
         return 0
 
     return run_analysis(body, OutputError)

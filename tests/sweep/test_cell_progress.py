@@ -27,8 +27,9 @@ def test_the_reporter_sends_and_logs_at_most_at_their_intervals() -> None:
     report = cell_reporter("c", lambda *a: sent.append(a), logged.append, clock=lambda: clock[0])
     for t, done in [(0.5, 10), (1.0, 20), (2.5, 30), (61.0, 40), (62.0, 50)]:
         clock[0] = t
-        report(done, 50)
-    assert sent == [("c", 30, 50), ("c", 40, 50), ("c", 50, 50)]  # every 2 s, and the last batch always
+        report(done, 50, errors=(20, 5)) if done == 20 else report(done, 50)
+    # every 2 s, and the last batch always; the newest error so far once, with the next send
+    assert sent == [("c", 30, 50, (20, 5)), ("c", 40, 50, None), ("c", 50, 50, None)]
     assert logged == ["images 40/50 (80 %), 1 images/s, ETA 15 s"]
 
 

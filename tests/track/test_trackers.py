@@ -7,6 +7,7 @@ domain, S=5): a second or two each.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -14,14 +15,17 @@ import pytest
 from tests.sweep.conftest import SMALL, small_config
 from tests.track.readers import read_tensorboard, read_tensorboard_hparams, read_wandb_run
 from tests.track.servers import Gate, free_port, mlflow_server
+from unitta.evaluate import adapt
 from unitta.results import load_results
 from unitta.results.tracking_record import read_tracking_record
+from unitta.run import cell_progress
 from unitta.sweep import main as sweep_main
 from unitta.sweep import run_sweep
+from unitta.track.cell_run import run_label
 from unitta.track.command import main as track_main
 from unitta.track.feed import TrackerFeed
 from unitta.track.mlflow_tracker import MlflowTracker
-from unitta.track.wandb_tracker import wandb_run_id
+from unitta.track.wandb_tracker import wandb_run_id, wandb_sweep_id
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -61,13 +65,17 @@ def _by_cell(runs: list) -> dict:
 
 @pytest.fixture(scope="module")
 def tracked(server, tmp_path_factory):
-    """A local sweep of 4 cells logged to MLflow, W&B (offline) and TensorBoard at once."""
+    """A local sweep of 4 cells logged to MLflow, W&B (offline) and TensorBoard at once; each cell's error so far
+    sent at every host check of its loop (after every batch of 64 images here, every 16 in a real run: a few live
+    values even for the 83-image nui1 cells)."""
     tmp = tmp_path_factory.mktemp("tracked")
     tracking = {"mlflow": {"tracking_uri": server, "experiment": "local"},
                 "wandb": {"mode": "offline", "dir": str(tmp / "wb")}, "tensorboard": {"dir": str(tmp / "tb")}}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WANDB_DIR", str(tmp / "wandb-home"))
         mp.setenv("WANDB_SILENT", "true")
+        mp.setattr(cell_progress, "SEND_EVERY_S", 0.0)
+        mp.setattr(adapt, "_CHECK_EVERY", 1)
         outcome = run_sweep(small_config("tracked", tracking=tracking), tmp / "out", local=True, progress=False)
     assert (outcome.n_ok, outcome.n_failed) == (4, 0)
     return tmp, load_results(tmp / "out")
@@ -214,3 +222,108 @@ def test_the_report_links_the_tracked_runs(server, tracked, tmp_path):
     parent = where["parent_runs"]["tracked"]
     assert f'<a href="{server}/#/experiments/{where["experiment_id"]}/runs/{parent}">tracked</a>' in page
     assert f"tensorboard --logdir {tracked[0] / 'tb'}" in page and "wandb sync" in page
+
+
+def _parent_run(uri: str, experiment: str, sweep: str):
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    [parent] = [r for r in client.search_runs([found.experiment_id], max_results=1000)
+                if r.data.tags.get("unitta.role") == "sweep" and r.data.tags.get("unitta.sweep") == sweep]
+    return client, parent
+
+
+def _summary(df) -> dict[str, float]:
+    """The summary table computed here from the rows: mean error over seeds per method x setting, per method."""
+    import polars as pl
+
+    cells = df.group_by("method", "setting").agg(pl.col("error").mean())
+    out = {f"error/{m}/{s}": e for m, s, e in cells.iter_rows()}
+    for method in set(cells["method"]):
+        out[f"error/{method}/mean"] = float(cells.filter(pl.col("method") == method)["error"].mean())
+    return out
+
+
+def test_the_parent_run_holds_the_config_and_the_summary_table(server, tracked):
+    """MLflow: config as dotted parameters and as the YAML artifact, the summary as metrics; W&B's sweep run and
+    TensorBoard's _run folder the same."""
+    import yaml
+
+    tmp, df = tracked
+    client, parent = _parent_run(server, "local", "tracked")
+    config = yaml.safe_load((tmp / "out" / "sweep.yaml").read_text())
+    assert parent.data.params["name"] == "tracked"
+    assert parent.data.params["methods"] == json.dumps(config["methods"])
+    assert parent.data.params["resources.num_cpus"] == json.dumps(config["resources"]["num_cpus"])
+    assert parent.info.status == "FINISHED"
+    assert "sweep.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    summary = _summary(df)
+    assert summary and {k: parent.data.metrics[k] for k in summary} == pytest.approx(summary)
+
+    [path] = (tmp / "wb" / "wandb").glob(f"offline-run-*-{wandb_sweep_id('tracked')}/*.wandb")
+    run = read_wandb_run(path)
+    assert run["group"] == "tracked" and run["config"]["methods"] == json.dumps(config["methods"])
+    assert {k: run["summary"][k] for k in summary} == pytest.approx(summary)
+    assert (path.parent / "files" / "sweep.yaml").is_file()
+
+    scalars = read_tensorboard(tmp / "tb" / "tracked" / "_run")
+    assert {k: scalars[k][0][1] for k in summary} == pytest.approx(summary, rel=1e-6)
+    assert (tmp / "tb" / "tracked" / "_run" / "sweep.yaml").read_text() == (tmp / "out" / "sweep.yaml").read_text()
+
+
+def test_a_running_cell_logs_its_error_so_far(server, tracked):
+    """Live values at the loop's host checks (step: images done), increasing, the last one the row's error; the
+    same curve in W&B's run history and the cell's TensorBoard folder, beside the final row's values."""
+    from mlflow import MlflowClient
+
+    tmp, df = tracked
+    client = MlflowClient(server)
+    runs = _by_cell(_cell_runs(server, "local"))
+    for row in df.iter_rows(named=True):
+        history = sorted(client.get_metric_history(runs[row["cell_id"]].info.run_id, "error_so_far"),
+                         key=lambda m: m.step)
+        steps = [m.step for m in history]
+        assert len(steps) >= 2 and steps == sorted(set(steps)) and steps[-1] == row["n_samples"], steps
+        assert history[-1].value == pytest.approx(row["error"], abs=1e-9)
+        assert all(0 <= m.value <= 100 for m in history)
+        assert runs[row["cell_id"]].info.run_name == run_label(row)
+
+        [path] = (tmp / "wb" / "wandb").glob(f"offline-run-*-{wandb_run_id(row['cell_id'])}/*.wandb")
+        live = [(h["images"], h["error_so_far"]) for h in read_wandb_run(path)["history"] if "error_so_far" in h]
+        assert live == [(m.step, m.value) for m in history]
+
+        scalars = read_tensorboard(tmp / "tb" / "tracked" / row["cell_id"])
+        assert [s for s, _ in scalars["error_so_far"]] == steps and "error" in scalars
+
+
+def test_heatmaps_on_a_tracked_folder_become_artifacts_of_its_parent_run_once(server, tracked, capsys):
+    """analysis/heatmaps.py twice on the tracked folder: the files under analysis/ in MLflow (overwritten, not
+    duplicated), the W&B sweep run's files and TensorBoard's <sweep>/_run/analysis."""
+    from analysis.heatmaps import main as heatmaps_main
+
+    tmp, _ = tracked
+    for _ in range(2):
+        assert heatmaps_main([str(tmp / "out")]) == 0
+    assert "tracking:" not in capsys.readouterr().err
+    written = sorted(p.name for p in (tmp / "out" / "analysis").iterdir() if p.is_file())
+    assert any(name.startswith("heatmap_") and name.endswith(".png") for name in written)
+    client, parent = _parent_run(server, "local", "tracked")
+    artifacts = [a.path for a in client.list_artifacts(parent.info.run_id, "analysis")]
+    assert sorted(artifacts) == [f"analysis/{name}" for name in written]
+    assert (tmp / "tb" / "tracked" / "_run" / "analysis" / written[0]).is_file()
+    saved = list((tmp / "wb" / "wandb").glob(f"offline-run-*-{wandb_sweep_id('tracked')}/files/analysis/*"))
+    assert {p.name for p in saved} == set(written)
+
+
+def test_an_unreachable_tracker_is_one_warning_for_the_analysis(tmp_path):
+    from unitta.results.tracking_record import write_tracking_record
+    from unitta.track.attach import attach_to_trackers
+
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "s.json").write_text("[]")
+    write_tracking_record(tmp_path, {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_port()}", "experiment": "x"}})
+    (tmp_path / "a.md").write_text("a")
+    lines: list[str] = []
+    assert attach_to_trackers([tmp_path], [tmp_path / "a.md"], "analysis", warn=lines.append) == 0
+    assert len(lines) == 1 and lines[0].startswith("tracking: mlflow:") and "not attached" in lines[0]

@@ -40,15 +40,18 @@ class Stopped(Exception):  # noqa: N818 (a decision, not an error)
         self.batches, self.reports = batches, reports
 
 
-def device_batch(dataset, indices: np.ndarray, device):
-    """A batch as float32 NCHW in [0, 1] on ``device``; a GPU gets the uint8 images and converts them itself
-    (4x fewer bytes over PCIe, no float conversion on the host; the same values: x / 255 is exact IEEE division)."""
+def device_batch(dataset, indices: np.ndarray, device, channels_last: bool = False):
+    """A batch as float32 NCHW in [0, 1] on ``device`` (in channels-last memory order if asked); a GPU gets the uint8
+    images and converts them itself (4x fewer bytes over PCIe, no float conversion on the host; the same values:
+    x / 255 is exact IEEE division)."""
     import torch
 
     if device.type == "cuda" and hasattr(dataset, "get_batch_uint8"):
         raw = torch.from_numpy(dataset.get_batch_uint8(indices)).to(device, non_blocking=True)
-        return raw.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
-    return dataset.get_batch(indices).to(device, non_blocking=True)
+        x = raw.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+    else:
+        x = dataset.get_batch(indices).to(device, non_blocking=True)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
 _CHECK_EVERY = 16  # batches between checks for non-finite outputs (each check waits for the device)
@@ -116,17 +119,20 @@ def _one_batch(method, x, schedule: Schedule, device):
     return scores
 
 
-def _progress(progress: bool | Callable[[int, int], None], n: int, cell: Cell):
-    """(advance(images in the batch, images done), close()): a tqdm bar for ``progress=True``, the callback's
-    (images done, n) for a callable (``unitta.run.cell_progress``), nothing for False."""
+def _progress(progress: bool | Callable[..., None], n: int, cell: Cell):
+    """(advance(images in the batch, images done, errors), close()): a tqdm bar for ``progress=True``, the
+    callback's (images done, n) for a callable (``unitta.run.cell_progress``), nothing for False. ``errors``: (stream
+    positions, wrong predictions among them) at a host check (every ``_CHECK_EVERY`` batches), else None; a callable
+    gets it as ``errors=`` then (the live error of docs/tracking.md)."""
     if progress is True:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, desc=f"{cell.method} {cell.setting}", unit="img", leave=False)
-        return (lambda size, done: bar.update(size)), bar.close
+        return (lambda size, done, errors: bar.update(size)), bar.close
     if callable(progress):
-        return (lambda size, done: progress(done, n)), (lambda: None)
-    return (lambda size, done: None), (lambda: None)
+        return (lambda size, done, errors: progress(done, n) if errors is None else progress(done, n, errors=errors)
+                ), (lambda: None)
+    return (lambda size, done, errors: None), (lambda: None)
 
 
 def _record_scores(scores, kind: str, labels, confidence, true_log_prob):
@@ -174,6 +180,7 @@ def adapt_stream(
     confidence = torch.empty(n, dtype=torch.float32, device=device)
     true_log_prob = torch.empty(n, dtype=torch.float32, device=device)
     finite = torch.ones((), dtype=torch.bool, device=device)
+    wrong = torch.zeros((), dtype=torch.int64, device=device)  # wrong predictions so far, read at the host checks
     meter = CriteriaMeter(cell.criteria, cell.seed, device)
     reports: list[tuple[int, dict[str, float]]] = []
     kind = getattr(method, "scores", "logits")
@@ -191,34 +198,32 @@ def adapt_stream(
                 if cell.compile:
                     method.compile()
             t0 = time.perf_counter()
-            x = device_batch(dataset, stream.indices[start:stop], device)
-            if to_channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
+            x = device_batch(dataset, stream.indices[start:stop], device, to_channels_last)
             data_seconds += time.perf_counter() - t0
             scores = _one_batch(method, x, schedule, device)
             end = start + len(x)
             finite &= torch.isfinite(scores).all()
             predictions[start:end] = scores.argmax(dim=1)
+            wrong += (predictions[start:end] != labels[start:end]).sum()
             log_probs = _record_scores(scores, kind, labels[start:end], confidence[start:end], true_log_prob[start:end])
             meter.update(method, x, log_probs, lambda s: _log_probabilities(s, kind))
             if report is not None and (i + 1) % report.every == 0 and end < n:
                 _report(report, i + 1, predictions[:end] == labels[:end], true_log_prob[:end], meter, reports)
+            errors = None
             if (i + 1) % _CHECK_EVERY == 0 or end == n:
-                if not bool(finite):  # one host sync per _CHECK_EVERY batches
+                is_finite, n_wrong = torch.stack((finite.long(), wrong)).tolist()  # one host sync per _CHECK_EVERY
+                if not is_finite:
                     raise FloatingPointError(
                         f"{cell.method} produced non-finite outputs between stream positions {checked} and {end}"
                     )
-                checked = end
-            advance(len(x), end)
+                checked, errors = end, (end, n_wrong)
+            advance(len(x), end, errors)
     out = predictions.cpu().numpy()
     # set-up run at the first batch (``TTAMethod.one_off``) is the row's setup_time_s, not adapting time
     seconds = time.perf_counter() - t_start - (method.setup_cost.seconds - setup_start)
     close_progress()
-    return Adapted(
-        out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds, schedule,
-        resets.total(method),
-        meter.values(), reports,
-    )
+    return Adapted(out, confidence.cpu().numpy(), true_log_prob.cpu().numpy(), data_seconds, seconds - data_seconds,
+                   schedule, resets.total(method), meter.values(), reports)
 
 
 def _report(report: Report, batches: int, correct, true_log_prob, meter: CriteriaMeter, reports: list) -> None:

@@ -50,11 +50,15 @@ class LocalBackend:
         self.datasets: dict[tuple, Any] = {}
         self.board = ImagesBoard()
         self.on_images: Callable[[dict[str, tuple[int, int]]], None] | None = None  # the progress line's
+        self.on_live: Callable[[Cell, int, int], None] | None = None  # (cell, positions, wrong): the trackers'
+        self.current: Cell | None = None
 
-    def _send(self, cell_id: str, done: int, total: int) -> None:
+    def _send(self, cell_id: str, done: int, total: int, errors: tuple[int, int] | None = None) -> None:
         self.board.put(cell_id, done, total)
         if self.on_images is not None:
             self.on_images(self.board.snapshot())
+        if errors is not None and self.on_live is not None and self.current is not None:
+            self.on_live(self.current, *errors)
 
     def start(self, write: Callable[[str], None]) -> None:
         pass
@@ -75,7 +79,9 @@ class LocalBackend:
         key = dataset_key(cell)
         if key not in self.datasets:  # missing or damaged: DatasetUnavailable, one line and exit 2
             self.datasets[key] = load_cell_dataset(cell)
+        self.current = cell
         row, text = execute(cell, self.datasets[key], self.extra, echo=False, report=report, send_images=self._send)
+        self.current = None
         self.board.drop(cell.cell_id())
         if self.on_images is not None:
             self.on_images(self.board.snapshot())
@@ -135,6 +141,8 @@ class RayBackend:
         self.messages: ray_cluster.RayMessages | None = None
         self.board: Any = None  # the ImagesBoard actor the cells tell their progress in images
         self.on_images: Callable[[dict[str, tuple[int, int]]], None] | None = None  # the progress line's
+        self.on_live: Callable[[Cell, int, int], None] | None = None  # (cell, positions, wrong): the trackers'
+        self.live_seen: dict[str, tuple[int, int]] = {}  # the errors so far last passed on, per cell
         self.images_read = 0.0
 
     def start(self, write: Callable[[str], None]) -> None:
@@ -238,15 +246,20 @@ class RayBackend:
     def _read_images(self) -> None:
         """The running cells' progress in images, to the progress line (at most every SEND_EVERY_S; a slow or
         lost board is skipped: progress never holds the run up)."""
-        if self.on_images is None or time.monotonic() - self.images_read < SEND_EVERY_S:
+        if (self.on_images is None and self.on_live is None) or time.monotonic() - self.images_read < SEND_EVERY_S:
             return
         self.images_read = time.monotonic()
-        running = {cell.cell_id() for cell in self.in_flight.values()}
+        running = {cell.cell_id(): cell for cell in self.in_flight.values()}
         try:
-            snapshot = self.ray.get(self.board.snapshot.remote(), timeout=1.0)
+            snapshot, errors = self.ray.get(self.board.read.remote(), timeout=1.0)
         except Exception:
             return
-        self.on_images({cell_id: v for cell_id, v in snapshot.items() if cell_id in running})
+        if self.on_images is not None:
+            self.on_images({cell_id: v for cell_id, v in snapshot.items() if cell_id in running})
+        for cell_id, value in errors.items():  # a running cell's error so far, each new value once
+            if self.on_live is not None and cell_id in running and self.live_seen.get(cell_id) != value:
+                self.live_seen[cell_id] = value
+                self.on_live(running[cell_id], *value)
 
     def finish(self) -> None:
         """After the last cell: report a node lost while the last cells ran."""

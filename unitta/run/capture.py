@@ -51,8 +51,9 @@ def execute(
     cell: Cell, dataset, extra: dict[str, Any], echo: bool = True, report=None, send_images=None
 ) -> tuple[dict[str, Any], str]:
     """run_cell with its stdout/stderr captured: (row, log text) for ``<out>/logs/<cell_id>.log``; ``report``: the
-    cell's progress-report hook (``unitta.evaluate.adapt.Report``), if any; ``send_images(cell_id, done, total)``:
-    where its progress in images goes (``unitta.run.cell_progress``; the log gets a line a minute too)."""
+    cell's progress-report hook (``unitta.evaluate.adapt.Report``), if any; ``send_images(cell_id, done, total,
+    errors)``: where its progress in images and its error so far go (``unitta.run.cell_progress``; the log gets a
+    line a minute too)."""
     buffer = io.StringIO()
     buffer.write(f"cell {cell.cell_id()}\n{json.dumps(cell.identity(), sort_keys=True, default=str)}\n")
     buffer.write(
@@ -88,8 +89,8 @@ def cell_task(
 
         import_on_worker(plugins)
 
-    def send(cell_id: str, done: int, total: int) -> None:
+    def send(cell_id: str, done: int, total: int, errors: tuple[int, int] | None = None) -> None:
         with contextlib.suppress(Exception):  # progress is a courtesy: a lost board never fails the cell
-            board.put.remote(cell_id, done, total)
+            board.put.remote(cell_id, done, total, errors)
 
     return execute(cell, dataset, extra, report=report, send_images=send if board is not None else None)

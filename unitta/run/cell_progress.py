@@ -5,6 +5,10 @@ A cell's adaptation loop calls ``reporter(done, total)`` after every batch (``un
 ``progress``); the reporter passes it on at most every ``SEND_EVERY_S`` to an ``ImagesBoard`` (a plain object
 under ``--local``, a Ray actor on a cluster, so that it works across nodes) and writes a line in the cell's log
 at most every ``LOG_EVERY_S``. The driver reads the board and turns images into a rate and an ETA.
+
+With it goes the cell's error so far when the loop has one (``errors=(positions, wrong)``, read at the loop's host
+checks every few batches: no extra synchronisation): the driver passes it to the experiment trackers as the
+cell's live ``error_so_far`` (docs/tracking.md, "Live metrics"), as throttled as the images.
 """
 
 from __future__ import annotations
@@ -23,32 +27,44 @@ class ImagesBoard:
 
     def __init__(self) -> None:
         self.cells: dict[str, tuple[int, int]] = {}
+        self.errors: dict[str, tuple[int, int]] = {}  # cell id -> (stream positions, wrong predictions among them)
 
-    def put(self, cell_id: str, done: int, total: int) -> None:
+    def put(self, cell_id: str, done: int, total: int, errors: tuple[int, int] | None = None) -> None:
         self.cells[cell_id] = (done, total)
+        if errors is not None:
+            self.errors[cell_id] = errors
 
     def drop(self, cell_id: str) -> None:
         self.cells.pop(cell_id, None)
+        self.errors.pop(cell_id, None)
 
     def snapshot(self) -> dict[str, tuple[int, int]]:
         return dict(self.cells)
 
+    def read(self) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+        """(the cells' images, their errors so far) in one call (one Ray round trip)."""
+        return dict(self.cells), dict(self.errors)
 
-def cell_reporter(cell_id: str, send: Callable[[str, int, int], None] | None,
+
+def cell_reporter(cell_id: str, send: Callable[..., None] | None,
                   log: Callable[[str], None] | None, clock: Callable[[], float] = time.monotonic
-                  ) -> Callable[[int, int], None]:
-    """The ``progress(done, total)`` callback of one cell: ``send(cell_id, done, total)`` at most every
-    SEND_EVERY_S, and ``log('images 12,000/64,000 (19 %), 210 images/s, ETA 200 s')`` at most every LOG_EVERY_S
-    (the rate over the cell's adaptation so far); the last batch is always sent."""
+                  ) -> Callable[..., None]:
+    """The ``progress(done, total, errors=None)`` callback of one cell: ``send(cell_id, done, total, errors)`` at
+    most every SEND_EVERY_S (``errors``: the newest (positions, wrong) the loop gave, None before the first), and
+    ``log('images 12,000/64,000 (19 %), 210 images/s, ETA 200 s')`` at most every LOG_EVERY_S (the rate over the
+    cell's adaptation so far); the last batch is always sent."""
     started = clock()
     last_sent = last_logged = started
+    newest: tuple[int, int] | None = None
+    sent: tuple[int, int] | None = None
 
-    def report(done: int, total: int) -> None:
-        nonlocal last_sent, last_logged
+    def report(done: int, total: int, errors: tuple[int, int] | None = None) -> None:
+        nonlocal last_sent, last_logged, newest, sent
         now = clock()
+        newest = errors if errors is not None else newest
         if send is not None and (now - last_sent >= SEND_EVERY_S or done >= total):
-            send(cell_id, done, total)
-            last_sent = now
+            send(cell_id, done, total, newest if newest != sent else None)
+            last_sent, sent = now, newest
         if log is not None and now - last_logged >= LOG_EVERY_S and done < total:
             rate = done / max(now - started, 1e-9)
             eta = (total - done) / rate if rate > 0 else float("inf")

@@ -42,6 +42,7 @@ from unitta.run.ray_cluster import ClusterError
 from unitta.schema import ConfigError
 from unitta.track.destinations import make_trackers, with_flags
 from unitta.track.feed import TrackerFeed
+from unitta.track.sweep_run import live_value
 
 __all__ = ["USAGE_ERRORS", "RunOptions", "RunOutcome", "Planner", "GridPlanner", "execute_plan"]
 
@@ -289,6 +290,8 @@ def _run(cfg, out: Path, planner: Planner, opts: RunOptions, outcome: RunOutcome
         write_manifest(out, cfg, planner.n_cells, backend.mode, opts.argv)
         bar = Progress(planner.n_cells - planner.n_skipped, cfg.name, opts.progress)
         backend.on_images = bar.images
+        if feed.thread is not None:  # a running cell's error so far, to the trackers (docs/tracking.md, "Live metrics")
+            backend.on_live = lambda cell, images, wrong: feed.live(live_value(cell, cfg.name, images, wrong))
         compactor = Compactor(out, opts.compact_at, warn=lambda line: bar.write(line))
         _loop(planner, backend, out, bar, outcome, cfg.name, compactor, feed)
         backend.finish()

@@ -276,6 +276,8 @@ class Tracking(Strict):
     mlflow: MlflowTracking | None = None
     wandb: WandbTracking | None = None
     tensorboard: TensorboardTracking | None = None
+    # MLflow's system metrics on the parent run and W&B's stats on the sweep's run while it runs (docs/tracking.md)
+    system_metrics: bool = True
 
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")

@@ -29,6 +29,7 @@ from unitta.results.tracking_record import write_tracking_record
 from unitta.schema import ConfigError, Tracking, validate
 from unitta.track.cell_run import CellRun, cell_run
 from unitta.track.destinations import make_trackers
+from unitta.track.sweep_run import sweep_run
 from unitta.track.tracker import Tracker, TrackerError, short_reason
 
 __all__ = ["main", "track_folder", "folder_runs"]
@@ -87,8 +88,9 @@ def _bulk_timeout() -> Iterator[None]:
             os.environ[_TIMEOUT] = user
 
 
-def track_folder(tracker: Tracker, runs: list[CellRun], jobs: int = 1) -> tuple[int, int]:
-    """Log the ``runs`` ``tracker`` does not hold yet, on ``jobs`` threads; (logged, already there).
+def track_folder(tracker: Tracker, runs: list[CellRun], jobs: int = 1, out: Path | None = None) -> tuple[int, int]:
+    """Log the ``runs`` ``tracker`` does not hold yet, on ``jobs`` threads; (logged, already there). ``out``: the
+    results folder, whose config and summary table go to each sweep's parent run (``unitta.track.sweep_run``).
 
     A failed write stops the rest (TrackerError); the runs logged before it stay logged. The tracker opens with its
     own time-outs; the logging of many requests at once has ``BULK_TIMEOUT_S`` unless the environment sets one.
@@ -105,6 +107,9 @@ def track_folder(tracker: Tracker, runs: list[CellRun], jobs: int = 1) -> tuple[
     else:
         for run in todo:
             tracker.log(run)
+    if out is not None:
+        for sweep in sorted({run.sweep for run in runs}):
+            tracker.log_sweep(sweep_run(out, sweep))
     tracker.finish()
     return len(todo), len(runs) - len(todo)
 
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         try:
             with _bulk_timeout():
-                logged, there = track_folder(tracker, runs, args.jobs if tracker.name == "mlflow" else 1)
+                logged, there = track_folder(tracker, runs, args.jobs if tracker.name == "mlflow" else 1, out)
         except (TrackerError, OSError) as exc:
             print(f"unitta track: {tracker.name}: {short_reason(exc)}; rerun the command to log the rest",
                   file=sys.stderr)

@@ -49,10 +49,12 @@ def make_trackers(tracking: Tracking | None, out: Path, experiment: str) -> list
         return []
     trackers: list[Tracker] = []
     if tracking.mlflow is not None:
-        trackers.append(MlflowTracker(tracking.mlflow.tracking_uri, tracking.mlflow.experiment or experiment))
+        trackers.append(MlflowTracker(tracking.mlflow.tracking_uri, tracking.mlflow.experiment or experiment,
+                                      system_metrics=tracking.system_metrics))
     if tracking.wandb is not None:
         spec = tracking.wandb
-        trackers.append(WandbTracker(spec.project, spec.mode, Path(spec.dir) if spec.dir else out, spec.entity))
+        trackers.append(WandbTracker(spec.project, spec.mode, Path(spec.dir) if spec.dir else out, spec.entity,
+                                     system_metrics=tracking.system_metrics))
     if tracking.tensorboard is not None:
         trackers.append(TensorboardTracker(Path(tracking.tensorboard.dir or out / "tensorboard")))
     return trackers

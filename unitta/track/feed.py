@@ -6,10 +6,16 @@ the trackers, logs each row's ``CellRun`` to each, and ends the parent runs. A t
 or fails a write is one warning line and logs nothing more in this run; ``close`` waits for the queue to drain
 as long as the trackers keep taking rows (a tracker that takes none for ``CLOSE_WAIT_S`` is left behind) and then
 says, in one line per tracker, how many cells it missed and the ``unitta track`` command that logs them.
+
+Besides rows: the thread opens each sweep's parent run when it starts (``Tracker.begin``: system metrics while it
+runs), passes running cells' errors so far (``live``: dropped, never waited on, when the queue is full or the
+cell's row is already there) and, at the end, gives the parent run the run's config and summary table from the
+output folder (``log_sweep``, ``unitta.track.sweep_run``) before ending it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import queue
 import sys
@@ -21,6 +27,7 @@ from typing import Any
 
 from unitta.results.tracking_record import write_tracking_record
 from unitta.track.cell_run import cell_run
+from unitta.track.sweep_run import LiveValue, sweep_run
 from unitta.track.tracker import Tracker, short_reason
 
 __all__ = ["TrackerFeed", "QUEUE_ROWS", "CLOSE_WAIT_S"]
@@ -66,6 +73,12 @@ class TrackerFeed:
             if first:
                 self.warn(f"tracking: the trackers are {self.capacity:,} rows behind; more stay in Parquet only")
 
+    def live(self, value: LiveValue) -> None:
+        """Queue a running cell's error so far; returns at once (dropped when the queue is full)."""
+        if self.thread is not None:
+            with contextlib.suppress(queue.Full):
+                self.queue.put_nowait(value)
+
     def _fail(self, tracker: Tracker, exc: BaseException) -> None:
         with self.lock:
             self.broken.add(tracker.name)
@@ -79,35 +92,58 @@ class TrackerFeed:
                 done[tracker.name] = tracker.open()
             except Exception as exc:
                 self._fail(tracker, exc)
+        for tracker in self.trackers:
+            self._step(tracker, "begin", self.sweep)
         self._record()
         self.moved = time.monotonic()
         while (row := self.queue.get()) is not _STOP:
-            try:
-                run = cell_run(row, self.sweep)
-            except Exception as exc:  # a row this code cannot read must not stop the rows after it
-                self.warn(f"tracking: cell {row.get('cell_id')}: {short_reason(exc)}; not tracked (it is in Parquet)")
-                run = None
-            for tracker in self.trackers:
-                if run is None or run.cell_id in done.get(tracker.name, ()):
-                    continue
-                if tracker.name in self.broken:
-                    self.missed[tracker.name] += 1
-                    continue
-                try:
-                    tracker.log(run)
-                    done[tracker.name].add(run.cell_id)
-                    self.logged[tracker.name] += 1
-                except Exception as exc:
-                    self.missed[tracker.name] += 1
-                    self._fail(tracker, exc)
+            if isinstance(row, LiveValue):
+                for tracker in self.trackers:
+                    if tracker.name not in self.broken and row.cell_id not in done.get(tracker.name, ()):
+                        self._step(tracker, "live", row)
+                continue
+            self._log_row(row, done)
             self.moved = time.monotonic()
+        try:
+            summary = sweep_run(self.out, self.sweep)
+        except Exception as exc:  # the summary is a courtesy: the cells are logged
+            self.warn(f"tracking: no summary for the parent run: {short_reason(exc)}")
+            summary = None
         for tracker in self.trackers:
-            if tracker.name not in self.broken:
-                try:
-                    tracker.finish()
-                except Exception as exc:
-                    self._fail(tracker, exc)
+            if summary is not None:
+                self._step(tracker, "log_sweep", summary)
+            self._step(tracker, "finish")
         self._record()
+
+    def _log_row(self, row: dict[str, Any], done: dict[str, set[str]]) -> None:
+        """A finished row to every tracker that does not hold its cell yet."""
+        try:
+            run = cell_run(row, self.sweep)
+        except Exception as exc:  # a row this code cannot read must not stop the rows after it
+            self.warn(f"tracking: cell {row.get('cell_id')}: {short_reason(exc)}; not tracked (it is in Parquet)")
+            run = None
+        for tracker in self.trackers:
+            if run is None or run.cell_id in done.get(tracker.name, ()):
+                continue
+            if tracker.name in self.broken:
+                self.missed[tracker.name] += 1
+                continue
+            try:
+                tracker.log(run)
+                done[tracker.name].add(run.cell_id)
+                self.logged[tracker.name] += 1
+            except Exception as exc:
+                self.missed[tracker.name] += 1
+                self._fail(tracker, exc)
+
+    def _step(self, tracker: Tracker, what: str, *args) -> None:
+        """``tracker.what(*args)`` unless the tracker broke; a failure breaks it (one warning line)."""
+        if tracker.name in self.broken:
+            return
+        try:
+            getattr(tracker, what)(*args)
+        except Exception as exc:
+            self._fail(tracker, exc)
 
     def _record(self) -> None:
         """Where the runs are, in ``<out>/tracking.json`` (the trackers that opened)."""

@@ -6,6 +6,11 @@ dashboard with every numeric metric declared there, and its
 ``unitta.*`` tags as text; the folders of one sweep sit under the sweep's name (TensorBoard's run selector
 groups them like a parent run). A local ledger (``unitta.track.ledger``) records the cells written: a cell
 folder that is not in it (cut off mid-write) is rewritten whole.
+
+The sweep itself is ``<dir>/<sweep>/_run/``: its config as text (the YAML copy, and the flattened parameters),
+its summary table as scalars (``error/<method>/<setting>``, ``error/<method>/mean``) and its files copied there
+(the config copy; the heatmaps, tables and report when analysis runs on the folder). A running cell writes
+``error_so_far`` over images done into its folder; the final row joins it there when the cell ends.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ from typing import Any
 
 from unitta.track.cell_run import CellRun
 from unitta.track.ledger import Ledger
+from unitta.track.sweep_run import LiveValue, SweepRun
 from unitta.track.tracker import TrackerError, short_reason
 
-__all__ = ["TensorboardTracker"]
+__all__ = ["TensorboardTracker", "SWEEP_FOLDER"]
+
+SWEEP_FOLDER = "_run"  # <dir>/<sweep>/_run: the sweep's own run (no cell id starts with '_')
 
 
 class TensorboardTracker:
@@ -29,6 +37,7 @@ class TensorboardTracker:
     def __init__(self, directory: Path) -> None:
         self.dir = Path(directory).resolve()
         self.ledger = Ledger(self.dir)
+        self.live_writers: dict[str, Any] = {}  # cell id -> the SummaryWriter of its live values
 
     def open(self) -> set[str]:
         try:
@@ -45,7 +54,11 @@ class TensorboardTracker:
 
         folder = self.dir / run.sweep / run.cell_id
         try:
-            shutil.rmtree(folder, ignore_errors=True)  # a folder of a cell not in the ledger is incomplete
+            live = self.live_writers.pop(run.cell_id, None)
+            if live is not None:
+                live.close()  # its error_so_far stays beside the final row
+            else:
+                shutil.rmtree(folder, ignore_errors=True)  # a folder of a cell not in the ledger is incomplete
             writer = SummaryWriter(log_dir=str(folder))
             wall = (run.end_ms or 0) / 1000 or None
             for name, value in run.metrics.items():
@@ -62,8 +75,57 @@ class TensorboardTracker:
             raise TrackerError(f"{folder}: {short_reason(exc)}") from None
         self.ledger.add(run.cell_id)
 
+    def begin(self, sweep: str) -> None:
+        pass  # no system metrics in TensorBoard's event files
+
+    def live(self, value: LiveValue) -> None:
+        """A running cell's ``error_so_far`` at step = images done, in its folder (a new folder: a stale one of a
+        cell not in the ledger is removed first)."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = self.live_writers.get(value.cell_id)
+        folder = self.dir / value.sweep / value.cell_id
+        try:
+            if writer is None:
+                shutil.rmtree(folder, ignore_errors=True)
+                writer = self.live_writers[value.cell_id] = SummaryWriter(log_dir=str(folder))
+            writer.add_scalar("error_so_far", value.error, value.images)
+            writer.flush()
+        except Exception as exc:
+            raise TrackerError(f"{folder}: {short_reason(exc)}") from None
+
+    def log_sweep(self, run: SweepRun) -> None:
+        """The sweep's folder ``<sweep>/_run``: config as text, summary as scalars, files copied."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        folder = self.dir / run.sweep / SWEEP_FOLDER
+        try:
+            writer = SummaryWriter(log_dir=str(folder))
+            for path in run.files:
+                writer.add_text("config", "```\n" + Path(path).read_text() + "\n```", 0)
+            if run.params:
+                writer.add_text("params", "\n".join(f"{k}: {v}  " for k, v in sorted(run.params.items())), 0)
+            for name, value in run.metrics.items():
+                writer.add_scalar(name, value, 0)
+            writer.close()
+        except Exception as exc:
+            raise TrackerError(f"{folder}: {short_reason(exc)}") from None
+        self.attach(run.sweep, run.files)
+
+    def attach(self, sweep: str, files: list[Path], folder: str | None = None) -> None:
+        """Files copied into the sweep's folder (under ``folder``); the same name again overwrites."""
+        target = self.dir / sweep / SWEEP_FOLDER / (folder or "")
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            for path in files:
+                shutil.copyfile(path, target / Path(path).name)
+        except OSError as exc:
+            raise TrackerError(f"{target}: {short_reason(exc)}") from None
+
     def finish(self) -> None:
-        pass
+        for writer in self.live_writers.values():  # cells that never ended (the run was cut short)
+            writer.close()
+        self.live_writers.clear()
 
     def where(self) -> dict[str, Any]:
         return {"dir": str(self.dir)}

@@ -2,7 +2,10 @@
 
 A tracker is opened once (connect, find the cells it already holds: a run is found by its cell id, so a resumed
 sweep or a repeated ``unitta track`` adds no duplicate), then logs one ``CellRun`` per finished cell under the
-parent run of its sweep, and is finished at the end. Any problem is a ``TrackerError`` with a one-line message.
+parent run of its sweep, and is finished at the end. Around that, as deep as Ray Tune's logger callbacks: ``begin``
+opens the parent run when a sweep starts (system metrics while it runs), ``live`` takes a running cell's error so
+far, ``log_sweep`` gives the parent run the config and the summary table at the end, and ``attach`` adds files
+(heatmaps, tables, the report) to it later. Any problem is a ``TrackerError`` with a one-line message.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from unitta.track.cell_run import CellRun
+from unitta.track.sweep_run import LiveValue, SweepRun
 
 __all__ = ["Tracker", "TrackerError", "short_reason"]
 
@@ -31,8 +35,20 @@ class Tracker(Protocol):
     def open(self) -> set[str]:
         """Connect; the ids of the cells this tracker already holds a complete run of."""
 
+    def begin(self, sweep: str) -> None:
+        """A sweep starts: its parent run opens (system metrics while it runs, unless switched off)."""
+
+    def live(self, value: LiveValue) -> None:
+        """A running cell's error so far (its final row follows as ``log``)."""
+
     def log(self, run: CellRun) -> None:
         """One finished cell as one run (under its sweep's parent run)."""
+
+    def log_sweep(self, run: SweepRun) -> None:
+        """The parent run's config (parameters and file) and summary metrics."""
+
+    def attach(self, sweep: str, files: list[Path], folder: str | None = None) -> None:
+        """Files as the parent run's artifacts (under ``folder``); attaching a file again replaces it."""
 
     def finish(self) -> None:
         """End the parent runs, flush files."""
