@@ -166,8 +166,8 @@ def test_the_stream_orders_are_compared_in_one_table_and_figure(protocols_dir: P
     for method in METHODS:
         line = next(x for x in md.splitlines() if x.startswith(f"| {method} |"))
         shown = [float(v.strip(" *")) for v in line.split("|")[2:6]]
-        for value, (sampler, setting) in zip(shown, [("sorted", "1111"), ("official", "i111"), ("official", "i1i1"),
-                                                     ("dirichlet", "n1i1")]):
+        for value, (sampler, setting) in zip(shown, [("official", "i1i1"), ("official", "i111"), ("dirichlet", "n1i1"),
+                                                     ("sorted", "1111")]):
             row = rows.filter((pl.col("method") == method) & (pl.col("sampler") == sampler)
                               & (pl.col("setting") == setting))
             assert value == pytest.approx(row["error"][0], abs=0.05)

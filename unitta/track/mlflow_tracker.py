@@ -156,13 +156,13 @@ class MlflowTracker:
         parent = self._parent(run.sweep)
         tags = {**run.tags, ROLE_TAG: "cell", "mlflow.parentRunId": parent}
         run_id = self.live_runs.pop(run.cell_id, None)
+        pending_tags: list = []
         if run_id is None:
             created = self._call("create a run", self.client.create_run, self.experiment_id,
                                  start_time=run.start_ms, tags=tags, run_name=run.name)
             run_id = created.info.run_id
-        else:  # the run the live values went to: the full row's tags, then its values
-            self._call("set tags", self.client.log_batch, run_id,
-                       tags=[RunTag(_key(k), v) for k, v in tags.items()])
+        else:  # the run the live values went to: the full row's tags go with its values
+            pending_tags = [RunTag(_key(k), v) for k, v in tags.items()]
         at = run.end_ms or run.start_ms or 0
         metrics = [Metric(_key(k), v, at, 0) for k, v in run.metrics.items()]
         metrics += [Metric(_key(k), v, at, step) for k, steps in run.curves.items() for step, v in steps]
@@ -171,7 +171,9 @@ class MlflowTracker:
             some_params, params = params[:_BATCH_PARAMS], params[_BATCH_PARAMS:]
             room = _BATCH_ENTITIES - len(some_params)
             some_metrics, metrics = metrics[:room], metrics[room:]
-            self._call("log_batch", self.client.log_batch, run_id, metrics=some_metrics, params=some_params)
+            self._call("log_batch", self.client.log_batch, run_id, metrics=some_metrics, params=some_params,
+                       tags=pending_tags)
+            pending_tags = []
         self._call("end the run", self.client.set_terminated, run_id, "FINISHED", end_time=run.end_ms)
 
     def log_sweep(self, run: SweepRun) -> None:
