@@ -135,7 +135,9 @@ SlurmctldPort={ctld}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={f}/munge/munge.socket
+# a requeued job waits cred_expire seconds (120 by default) before it may start again, then for the
+# scheduler's next pass (sched_interval, 60 s by default): both short here, as the test requeues a job
+AuthInfo=socket={f}/munge/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation={f}/state
 SlurmdSpoolDir={f}/spool/%n
@@ -145,6 +147,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
@@ -284,7 +287,6 @@ def test_a_sweep_on_slurm_killed_half_way_resumes_and_equals_a_local_run(slurm, 
     _wait(lambda: slurm.job(job).get("Restarts") == "1", 60, "the requeue", slurm, every=0.25)
     before = {p.name: p.stat().st_mtime_ns for p in cells.glob("*.parquet")}
     assert 1 <= len(before) < 6, before
-    slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now")  # Slurm holds a requeued job ~2 min
     local = tmp_path / "local"  # meanwhile, the same cells in this process
     assert sweep_main([str(QUICK), *CUT, "--local", "--output", str(local), "--no-progress"]) == 0
     state = _finished(slurm, job)
