@@ -70,3 +70,44 @@ def ray_cluster():
              logging_level="WARNING")
     yield ray
     ray.shutdown()
+
+
+# The modules that start and kill real processes (their own Ray clusters, Slurm, drivers stopped by signals): one
+# unit of pytest-xdist's work, so they run one after another on one worker, timing-sensitive as they are.
+PROCESS_MODULES = ("tests/run/test_slurm.py", "tests/sweep/test_node_loss.py", "tests/sweep/test_cli.py",
+                   "tests/sweep/test_sigterm_ray.py", "tests/sweep/test_sweep.py", "tests/sweep/test_trust.py")
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """How pytest-xdist shares the suite (``-n auto --no-loadscope-reorder``, pyproject.toml): a module is one
+    unit of work, so its module-scoped fixtures are built once, and ``PROCESS_MODULES`` together are one unit.
+    Units go out in collection order (``pytest_collection_modifyitems``)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = _module_of(nodeid)
+            return "processes" if module in PROCESS_MODULES else module
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The long units first: ``PROCESS_MODULES``, then the other modules holding a ``slow`` test, then the rest
+    (each module's tests in their order), so that the short modules fill in beside the long ones."""
+    slow_modules = {_module_of(item.nodeid) for item in items if item.get_closest_marker("slow") is not None}
+
+    def rank(item) -> int:
+        module = _module_of(item.nodeid)
+        return 0 if module in PROCESS_MODULES else 1 if module in slow_modules else 2
+
+    items.sort(key=rank)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core, at most 4 (each may start its own local Ray cluster)."""
+    return max(1, min(os.cpu_count() or 1, 4))
