@@ -8,9 +8,11 @@ so one cell takes a second or two.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
+from tests.built_once import built_once
 from unitta.sweep.config import SweepConfig, parse_config
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -42,9 +44,10 @@ def reference(tmp_path_factory):
     from unitta.results import load_results
     from unitta.sweep import run_sweep
 
-    out = tmp_path_factory.mktemp("reference")
-    outcome = run_sweep(small_config(settings=REFERENCE_SETTINGS), out, local=True, progress=False)
-    assert (outcome.n_ok, outcome.n_failed) == (8, 0)
-    df = load_results(out)
+    def build(out: Path) -> None:
+        outcome = run_sweep(small_config(settings=REFERENCE_SETTINGS), out, local=True, progress=False)
+        assert (outcome.n_ok, outcome.n_failed) == (8, 0)
+
+    df = load_results(built_once(tmp_path_factory, "reference", build))  # once per test run (tests/built_once.py)
     assert df.height == 8 and set(df["status"]) == {"ok"}
     return df
