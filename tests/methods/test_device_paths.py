@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tests.bench_scripts import load_bench_script
-from unitta.methods import get_method
+from unitta.data import load_source
+from unitta.methods import get_method, method_class
 from unitta.methods.lame import fixed_point
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.norm.robust_bn_layer import RobustBN
@@ -48,19 +49,21 @@ def test_the_switch_sends_a_cpu_run_down_the_cuda_branches(monkeypatch, embedded
         DevicePaths.from_environment()
 
 
-@pytest.mark.parametrize("method", ["rotta", "roid", "lame", "deyo", "t3a"])  # CMF: ROID's masked forward (bench/opcount.py)
-def test_cuda_paths_keep_shapes_static_with_at_most_one_sync(opcount, stream, method, monkeypatch):
+@pytest.mark.parametrize("method", ["rotta", "note", "gtta", "roid", "lame", "deyo", "t3a"])  # CMF: ROID's (opcount)
+def test_cuda_paths_keep_shapes_static_with_at_most_one_sync_and_no_host_data(opcount, stream, method, monkeypatch):
     model, info, batches = stream
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     monkeypatch.setenv("UNITTA_DEVICE_PATHS", "cuda")  # read by the method steady_counts builds
     try:
-        r = opcount.steady_counts(method, model, info, batches, warmup=4)  # RoTTA's first update: 64 images
+        source = load_source("fmnist-c") if method_class(method).needs_source else None  # GTTA's replay
+        r = opcount.steady_counts(method, model, info, batches, warmup=4, source=source)  # RoTTA's first update: 64
     finally:
         torch.set_num_threads(threads)
     assert r["steady_batches"] == 4
     assert r["new_shapes"] == 0, r
     assert r["syncs"] <= 1, r["sync_sites"]
+    assert r["host_data"] == 0, r["host_data_sites"]  # the memories' bookkeeping staged, GTTA's source on the device
 
 
 def _bn(channels: int = 4, seed: int = 0) -> torch.nn.BatchNorm2d:
