@@ -67,6 +67,10 @@ class RobustBN(RowMaskedNorm):
             else:
                 batch_var, batch_mean = torch.var_mean(x, dim=[0, *range(2, x.ndim)], unbiased=False)
             # (1 - alpha) mu_g + alpha mu_b in one operator (torch.lerp), likewise the variance
+            if not torch.is_grad_enabled() or not (batch_mean.requires_grad or batch_var.requires_grad):
+                self.running_mean.lerp_(batch_mean, self.momentum)  # in place: the same kernel, no copy
+                self.running_var.lerp_(batch_var, self.momentum)
+                return normalise(x, self.running_mean, self.running_var, self.eps, self.weight, self.bias)
             mean = torch.lerp(self.running_mean, batch_mean, self.momentum)
             var = torch.lerp(self.running_var, batch_var, self.momentum)
             with torch.no_grad():
