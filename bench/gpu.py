@@ -129,6 +129,7 @@ class Inputs:
     source: Any = None
     notes: list[str] = field(default_factory=list)
     input_ms: float = math.nan  # --with-inputs: per-batch input work (dataset read/decode + ``device_batch``)
+    batch_s: float = 0.0  # the longest warm-up batch so far: whether the next fits in the budget
 
 
 def _random_batches(size: int, n: int, seed: int = 0) -> list[torch.Tensor]:
@@ -278,22 +279,32 @@ def build(name: str, inputs: Inputs, args) -> Any:
     return method
 
 
-def warm_up(method, batches: list[torch.Tensor], deadline: float) -> None:
+def warm_up(method, batches: list[torch.Tensor], deadline: float, inputs: Inputs | None = None) -> None:
+    """``method`` on each of ``batches``; OverBudget before a batch that, as long as the longest so far
+    (``inputs.batch_s``, kept there: an earlier row's too), would end after ``deadline`` (one batch of a big model
+    on a CPU takes seconds)."""
+    longest = inputs.batch_s if inputs is not None else 0.0
     for x in batches:
-        if time.perf_counter() > deadline:
+        if not fits(longest, deadline):
             raise OverBudget
+        start = time.perf_counter()
         method(x)
+        longest = max(longest, time.perf_counter() - start)
+        if inputs is not None:
+            inputs.batch_s = longest
 
 
 def timed_run(method, batches: list[torch.Tensor], device: torch.device, deadline: float) -> tuple[float, int]:
-    """(seconds, batches run) over ``batches`` (at least one; fewer once ``deadline`` has passed)."""
+    """(seconds, batches run) over ``batches`` (at least one; fewer where the next would end after ``deadline``)."""
     synchronize(device)
     start = time.perf_counter()
-    done = 0
+    done, longest = 0, 0.0
     for x in batches:
+        before = time.perf_counter()
         out = method(x)
         done += 1
-        if time.perf_counter() > deadline:
+        longest = max(longest, time.perf_counter() - before)
+        if not fits(longest, deadline):  # the next batch would end after the deadline
             break
     synchronize(device)
     seconds = time.perf_counter() - start
@@ -308,7 +319,7 @@ def time_method(name: str, inputs: Inputs, args, device: torch.device, deadline:
     with backend_mode(args.precision, device, args.cudnn_benchmark):
         with PeakMemory(device) as memory:
             method = build(name, inputs, args)
-            warm_up(method, warm, deadline)
+            warm_up(method, warm, deadline, inputs)
             if device.type == "cuda":
                 seconds, done = timed_run(method, timed, device, deadline)
         if device.type != "cuda":  # CPU: timed outside the memory sampler's thread
@@ -395,10 +406,12 @@ class Pack:
         return self.n * timed_batches * BATCH / (last - first)
 
     def close(self, wait_s: float = 60) -> None:
+        """Ask the workers to stop, wait up to ``wait_s`` for all of them together, then end those still running."""
         for q in self.tasks:
             q.put(None)
+        end = time.perf_counter() + wait_s
         for w in self.workers:
-            w.join(timeout=wait_s)
+            w.join(timeout=max(0.0, end - time.perf_counter()))
             if w.is_alive():
                 w.terminate()
 
@@ -442,17 +455,24 @@ def measure_models(group: list[tuple[str, str, list[str]]], args, device, emit, 
     models: list[Model] = []
     rows: list[Row] = []
     try:
+        open_s = 0.0  # the longest opening so far: the estimate of the next (loading a model is a budgeted step)
         for arch, dataset, methods in group:
-            if time.perf_counter() > deadline:
-                print(f"time budget reached: {arch} not measured", flush=True)
+            if not fits(open_s, deadline):
+                print(f"time budget reached: {arch} not measured (not loaded: about {open_s:.0f} s as the longest "
+                      "loading so far would overrun --budget-s)", flush=True)
                 continue
+            opened = time.perf_counter()
             models.append(open_model(arch, dataset, methods, args, device, deadline))
+            open_s = max(open_s, time.perf_counter() - opened)
         order = list(dict.fromkeys(["test", *(m for model in models for m in model.methods)]))
         for name in order:
             for model in models:
                 if name != "test" and name not in model.methods:
                     continue
-                if time.perf_counter() > deadline:
+                if not isinstance(model.inputs, str) and not model.inputs.batch_s:  # its first row: guess from others'
+                    model.inputs.batch_s = max(m.inputs.batch_s for m in models if not isinstance(m.inputs, str))
+                batch_s = 0.0 if isinstance(model.inputs, str) else model.inputs.batch_s
+                if not fits(batch_s, deadline):  # not even one batch as long as its longest would end in time
                     print(f"time budget reached: stopped before {model.arch} / {name}", flush=True)
                     return rows
                 row = _row(name, model, args, device, deadline)
@@ -463,8 +483,8 @@ def measure_models(group: list[tuple[str, str, list[str]]], args, device, emit, 
                     torch.cuda.empty_cache()
     finally:
         for model in models:
-            if model.pack is not None:
-                model.pack.close()
+            if model.pack is not None:  # within what is left of the budget (a worker still loading is ended)
+                model.pack.close(wait_s=min(60.0, max(0.2, deadline - time.perf_counter())))
     return rows
 
 

@@ -136,3 +136,19 @@ def test_a_dry_rehearsal_keeps_its_budget_in_every_step(tmp_path):
     for row in report["rows"]:  # measured, or listed with what was left out
         assert row["error"] or row["images_per_s"] > 0
         assert all(step in ("ops", "pack 1") for step in row["skipped"])
+
+
+def test_a_row_stops_before_a_batch_that_would_overrun_and_the_next_model_is_not_loaded(bench):
+    """Loading a model and every warm-up batch are budgeted steps: a batch as long as the longest so far that would
+    end after the deadline is not started (one batch of a big model on a CPU takes seconds; issue 53)."""
+    import time
+
+    calls = []
+    inputs = bench.Inputs("m", "d", None, None, [])
+    inputs.batch_s = 5.0  # an earlier row's longest batch
+    with pytest.raises(bench.OverBudget):
+        bench.warm_up(calls.append, [1, 2], time.perf_counter() + 1.0, inputs)
+    assert calls == []
+    inputs.batch_s = 0.0
+    bench.warm_up(calls.append, [1, 2], time.perf_counter() + 30.0, inputs)
+    assert calls == [1, 2] and 0 < inputs.batch_s < 1

@@ -59,6 +59,18 @@ def test_method_satisfies_the_contract(name, embedded_model, fmnist_c_images):
     _assert_contract(name, model, info, fmnist_c_images)
 
 
+@pytest.mark.parametrize("name", list_methods())
+def test_no_tensor_made_from_host_data_after_the_first_batch_on_the_cuda_paths(name, embedded_model, fmnist_c_images,
+                                                                              monkeypatch):
+    """The contract's host-sync warning, required here on the branches a GPU takes (issue 53; the CPU branches
+    may build host tensors, host memory there): constants once per cell, bookkeeping on the device or staged."""
+    monkeypatch.setenv("UNITTA_DEVICE_PATHS", "cuda")
+    model, info = embedded_model
+    results = run_checks(name, model, info, fmnist_c_images, **FAST.get(name, {}))
+    host = next(r for r in results if r.check == "host_sync")
+    assert "made from host data" not in (host.reason or ""), f"{name}: {host.reason}"
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_variant_satisfies_the_contract(variant, embedded_model, fmnist_c_images):
     name, overrides = VARIANTS[variant]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from tests.bench_scripts import load_bench_script
-from unitta.methods import get_method
+from unitta.data import load_source
+from unitta.methods import get_method, method_class
 from unitta.methods.lame import fixed_point
 from unitta.methods.norm.batch_stats import BatchStatsNorm
 from unitta.methods.norm.robust_bn_layer import RobustBN
@@ -48,19 +49,21 @@ def test_the_switch_sends_a_cpu_run_down_the_cuda_branches(monkeypatch, embedded
         DevicePaths.from_environment()
 
 
-@pytest.mark.parametrize("method", ["rotta", "roid", "lame", "deyo", "t3a"])  # CMF: ROID's masked forward (bench/opcount.py)
-def test_cuda_paths_keep_shapes_static_with_at_most_one_sync(opcount, stream, method, monkeypatch):
+@pytest.mark.parametrize("method", ["rotta", "note", "gtta", "roid", "lame", "deyo", "t3a"])  # CMF: ROID's (opcount)
+def test_cuda_paths_keep_shapes_static_with_at_most_one_sync_and_no_host_data(opcount, stream, method, monkeypatch):
     model, info, batches = stream
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     monkeypatch.setenv("UNITTA_DEVICE_PATHS", "cuda")  # read by the method steady_counts builds
     try:
-        r = opcount.steady_counts(method, model, info, batches, warmup=4)  # RoTTA's first update: 64 images
+        source = load_source("fmnist-c") if method_class(method).needs_source else None  # GTTA's replay
+        r = opcount.steady_counts(method, model, info, batches, warmup=4, source=source)  # RoTTA's first update: 64
     finally:
         torch.set_num_threads(threads)
     assert r["steady_batches"] == 4
     assert r["new_shapes"] == 0, r
     assert r["syncs"] <= 1, r["sync_sites"]
+    assert r["host_data"] == 0, r["host_data_sites"]  # the memories' bookkeeping staged, GTTA's source on the device
 
 
 def _bn(channels: int = 4, seed: int = 0) -> torch.nn.BatchNorm2d:
@@ -154,3 +157,45 @@ def test_robust_bn_hand_written_backward_with_a_row_mask_equals_autograd():
         grads.append((xi.grad, layer.weight.grad, layer.bias.grad, layer.running_mean.clone()))
     for fast, plain in zip(*grads):
         torch.testing.assert_close(fast, plain)
+
+
+def test_masked_mean_var_is_the_reference_formula_in_float64():
+    """One weighted pass per layer (``RowWeights`` made once per mask): the kept rows' mean and biased variance
+    of the definition, to float64 rounding, for 4-D and 2-D inputs, with no kept row giving zeros."""
+    from unitta.methods.norm.row_mask import RowWeights, masked_mean_var
+
+    g = torch.Generator().manual_seed(6)
+    keep = torch.tensor([True, False, True, True, False, True, False])
+    for shape in ((7, 3, 4, 5), (7, 3)):
+        x = torch.randn(*shape, generator=g, dtype=torch.float64) * 3 + 2
+        weights = RowWeights(keep)
+        mean, var = masked_mean_var(x, keep, weights)
+        kept = x[keep].transpose(0, 1).reshape(x.shape[1], -1)  # (C, kept values)
+        reference_mean = kept.sum(1) / kept.shape[1]
+        reference_var = ((kept - reference_mean[:, None]) ** 2).sum(1) / kept.shape[1]  # biased: / N, not N - 1
+        torch.testing.assert_close(mean, reference_mean, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(var, reference_var, rtol=1e-12, atol=1e-12)
+        assert weights.of(x)[2] is weights.of(x.clone())[2]  # made once per mask, dtype and shape kind
+    nothing = masked_mean_var(x, torch.zeros(7, dtype=torch.bool))
+    assert all(torch.equal(t, torch.zeros(3, dtype=torch.float64)) for t in nothing)
+
+
+def test_masked_batch_stats_hand_written_backward_equals_autograd():
+    """ROID's masked forward (``BatchStatsNorm`` with a row mask) through Robust BN's Function with a = 1: values,
+    gradients and the untouched source statistics as autograd through the plain formula, in float64."""
+    from unitta.methods.norm.fast_paths import fast_paths_set
+
+    x = torch.randn(6, 4, 3, 3, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 2 + 1
+    g = torch.randn(6, 4, 3, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    keep = torch.tensor([True, False, True, True, False, True])
+    results = []
+    for fast in (True, False):
+        layer = BatchStatsNorm(_bn().double())
+        xi = x.clone().requires_grad_(True)
+        with fast_paths_set(fast), masked_rows(layer, keep):
+            out = layer(xi)
+            (out * g).sum().backward()
+        results.append((out.detach(), xi.grad, layer.weight.grad, layer.bias.grad, layer.source_mean.clone()))
+    for fast, plain in zip(*results):
+        torch.testing.assert_close(fast, plain, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(results[0][-1], _bn().double().running_mean)

@@ -52,7 +52,7 @@ def test_the_environment_switches_them_off() -> None:
 
 @pytest.mark.parametrize(
     "name, function",
-    [("note", iabn._IABNTrain), ("rotta", robust_bn_layer._RobustBNTrain), ("tribe", balanced_bn_layer._BalancedUpdate)],
+    [("note", iabn._IABNTrain), ("rotta", robust_bn_layer.RobustBNTrain), ("tribe", balanced_bn_layer._BalancedUpdate)],
 )
 def test_the_switch_bypasses_each_hand_written_backward(fmnist_cnn, monkeypatch, name: str, function) -> None:
     calls = []

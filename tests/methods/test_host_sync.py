@@ -61,3 +61,38 @@ def test_tensors_made_from_host_data_are_counted() -> None:
         "torch.as_tensor of host data", "torch.from_numpy of host data", "torch.tensor of host data"
     ]
     assert torch.from_numpy is not syncs._recorded_from_numpy  # restored on exit
+
+
+def test_staged_bookkeeping_is_a_copy_of_the_callers_line_not_host_data() -> None:
+    from unitta.methods.parts.device import staged
+
+    with HostSyncRecorder() as syncs:
+        table = staged([[3, 1, 2], [0, 1, 1]], torch.long, "cpu")
+        empty = staged([], torch.float64, "cpu")
+    assert torch.equal(table, torch.tensor([[3, 1, 2], [0, 1, 1]])) and empty.shape == (0,)
+    assert not syncs.host_data and not syncs.counts
+    assert [(what, where.split(":")[0]) for what, where in syncs.copies.elements()] == [
+        ("device.staged (pinned, non-blocking)", "test_host_sync.py")
+    ] * 2
+
+
+def test_source_batches_on_the_device_equal_the_host_gather() -> None:
+    import numpy as np
+    from torch.utils.data import TensorDataset
+
+    from unitta.data.source import ArraySource, take_batch
+    from unitta.methods.parts.source_batches import SourceBatches
+
+    rng = np.random.default_rng(0)
+    arrays = ArraySource(rng.integers(0, 256, (10, 4, 4, 3), dtype=np.uint8), rng.integers(0, 5, 10))
+    tensors = TensorDataset(torch.rand(10, 3, 4, 4), torch.arange(10))
+    for dataset in (arrays, tensors):
+        batches = SourceBatches(dataset, 4, torch.Generator().manual_seed(1), torch.device("cpu"))
+        order = torch.randperm(10, generator=torch.Generator().manual_seed(1))
+        for start in (0, 4, 8):  # the last batch partial
+            images, labels = next(batches)
+            expected = take_batch(dataset, order[start : start + 4])
+            assert torch.equal(images, expected[0]) and torch.equal(labels, expected[1])
+        with HostSyncRecorder() as syncs:
+            next(batches)  # a new pass: its order moves once; no host data
+        assert not syncs.host_data and not syncs.counts

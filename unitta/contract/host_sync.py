@@ -20,7 +20,8 @@ recorded. On a CPU run this counts what a GPU would wait for only on the branche
 of Python or NumPy values, ``torch.from_numpy``), wherever it then goes: on a GPU each is a host-to-device copy
 (blocking unless pinned) or host bookkeeping next to device work; a steady batch should make none (constants
 once per cell on the device, bookkeeping on the device).
-``copies`` counts, the same way, the host-to-device copies a CUDA run would make: tensors built from Python
+``device.staged`` (host bookkeeping through pinned memory, one non-blocking copy) counts as a copy, not as host
+data. ``copies`` counts, the same way, the host-to-device copies a CUDA run would make: tensors built from Python
 values (``torch.tensor``, ``torch.as_tensor``) or drawn from a host generator (a CPU generator that
 ``device_generator`` did not make) that are then moved with ``.to(...)`` / ``.cuda()``, or built with a
 ``device=`` argument. docs/adding_a_method.md ("No host synchronisation in forward") says why these cost GPU time.
@@ -58,12 +59,16 @@ _MOVES = {"to", "cuda"}
 _FROM_HOST_DATA = {"tensor", "as_tensor", "asarray"}
 
 
-def _caller() -> str | None:
+def _caller(through_host_memory: bool = False) -> str | None:
     """'file.py:line' of the innermost frame outside torch and this module (the code that asked); None when
-    the read comes from ``torch.optim``, whose optimisers keep their step counts in host memory by design."""
+    the read comes from ``torch.optim``, whose optimisers keep their step counts in host memory by design, or
+    from ``parts/device.py`` (host tensors by construction) unless ``through_host_memory``: then its caller."""
     frame = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
+        if path in _HOST_MEMORY_FILES and through_host_memory:
+            frame = frame.f_back
+            continue
         if path.startswith(_OPTIM_DIR) or path in _HOST_MEMORY_FILES:
             return None
         if not path.startswith(_TORCH_DIR) and path != __file__:
@@ -82,6 +87,8 @@ class _Functions(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in _MOVES and args and id(args[0]) in self._recorder.host_made:
             self._recorder.record_copy(f"Tensor.{name} of a host tensor")
+        if name == "empty" and "pin_memory" in kwargs:  # ``device.staged``: the copy of the method's line
+            self._recorder.record_copy("device.staged (pinned, non-blocking)", through_host_memory=True)
         if name in _FROM_HOST_DATA and _made_from_host_data(name, args, kwargs):
             self._recorder.record_host_data(f"torch.{name} of host data")
         if name not in _HOST_READS:
@@ -158,8 +165,8 @@ class HostSyncRecorder:
         if where is not None:
             self.counts[(what, where)] += 1
 
-    def record_copy(self, what: str) -> None:
-        where = _caller()
+    def record_copy(self, what: str, through_host_memory: bool = False) -> None:
+        where = _caller(through_host_memory)
         if where is not None:
             self.copies[(what, where)] += 1
 

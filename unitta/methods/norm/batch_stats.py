@@ -20,8 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from unitta.methods.norm.fast_paths import fast_paths
+from unitta.methods.norm.robust_bn_layer import RobustBNTrain
 from unitta.methods.norm.row_mask import RowMaskedNorm, masked_mean_var
-from unitta.methods.norm.stats import float32_forward, normalise, source_statistics
+from unitta.methods.norm.stats import float32_forward, needs_grad, normalise, source_statistics
 
 
 class BatchStatsNorm(RowMaskedNorm):
@@ -48,8 +50,12 @@ class BatchStatsNorm(RowMaskedNorm):
     @float32_forward
     def _masked(self, x: Tensor) -> Tensor:
         """The statistics of the rows ``row_mask`` keeps (in float32 under autocast, as BatchNorm)."""
-        mean, var = masked_mean_var(x, self.row_mask)
-        if x.ndim == 2 or math.prod(x.shape[2:]) == 1:
+        one_position = x.ndim == 2 or math.prod(x.shape[2:]) == 1
+        if not one_position and fast_paths() and needs_grad(x, self.weight, self.bias):
+            # Robust BN's train forward and hand-written backward with a = 1 (one statistics pass, ~a dozen operators)
+            return RobustBNTrain.apply(x, self.weight, self.bias, self, self.row_mask, self.row_weights_of)
+        mean, var = masked_mean_var(x, self.row_mask, self.row_weights_of)
+        if one_position:
             # one kept row of a (B, C) input has one value per channel: a forward of that row alone takes the
             # source statistics (see the module docstring), chosen on the device (no host read of the count)
             single = self.row_mask.sum() == 1

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.fast_paths import fast_paths
-from unitta.methods.norm.row_mask import RowMaskedNorm, masked_mean_var, row_weights
+from unitta.methods.norm.row_mask import RowMaskedNorm, RowWeights, masked_mean_var
 from unitta.methods.norm.stats import (
     AffineCache,
     affine,
@@ -32,7 +32,7 @@ from unitta.methods.norm.stats import (
     source_statistics,
 )
 
-__all__ = ["RobustBN"]
+__all__ = ["RobustBN", "RobustBNTrain"]
 
 
 class RobustBN(RowMaskedNorm):
@@ -60,13 +60,17 @@ class RobustBN(RowMaskedNorm):
     def forward(self, x: Tensor) -> Tensor:
         masked = self.row_mask is not None
         if self.training and fast_paths() and needs_grad(x, self.weight, self.bias):
-            return _RobustBNTrain.apply(x, self.weight, self.bias, self, self.row_mask)
+            return RobustBNTrain.apply(x, self.weight, self.bias, self, self.row_mask, self.row_weights_of)
         if self.training:
             if masked:
-                batch_mean, batch_var = masked_mean_var(x, self.row_mask)
+                batch_mean, batch_var = masked_mean_var(x, self.row_mask, self.row_weights_of)
             else:
                 batch_var, batch_mean = torch.var_mean(x, dim=[0, *range(2, x.ndim)], unbiased=False)
             # (1 - alpha) mu_g + alpha mu_b in one operator (torch.lerp), likewise the variance
+            if not torch.is_grad_enabled() or not (batch_mean.requires_grad or batch_var.requires_grad):
+                self.running_mean.lerp_(batch_mean, self.momentum)  # in place: the same kernel, no copy
+                self.running_var.lerp_(batch_var, self.momentum)
+                return normalise(x, self.running_mean, self.running_var, self.eps, self.weight, self.bias)
             mean = torch.lerp(self.running_mean, batch_mean, self.momentum)
             var = torch.lerp(self.running_var, batch_var, self.momentum)
             with torch.no_grad():
@@ -86,7 +90,7 @@ class RobustBN(RowMaskedNorm):
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
 
 
-class _RobustBNTrain(torch.autograd.Function):
+class RobustBNTrain(torch.autograd.Function):
     """The train-mode RBN forward (same operators, hence the same values, as the plain path) with a
     hand-written backward: about a dozen operators instead of autograd's ~100 through var_mean, lerp,
     rsqrt and the affine form (bench/opcount.py).
@@ -97,27 +101,36 @@ class _RobustBNTrain(torch.autograd.Function):
         dx = g w s + (a / N) dL/dm + (2 a / N) dL/dv (x - mu_b).
     With a row mask (``row_mask``) mu_b and s2_b are the kept rows' and N counts their elements: the last two
     terms of dx apply to the kept rows only.
+    A ``BatchStatsNorm`` (ROID's, CMF's, DeYO's masked forward) runs the same Function with a = 1: the batch's
+    statistics, its source ones untouched (issue 53: masked statistics in few kernels).
     The variance clamp of ``affine`` is inactive here (v is a convex mix of non-negative variances).
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: RobustBN,
-                mask: Tensor | None = None) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: nn.Module,
+                mask: Tensor | None = None, weights: RowWeights | None = None) -> Tensor:
         dims = [0, *range(2, x.ndim)]
         if mask is None:
             batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
-            ctx.rows, ctx.count = None, None
+            ctx.rows = None
         else:  # the statistics of the kept rows (``row_mask``): N is their element count per channel
-            batch_mean, batch_var = masked_mean_var(x, mask)
-            ctx.rows = row_weights(mask, x)
-            ctx.count = (ctx.rows.sum() * (x.numel() // (x.shape[0] * x.shape[1]))).clamp_min(1.0)
-        mean = torch.lerp(layer.running_mean, batch_mean, layer.momentum)
-        var = torch.lerp(layer.running_var, batch_var, layer.momentum)
-        layer.running_mean.copy_(mean)
-        layer.running_var.copy_(var)
+            weights = weights or RowWeights(mask)
+            batch_mean, batch_var = masked_mean_var(x, mask, weights)
+            ctx.rows, ctx.inverse_count, _ = weights.of(x)
+        momentum = layer.momentum if isinstance(layer, RobustBN) else 1.0  # a BatchStatsNorm: the batch's own
+        if momentum < 1.0:
+            mean = torch.lerp(layer.running_mean, batch_mean, momentum)
+            var = torch.lerp(layer.running_var, batch_var, momentum)
+            layer.running_mean.copy_(mean)
+            layer.running_var.copy_(var)
+        else:  # lerp with weight 1 is the batch statistics, bit for bit; a BatchStatsNorm keeps its source ones
+            mean, var = batch_mean, batch_var
+            if isinstance(layer, RobustBN):
+                layer.running_mean.copy_(mean)
+                layer.running_var.copy_(var)
         scale, shift = affine(mean, var, layer.eps, weight, bias)
         ctx.save_for_backward(x, weight, mean, var, batch_mean)
-        ctx.eps, ctx.momentum, ctx.dims = layer.eps, layer.momentum, dims
+        ctx.eps, ctx.momentum, ctx.dims = layer.eps, momentum, dims
         return apply_affine(x, as_map(scale, x), as_map(shift, x))
 
     @staticmethod
@@ -126,7 +139,7 @@ class _RobustBNTrain(torch.autograd.Function):
         dims, a = ctx.dims, ctx.momentum
         n = x.numel() // x.shape[1]
         # cached 0-dim constants: a Python number operand costs a host-side conversion per call
-        factor = constant(-a / n, var) if ctx.count is None else -a / ctx.count
+        factor = constant(-a / n, var) if ctx.rows is None else ctx.inverse_count * -a
         s = torch.rsqrt(torch.add(var, constant(ctx.eps, var)))
         xc = x - as_map(mean, x)
         g_sum = g.sum(dims)
@@ -142,4 +155,4 @@ class _RobustBNTrain(torch.autograd.Function):
             dx = torch.addcmul(g * as_map(k, x), through_stats, ctx.rows)
         dw = None if weight is None or not ctx.needs_input_grad[1] else gxc_sum * s
         db = g_sum if ctx.needs_input_grad[2] else None
-        return (dx if ctx.needs_input_grad[0] else None), dw, db, None, None
+        return (dx if ctx.needs_input_grad[0] else None), dw, db, None, None, None

@@ -18,16 +18,39 @@ from collections.abc import Iterator
 
 from torch import Tensor, nn
 
-__all__ = ["RowMaskedNorm", "masked_rows", "masked_mean_var", "row_weights"]
+__all__ = ["RowMaskedNorm", "RowWeights", "masked_rows", "masked_mean_var", "row_weights"]
+
+
+class RowWeights:
+    """The weights of one row mask, made once per ``masked_rows`` block and shared by all its layers (issue 53:
+    masked statistics in few kernels): per (dtype, rank, positions L) the 0/1 row weights (B, 1, ...), the
+    reciprocal of the kept element count per channel (0-dim; 1 when no row is kept) and their product, the (B,)
+    weights of a per-channel mean."""
+
+    def __init__(self, mask: Tensor):
+        self.mask = mask
+        self._made: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}
+
+    def of(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(rows (B, 1, ...), 1 / count, mean weights (B,)) for a batch shaped as ``x``."""
+        positions = math.prod(x.shape[2:])
+        key = (x.dtype, x.ndim, positions, x.device)
+        if key not in self._made:
+            rows = row_weights(self.mask, x)
+            inverse = (rows.sum() * positions).clamp_min(1.0).reciprocal()
+            self._made[key] = (rows, inverse, rows.view(-1) * inverse)
+        return self._made[key]
 
 
 class RowMaskedNorm(nn.Module):
     """A layer whose batch statistics can be taken over some rows of the batch only: the base of every such layer.
 
     ``row_mask`` (B,) bool, or None for every row, is the one input besides the batch; ``masked_rows`` sets it for
-    the body of a ``with`` block and clears it after, and the layer reads it in its ``forward``."""
+    the body of a ``with`` block and clears it after, and the layer reads it in its ``forward``; ``row_weights_of``
+    is the block's ``RowWeights``, shared by its layers (None outside a block)."""
 
     row_mask: Tensor | None = None
+    row_weights_of: RowWeights | None = None
 
 
 @contextlib.contextmanager
@@ -35,13 +58,16 @@ def masked_rows(model: nn.Module, mask: Tensor | None) -> Iterator[None]:
     """Batch statistics of the ``RowMaskedNorm`` layers of ``model`` over the rows where ``mask`` (B,) is true
     (None: all rows)."""
     layers = [m for m in model.modules() if isinstance(m, RowMaskedNorm)]
+    weights = None if mask is None else RowWeights(mask)
     for layer in layers:
         layer.row_mask = mask
+        layer.row_weights_of = weights
     try:
         yield
     finally:
         for layer in layers:
             layer.row_mask = None
+            layer.row_weights_of = None
 
 
 def row_weights(mask: Tensor, x: Tensor) -> Tensor:
@@ -51,14 +77,14 @@ def row_weights(mask: Tensor, x: Tensor) -> Tensor:
     return mask.to(x.dtype).view(-1, *([1] * (x.ndim - 1)))
 
 
-def masked_mean_var(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+def masked_mean_var(x: Tensor, mask: Tensor, weights: RowWeights | None = None) -> tuple[Tensor, Tensor]:
     """Per-channel mean and *biased* variance of ``x`` (B, C, ...) over the rows where ``mask`` and every position,
     each (C,): the statistics of ``torch.var_mean(x[mask], dim=[0, 2, ...], unbiased=False)`` without the
-    data-dependent shape (two passes, as ``var_mean``). No kept row gives mean 0 and variance 0."""
-    w = row_weights(mask, x)
-    dims = [0, *range(2, x.ndim)]
-    count = (w.sum() * math.prod(x.shape[2:])).clamp_min(1.0)
-    mean = (x * w).sum(dims) / count
-    centred = x - mean.view(1, -1, *([1] * (x.ndim - 2)))
-    var = (centred * centred * w).sum(dims) / count
-    return mean, var
+    data-dependent shape. Two passes, as ``var_mean`` (the mean, then the mean square deviation from it), each a
+    sum over the positions and one weighted sum over the rows (a matrix-vector product with the mask's weights,
+    ``RowWeights``: made once per mask, not per layer). No kept row gives mean 0 and variance 0."""
+    _, _, v = (weights or RowWeights(mask)).of(x)
+    flat = x.reshape(x.shape[0], x.shape[1], -1)  # (B, C, L)
+    mean = v @ flat.sum(2)
+    centred = flat - mean.unsqueeze(1)
+    return mean, v @ (centred * centred).sum(2)

@@ -22,7 +22,7 @@ import torch
 
 __all__ = [
     "DEVICE_PATHS", "ENVIRONMENT_VARIABLE", "DevicePaths", "DeviceGenerator", "device_generator",
-    "is_device_generator", "host_values",
+    "is_device_generator", "host_values", "staged",
 ]
 
 DEVICE_PATHS = ("auto", "cuda")  # the values UNITTA_DEVICE_PATHS takes
@@ -86,3 +86,23 @@ def host_values(t: torch.Tensor) -> list:
     if t.device.type != "cpu":
         raise ValueError(f"host_values reads host tensors only, got one on {t.device}")
     return t.tolist()
+
+
+def staged(values: list, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """The host's bookkeeping (a Python list, nested lists for a table) on ``device`` through a fresh staging
+    tensor in host memory, pinned on a GPU, and one non-blocking copy: no stream synchronisation (a
+    ``torch.tensor(values, device=...)`` copies from pageable memory and waits). PyTorch's pinned-memory cache
+    hands a staging block out again only once its copy has finished. ``unitta.contract.host_sync`` counts each
+    call as a host-to-device copy, not as a tensor made from host data (docs/benchmarks.md "Device paths")."""
+    device = torch.device(device)
+    host = torch.empty(_shape(values), dtype=dtype, pin_memory=device.type == "cuda")
+    host.numpy()[...] = values  # host memory by construction: no device read
+    return host.to(device, non_blocking=True)
+
+
+def _shape(values: list) -> tuple[int, ...]:
+    shape = []
+    while isinstance(values, (list, tuple)):
+        shape.append(len(values))
+        values = values[0] if values else None
+    return tuple(shape)

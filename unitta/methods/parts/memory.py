@@ -12,7 +12,9 @@ class counts of classes seen often enough end up within one of each other.
 
 Layout, for GPU efficiency: the images live in one preallocated (capacity, ...) tensor on the
 images' device (a copy, so no incoming batch is kept alive through a view); the bookkeeping that
-decides what is stored (labels, uncertainties, ages, which slot holds what) lives on the host.
+decides what is stored (labels, uncertainties, ages, which slot holds what) lives on the host, and reaches the
+device through ``device.staged`` (pinned memory, one non-blocking copy per write or read, no tensor made from
+host data).
 ``add_batch`` reads a batch's labels (and uncertainties) with one device-to-host transfer, takes every
 decision in the same order and with the same arithmetic as offering the samples one by one, then
 writes all the images it keeps with one indexed copy; ``batch`` gathers the stored images with one
@@ -28,6 +30,8 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
+
+from unitta.methods.parts.device import staged
 
 __all__ = ["CSTUMemory", "PBRSMemory", "split_at_updates"]
 
@@ -56,14 +60,13 @@ class _Slots:
         if len(slots) == 1:
             self.data[slots[0]].copy_(x[rows[0]])
             return
-        index = torch.tensor([rows, slots], dtype=torch.long).to(x.device, non_blocking=True)
+        index = staged([list(rows), list(slots)], torch.long, x.device)
         self.data.index_copy_(0, index[1], x.index_select(0, index[0]))
 
     def read(self, slots: Sequence[int]) -> Tensor:
         """The images of ``slots``, in that order, as a new (M, ...) tensor (one indexed read)."""
         assert self.data is not None
-        index = torch.tensor(slots, dtype=torch.long).to(self.data.device, non_blocking=True)
-        return self.data.index_select(0, index)
+        return self.data.index_select(0, staged(list(slots), torch.long, self.data.device))
 
 
 def _host_list(values: Tensor | Sequence, kind: type) -> list:
@@ -204,8 +207,7 @@ class CSTUMemory:
         if not items:
             raise ValueError("the memory is empty")
         x = self._slots.read([item.slot for item in items])
-        ages = torch.tensor([item.age / self.capacity for item in items], dtype=x.dtype)
-        return x, ages.to(x.device, non_blocking=True)
+        return x, staged([item.age / self.capacity for item in items], torch.float64, x.device).to(x.dtype)
 
     def padded_batch(self) -> tuple[Tensor, Tensor, Tensor]:
         """``batch()`` padded to the capacity, so that its shape never changes: (capacity, ...) images (the stored
@@ -220,7 +222,7 @@ class CSTUMemory:
         stored = [1.0] * len(items) + [0.0] * pad
         assert self._slots.data is not None
         data = self._slots.data
-        table = torch.tensor([slots, ages, stored], dtype=torch.float64).to(data.device, non_blocking=True)
+        table = staged([slots, ages, stored], torch.float64, data.device)
         x = data.index_select(0, table[0].long())
         return x, table[1].to(data.dtype), table[2] > 0.5
 
@@ -308,9 +310,10 @@ class PBRSMemory:
         slots = [slot for items in self.classes for slot in items]
         if not slots:
             raise ValueError("the memory is empty")
-        stacked = self._slots.read(slots)
-        labels = torch.tensor([c for c, items in enumerate(self.classes) for _ in items], dtype=torch.long)
-        return stacked, labels.to(stacked.device, non_blocking=True)
+        assert self._slots.data is not None
+        labels = [c for c, items in enumerate(self.classes) for _ in items]
+        table = staged([slots, labels], torch.long, self._slots.data.device)  # one copy: slots and labels
+        return self._slots.data.index_select(0, table[0]), table[1]
 
 
 def split_at_updates(seen: int, n: int, every: int) -> list[tuple[int, int, bool]]:
