@@ -47,6 +47,7 @@ def reference(tmp_path_factory):
     def build(out: Path) -> None:
         outcome = run_sweep(small_config(settings=REFERENCE_SETTINGS), out, local=True, progress=False)
         assert (outcome.n_ok, outcome.n_failed) == (8, 0)
+        assert set(load_results(out)["worker_pid"]) == {os.getpid()}  # --local: every cell in this process
 
     df = load_results(built_once(tmp_path_factory, "reference", build))  # once per test run (tests/built_once.py)
     assert df.height == 8 and set(df["status"]) == {"ok"}

@@ -30,7 +30,8 @@ def test_run_cell_row(reference):
     assert 0 <= row["error"] <= 100 and row["n_samples"] > 0
     assert sum(d["n"] for d in row["per_domain"]) == row["n_samples"]
     assert row["started_at"] <= row["finished_at"] and row["duration_s"] > 0
-    assert row["worker_pid"] == os.getpid() and row["num_threads"] == 1 and row["sweep_name"] == "small"
+    # worker_pid: the process that built the reference, checked there (tests/sweep/conftest.py)
+    assert row["worker_pid"] > 0 and row["num_threads"] == 1 and row["sweep_name"] == "small"
     assert row["git_commit"] is None or len(row["git_commit"]) >= 40
 
 

@@ -362,9 +362,10 @@ def _once(run: Callable[[], dict[str, CheckResult]]) -> Callable[[], dict[str, C
 
 def run_checks(
     name: str, model: nn.Module, info: ModelInfo, images: Tensor, small: int = 8, guard: Guard = _unguarded,
-    **overrides: Any,
+    checks: Sequence[str] = CHECKS, **overrides: Any,
 ) -> list[CheckResult]:
-    """All checks of ``CHECKS`` for method ``name`` on ``images`` (at least 65 + 2 * ``small``, stream order).
+    """The checks ``checks`` (all of ``CHECKS`` by default) for method ``name`` on ``images`` (at least
+    65 + 2 * ``small``, stream order); only the builds those checks need are made.
 
     ``images[:64]`` is the full batch (cost: methods that update every 64 samples take a step by its end),
     ``images[64:65]`` the batch of one, and the next two batches of ``small`` images the stream (pass
@@ -375,6 +376,9 @@ def run_checks(
     given cannot hide it from another. ``guard(check, run)`` runs each check (the command line turns a
     method's exception into that check's failure: into the failure of every check its run serves).
     """
+    unknown = [check for check in checks if check not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check(s) {unknown}: choose from {list(CHECKS)}")
     need = 65 + 2 * small
     if images.shape[0] < need:
         raise ValueError(f"run_checks needs at least {need} images, got {images.shape[0]}")
@@ -396,4 +400,4 @@ def run_checks(
         "adapts": lambda: streamed()["adapts"],
         "host_sync": lambda: streamed()["host_sync"],
     }
-    return [guard(check, plan[check]) for check in CHECKS]
+    return [guard(check, plan[check]) for check in checks]
