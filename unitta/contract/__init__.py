@@ -364,20 +364,17 @@ def run_checks(
     name: str, model: nn.Module, info: ModelInfo, images: Tensor, small: int = 8, guard: Guard = _unguarded,
     checks: Sequence[str] = CHECKS, **overrides: Any,
 ) -> list[CheckResult]:
-    """The checks ``checks`` (all of ``CHECKS`` by default) for method ``name`` on ``images`` (at least
-    65 + 2 * ``small``, stream order); only the builds those checks need are made.
+    """``checks`` (default: all ``CHECKS``; only their builds made) for ``name`` on ``images`` (>= 65 + 2 * ``small``).
 
     ``images[:64]`` is the full batch (cost: methods that update every 64 samples take a step by its end),
     ``images[64:65]`` the batch of one, and the next two batches of ``small`` images the stream (pass
     overrides such as a shorter update period so that the method adapts within them). Four builds of the
     method serve the nine checks: ``check_stream`` (finite outputs, cost, adapts, host sync, source unchanged),
     ``check_twins`` (two builds: determinism and reset), ``check_bf16_autocast``; the config check builds
-    none. Each of them gets its own deep copy of ``model``, so that a method that modifies the model it is
-    given cannot hide it from another. ``guard(check, run)`` runs each check (the command line turns a
-    method's exception into that check's failure: into the failure of every check its run serves).
+    none. Each gets its own deep copy of ``model`` (a method that modifies its model cannot hide it from another).
+    ``guard(check, run)`` runs each check (on the command line a method's exception fails every check its run serves).
     """
-    unknown = [check for check in checks if check not in CHECKS]
-    if unknown:
+    if unknown := [check for check in checks if check not in CHECKS]:
         raise ValueError(f"unknown check(s) {unknown}: choose from {list(CHECKS)}")
     need = 65 + 2 * small
     if images.shape[0] < need:
