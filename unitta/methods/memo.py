@@ -70,10 +70,10 @@ __all__ = ["MEMO"]
 # weights (weights, gradients, momenta: three such copies), 2**28 values = 1 GiB per copy in float32.
 CHUNK_VIEW_VALUES = 64 * 32 * 3 * 32 * 32
 CHUNK_WEIGHT_VALUES = 2**28
-# What vmap(grad) keeps per activation value of an episode, against the sequential path's estimate: issue 53's
-# measurement on the embedded ResNet-20 (batch 16, 32 views, CUDA branches on the CPU: +1,705 MiB batched against
-# +56 MiB sequentially, ~1.9x one sequential batch per batched episode); an estimate, so ``chunk_memory`` bounds the
-# peak to about, not exactly, its multiple.
+# What vmap(grad) keeps per activation value of an episode, against the sequential path's estimate, measured
+# (docs/benchmarks.md "MEMO batched") on the embedded ResNet-20 (batch 16, 32 views, CUDA branches on the CPU:
+# +1,705 MiB batched against +56 MiB sequentially, ~1.9x one sequential batch per batched episode); an estimate,
+# so ``chunk_memory`` bounds the peak to about, not exactly, its multiple.
 VMAP_ACTIVATION_COPIES = 2
 
 

@@ -102,7 +102,7 @@ class RobustBNTrain(torch.autograd.Function):
     With a row mask (``row_mask``) mu_b and s2_b are the kept rows' and N counts their elements: the last two
     terms of dx apply to the kept rows only.
     A ``BatchStatsNorm`` (ROID's, CMF's, DeYO's masked forward) runs the same Function with a = 1: the batch's
-    statistics, its source ones untouched (issue 53: masked statistics in few kernels).
+    statistics, its source ones untouched (docs/benchmarks.md "Device paths": masked statistics in few kernels).
     The variance clamp of ``affine`` is inactive here (v is a convex mix of non-negative variances).
     """
 

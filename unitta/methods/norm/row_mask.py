@@ -22,10 +22,10 @@ __all__ = ["RowMaskedNorm", "RowWeights", "masked_rows", "masked_mean_var", "row
 
 
 class RowWeights:
-    """The weights of one row mask, made once per ``masked_rows`` block and shared by all its layers (issue 53:
-    masked statistics in few kernels): per (dtype, rank, positions L) the 0/1 row weights (B, 1, ...), the
-    reciprocal of the kept element count per channel (0-dim; 1 when no row is kept) and their product, the (B,)
-    weights of a per-channel mean."""
+    """The weights of one row mask, made once per ``masked_rows`` block and shared by all its layers
+    (docs/benchmarks.md "Device paths": masked statistics in few kernels): per (dtype, rank, positions L) the 0/1
+    row weights (B, 1, ...), the reciprocal of the kept element count per channel (0-dim; 1 when no row is kept)
+    and their product, the (B,) weights of a per-channel mean."""
 
     def __init__(self, mask: Tensor):
         self.mask = mask

@@ -4,8 +4,8 @@
 random order per pass drawn from the method's own ``torch.Generator`` (so ``reset()`` replays it exactly).
 A source held as arrays (``unitta.data.source.ArraySource``: uint8 images, int64 labels) or as a
 ``TensorDataset`` of at most ``DEVICE_SOURCE_BYTES`` goes to the device once, on the first batch, with each
-pass's order: a batch is then one gather on the device, no tensor made from host data per batch (issue 53;
-docs/benchmarks.md "Device paths"), the same values as ``take_batch``. Any other source, or a larger one, is
+pass's order: a batch is then one gather on the device, no tensor made from host data per batch (docs/benchmarks.md
+"Device paths"), the same values as ``take_batch``. Any other source, or a larger one, is
 gathered on the host by ``unitta.data.source.take_batch`` and copied per batch.
 """
 
