@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import importlib.util
 import statistics
 import sys
 import time
@@ -49,14 +48,12 @@ if sys.path and Path(sys.path[0]).resolve() == _BENCH:
 
 import torch  # noqa: E402
 
+from unitta.models.code_files import import_file  # noqa: E402
+
 
 def _sibling(name: str):
-    """Import ``bench/<name>.py`` by its path (bench/ is not on sys.path, see above)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """``bench/<name>.py`` as the module ``bench_<name>``, imported by its path (bench/ is not on sys.path)."""
+    return import_file(f"bench_{name}", _BENCH / f"{name}.py")
 
 
 authors = _sibling("reference_authors")

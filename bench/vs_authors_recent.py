@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import linecache
 import logging
 import statistics
@@ -58,14 +57,12 @@ if sys.path and Path(sys.path[0]).resolve() == _BENCH:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from unitta.models.code_files import import_file  # noqa: E402
+
 
 def _sibling(name: str):
-    """Import ``bench/<name>.py`` by its path (bench/ is not on sys.path, see above)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", _BENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """``bench/<name>.py`` as the module ``bench_<name>``, imported by its path (bench/ is not on sys.path)."""
+    return import_file(f"bench_{name}", _BENCH / f"{name}.py")
 
 
 vs_reference = _sibling("vs_reference")  # load_batches, view_makers, and through it reference_md
