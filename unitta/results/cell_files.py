@@ -45,6 +45,7 @@ __all__ = [
     "read_layers",
     "read_cell_files",
     "quarantine",
+    "move_to_quarantine",
     "move_old_quarantine",
     "newest_first",
 ]
@@ -91,8 +92,8 @@ def part_files(out_dir: str | Path) -> list[Path]:
     return [p for p in _parquet_files(compacted_dir(out_dir)) if p.name.startswith("part-")]
 
 
-def quarantine(path: Path, out_dir: str | Path, reason: str, warn) -> Path:
-    """Move an unreadable result file to ``<out>/quarantine/`` (a unique name there); one line on ``warn``."""
+def move_to_quarantine(path: Path, out_dir: str | Path) -> Path:
+    """Move ``path`` to ``<out>/quarantine/`` under a name not taken there (``name.1.ext``, ...); the new path."""
     target = quarantine_dir(out_dir) / path.name
     target.parent.mkdir(parents=True, exist_ok=True)
     n = 1
@@ -100,6 +101,12 @@ def quarantine(path: Path, out_dir: str | Path, reason: str, warn) -> Path:
         target = target.with_name(f"{path.stem}.{n}{path.suffix}")
         n += 1
     os.replace(path, target)
+    return target
+
+
+def quarantine(path: Path, out_dir: str | Path, reason: str, warn) -> Path:
+    """Move an unreadable result file to ``<out>/quarantine/`` (a unique name there); one line on ``warn``."""
+    target = move_to_quarantine(path, out_dir)
     what = "cell file" if path.parent.name == CELLS_DIR else "result file"
     warn(f"warning: unreadable {what} {path} ({reason}) moved to {target}; its cell(s) will run again")
     return target

@@ -19,7 +19,7 @@ from typing import Any
 from unitta.evaluate.provenance import git_commit, now, ray_version
 from unitta.files import naming
 from unitta.results import check_cell_id, write_cell_result
-from unitta.results.cell_files import quarantine_dir
+from unitta.results.cell_files import move_to_quarantine
 
 __all__ = ["fresh_output_dir", "write_manifest", "set_aside_broken_manifest", "record",
            "OutputLock", "OutputBusy", "remove_stale_temp_files",
@@ -138,13 +138,7 @@ def _read_manifest(out_dir: Path, path: Path, warn: Callable[[str], None]) -> di
         reason = "not a manifest: no list of runs"
     except (ValueError, UnicodeDecodeError) as exc:
         reason = f"not JSON: {exc}"
-    target = quarantine_dir(out_dir) / path.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while target.exists():
-        target = target.with_name(f"{path.stem}.{n}{path.suffix}")
-        n += 1
-    os.replace(path, target)
+    target = move_to_quarantine(path, out_dir)
     warn(f"warning: unreadable {path} ({reason}) moved to {target}; a new manifest starts with this run")
     return {"runs": []}
 
