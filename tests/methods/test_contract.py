@@ -3,7 +3,9 @@
 On the embedded ResNet-20 and Fashion-MNIST-C images: finite scores at B = 64 and B = 1, ``reset()``
 restores the source exactly, the source model passed in is never modified, a fixed seed is deterministic,
 the config check refuses an unknown name and a wrong type, and the cost counts forwards and backwards (the
-"never adapts" and host-sync warnings pass; tests/test_plugins.py checks that they warn).
+"never adapts" and host-sync warnings pass; tests/test_plugins.py checks that they warn). The run that serves
+finite outputs, cost, adapts, host sync and source unchanged takes the branches a GPU takes, where no tensor may be
+made from host data after the first batch; reset, determinism and bf16 take the CPU's.
 """
 
 from __future__ import annotations
@@ -46,35 +48,39 @@ VARIANTS = {
 STATELESS = {"test", "bn", "bn_alpha", "lame", "cofa", "cofa_nofilter", "ttaug"}
 
 
-def _assert_contract(name, model, info, images, **overrides):
-    results = run_checks(name, model, info, images, **{**FAST.get(name, {}), **overrides})
-    assert [r.check for r in results] == list(CHECKS)
+# The checks that one run of a method on a stream serves (``check_stream``): on the branches a GPU takes
+# (UNITTA_DEVICE_PATHS=cuda, docs/benchmarks.md "Device paths"), where a tensor made from host data after the first
+# batch is a host-to-device copy; the others (two builds for reset and determinism, bf16, the config check) on the
+# CPU's own branches, so that both kinds of branches run under the contract.
+ON_THE_CUDA_PATHS = ("finite_outputs", "cost", "adapts", "host_sync", "source_unchanged")
+ON_THE_CPU_PATHS = tuple(check for check in CHECKS if check not in ON_THE_CUDA_PATHS)
+
+
+def _assert_contract(name, model, info, images, monkeypatch, **overrides):
+    overrides = {**FAST.get(name, {}), **overrides}
+    with monkeypatch.context() as patch:
+        patch.setenv("UNITTA_DEVICE_PATHS", "cuda")  # read when the method is built
+        streamed = run_checks(name, model, info, images, checks=ON_THE_CUDA_PATHS, **overrides)  # 1 build
+    results = streamed + run_checks(name, model, info, images, checks=ON_THE_CPU_PATHS, **overrides)  # 3 builds
+    assert sorted(r.check for r in results) == sorted(CHECKS)
     failed = [f"{r.check}: {r.reason}" for r in results if not r.passed]
     assert not failed, f"{name}: " + "; ".join(failed)
-
-
-@pytest.mark.parametrize("name", list_methods())
-def test_method_satisfies_the_contract(name, embedded_model, fmnist_c_images):
-    model, info = embedded_model
-    _assert_contract(name, model, info, fmnist_c_images)
-
-
-@pytest.mark.parametrize("name", list_methods())
-def test_no_tensor_made_from_host_data_after_the_first_batch_on_the_cuda_paths(name, embedded_model, fmnist_c_images,
-                                                                              monkeypatch):
-    """The contract's host-sync warning, required here on the branches a GPU takes (issue 53; the CPU branches
-    may build host tensors, host memory there): constants once per cell, bookkeeping on the device or staged."""
-    monkeypatch.setenv("UNITTA_DEVICE_PATHS", "cuda")
-    model, info = embedded_model
-    [host] = run_checks(name, model, info, fmnist_c_images, checks=("host_sync",), **FAST.get(name, {}))  # 1 build
+    # the host-sync warning, required here: constants once per cell, bookkeeping on the device or staged
+    [host] = [r for r in results if r.check == "host_sync"]
     assert "made from host data" not in (host.reason or ""), f"{name}: {host.reason}"
 
 
+@pytest.mark.parametrize("name", list_methods())
+def test_method_satisfies_the_contract(name, embedded_model, fmnist_c_images, monkeypatch):
+    model, info = embedded_model
+    _assert_contract(name, model, info, fmnist_c_images, monkeypatch)
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_variant_satisfies_the_contract(variant, embedded_model, fmnist_c_images):
+def test_variant_satisfies_the_contract(variant, embedded_model, fmnist_c_images, monkeypatch):
     name, overrides = VARIANTS[variant]
     model, info = embedded_model
-    _assert_contract(name, model, info, fmnist_c_images, **overrides)
+    _assert_contract(name, model, info, fmnist_c_images, monkeypatch, **overrides)
 
 
 @pytest.mark.parametrize("name", list_methods())
