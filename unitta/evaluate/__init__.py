@@ -27,12 +27,13 @@ import numpy as np
 
 from unitta.cell import Cell
 from unitta.evaluate.adapt import Adapted, Report, Stopped, adapt_stream, device_batch
-from unitta.evaluate.chance import SourceProbe, chance_warning, probe_of
+from unitta.evaluate.chance import chance_warning
 from unitta.evaluate.horizon import round_errors
 from unitta.evaluate.inputs import load_inputs
 from unitta.evaluate.metrics import severity_error, stream_metrics
 from unitta.evaluate.provenance import git_commit, now, ray_node_id, ray_version
 from unitta.evaluate.realtime import Schedule
+from unitta.evaluate.source_probe import SOURCE_PROBE_IMAGES, probe_source
 from unitta.results import STATUS_FAILED, STATUS_OK, STATUS_STOPPED
 from unitta.streams.protocols import GRADUAL_SAMPLERS, domain_severity
 
@@ -191,7 +192,8 @@ def evaluate(
                         never_adapts=not method.adapts)
     clean = inputs.clean
     before = _clean_error(method.source_model, clean, cell.batch_size, device) if clean is not None else None
-    probe = _source_probe(cell, method, dataset, stream, device, inputs.info.num_classes)
+    probe = probe_source(method.source_model, dataset, stream, device, inputs.info.num_classes, cell.batch_size,
+                          cell.precision)
     warning = chance_warning(probe)
     if warning:
         print(f"warning: {warning}", flush=True)  # the cell's log; the row's `warnings` column too
@@ -204,28 +206,6 @@ def evaluate(
         }
     row = result_row(cell, stream, dataset, method, adapted, device, wall_start, forgetting)
     return {**row, "source_probe_error": probe.error, "warnings": warning}
-
-
-def _source_probe(cell: Cell, method, dataset, stream, device, num_classes: int) -> SourceProbe:
-    """The source model, not adapting, on up to ``SOURCE_PROBE_IMAGES`` stream positions spread evenly over the
-    stream (every domain of it, whatever its order): the evidence ``chance_warning`` reads
-    (unitta.evaluate.chance). A few source forwards before the stream; they change no state."""
-    import torch
-
-    from unitta.methods.parts.backend import backend_mode
-
-    n = len(stream.indices)
-    positions = np.unique(np.linspace(0, n - 1, min(SOURCE_PROBE_IMAGES, n)).astype(np.int64))
-    labels = np.asarray(dataset.labels[stream.indices[positions]], dtype=np.int64)
-    predictions = []
-    with torch.no_grad(), backend_mode(cell.precision, device):
-        for start in range(0, len(positions), cell.batch_size):
-            x = device_batch(dataset, stream.indices[positions[start:start + cell.batch_size]], device)
-            predictions.append(method.source_model(x).argmax(dim=1))
-    return probe_of(torch.cat(predictions).cpu().numpy(), labels, num_classes)
-
-
-SOURCE_PROBE_IMAGES = 512  # the source model's error on this many stream images: chance_warning's evidence
 
 
 def _source_seconds(cell: Cell, method, dataset, stream, device) -> float | None:
