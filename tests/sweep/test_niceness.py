@@ -20,8 +20,22 @@ def _log_niceness(out) -> int:
     return int(host_line.split(" nice ")[1].split()[0])
 
 
+def _raylet_niceness() -> int:
+    """The niceness of the session's raylet (a child of this process, started by the ``ray_cluster`` fixture at the
+    niceness this process had then)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "raylet" and int(fields[1]) == os.getpid():  # fields: state, ppid, ... (proc(5))
+            return int(fields[16])  # nice
+    raise AssertionError("no raylet among this process's children")
+
+
 def test_cells_run_at_full_priority_unless_the_config_lowers_it(ray_cluster, tmp_path, capsys):
-    base = os.nice(0)  # the raylet started by the fixture has this process's niceness
+    base = _raylet_niceness()  # cells run at their raylet's priority
     run_sweep(small_config(methods=["test"], settings=["i111"]), tmp_path / "full", progress=False)
     assert _log_niceness(tmp_path / "full") == base  # not Ray's default of +15
     assert "reduced priority" not in capsys.readouterr().err
