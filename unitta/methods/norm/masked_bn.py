@@ -4,14 +4,15 @@ The differentiable forward of a masked layer (``row_mask.masked_rows``): ROID's 
 ``BatchStatsNorm`` (the kept rows' statistics, a = 1), RoTTA's student through ``RobustBN`` while its memory fills
 (a = its momentum). docs/benchmarks.md "Device paths" (masked statistics in few kernels) gives the counts.
 
-With mu_b, s2_b the kept rows' mean and biased variance (``masked_mean_var``), m = lerp(mu_g, mu_b, a) and
-v = lerp(s2_g, s2_b, a) (m = mu_b, v = s2_b for a = 1), s = (v + eps)^-1/2, k = w s, N_K the kept elements per
-channel, r_i the row weight (1 kept, 0 not) and g the output gradient:
-    y = (x - m) k + b,
-    dx_i = g_i k - r_i (a / N_K) k [sum g + s (sum g xhat) (x_i - mu_b)],  xhat = (x - m) s,
-    dw = sum g xhat, db = sum g (sums over every row and position: every row's output uses the kept statistics).
-``g k``, ``sum g xhat`` and ``sum g`` are one ``native_batch_norm_backward`` in eval mode (statistics m, v); the
-statistics' terms are four per-channel products and two fused multiply-adds over the batch.
+With mu_b, s2_b the kept rows' mean and biased variance (``masked_moments``), m = lerp(mu_g, mu_b, a) and
+v = lerp(s2_g, s2_b, a) (m = mu_b, v = s2_b for a = 1), s = (v + eps)^-1/2, k = w s, xc = x - m, N_K the kept
+elements per channel, r_i the row weight (1 kept, 0 not), rho_i = r_i / N_K (``RowWeights``' mean weights) and g
+the output gradient:
+    y = xc k + b,
+    db = sum g, dw = s sum g xc (sums over every row and position: every row's output uses the kept statistics),
+    dx_i = k [g_i - a rho_i (db + s dw (x_i - mu_b))],  x - mu_b = xc + (m - mu_b).
+Every statistic is a map (1, C, 1, ...), so that nothing is reshaped between the operators: the forward is two
+weighted sums, the centring, rsqrt and one fused multiply-add; the backward two sums and four fused operators.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from torch import Tensor
 
 from unitta.methods.norm.row_mask import RowWeights, masked_moments
-from unitta.methods.norm.stats import as_map, constant
+from unitta.methods.norm.stats import constant, parameter_map
 
 __all__ = ["MaskedBatchNormTrain"]
 
@@ -33,36 +34,33 @@ class MaskedBatchNormTrain(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, weights: RowWeights, eps: float,
                 momentum: float = 1.0, running: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        rows, inverse, mean_weights = weights.of(x)
-        batch_mean, var, centred = masked_moments(x, mean_weights)
-        mean = batch_mean
+        mean_weights = weights.of(x)[2]
+        mean, var, centred = masked_moments(x, mean_weights)
+        shift = None  # m - mu_b
         if momentum < 1.0:
-            mean = torch.lerp(running[0], batch_mean, momentum)
-            var = torch.lerp(running[1], var, momentum)
-            centred = x - as_map(mean, x)
+            batch_mean = mean
+            mean = torch.lerp(running[0].view_as(mean), batch_mean, momentum)
+            var = torch.lerp(running[1].view_as(var), var, momentum)
+            centred, shift = x - mean, mean - batch_mean
         if running is not None:
-            running[0].copy_(mean)
-            running[1].copy_(var)
+            running[0].copy_(mean.view(-1))
+            running[1].copy_(var.view(-1))
         s = torch.rsqrt(torch.add(var, constant(eps, var)))
-        k = s if weight is None else s * weight
-        out = centred * as_map(k, x) if bias is None else torch.addcmul(as_map(bias, x), centred, as_map(k, x))
-        ctx.save_for_backward(x, weight, mean, var, batch_mean, s, k, rows, inverse)
-        ctx.eps, ctx.momentum = eps, momentum
+        k = s if weight is None else s * parameter_map(weight, x)
+        out = centred * k if bias is None else torch.addcmul(parameter_map(bias, x), centred, k)
+        ctx.save_for_backward(centred, s, k, mean_weights, shift)
+        ctx.momentum, ctx.affine = momentum, weight is not None
         return out
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        x, weight, mean, var, batch_mean, s, k, rows, inverse = ctx.saved_tensors
-        # g k, sum g xhat, sum g over every row: batch norm's eval-mode backward with the statistics (m, v)
-        dx, dw, db = torch.ops.aten.native_batch_norm_backward(
-            g, x, weight, mean, var, None, None, False, ctx.eps, [True, True, True]
-        )
-        c = torch.mul(k, inverse)  # (a / N_K) k
-        if ctx.momentum < 1.0:
-            c = torch.mul(c, constant(ctx.momentum, c))
-        c1, c2 = c * db, c * s * dw
-        through = torch.addcmul(as_map(torch.addcmul(c1, c2, batch_mean, value=-1.0), x), x, as_map(c2, x))
-        dx = torch.addcmul(dx, through, rows, value=-1.0)  # the statistics' terms, kept rows only
+        centred, s, k, mean_weights, shift = ctx.saved_tensors
+        dims = [0, *range(2, g.ndim)]
+        db = g.sum(dims, keepdim=True)
+        dw = (g * centred).sum(dims, keepdim=True) * s
+        u = s * dw
+        t = torch.addcmul(db if shift is None else torch.addcmul(db, shift, u), centred, u)  # db + s dw (x - mu_b)
+        dx = torch.addcmul(g, t, mean_weights, value=-ctx.momentum) * k
         needs = ctx.needs_input_grad
-        return (dx if needs[0] else None), (dw if weight is not None and needs[1] else None), (
-            db if needs[2] else None), None, None, None, None
+        return (dx if needs[0] else None), (dw.view(-1) if ctx.affine and needs[1] else None), (
+            db.view(-1) if needs[2] else None), None, None, None, None
