@@ -518,7 +518,7 @@ def measure_row(name: str, inputs: Inputs, args, device, deadline: float, pack: 
         seconds, row.peak_mib, row.timed_batches = time_method(name, inputs, args, device, deadline)
         row.images_per_s = 1.0 / seconds
         if not args.no_ops:
-            if fits(OPS_COST * (args.ops_warmup + args.ops_batches) * seconds * BATCH, deadline):
+            if fits(OPS_COST * (args.ops_warmup + 2 * args.ops_batches) * seconds * BATCH, deadline):
                 ops = count_method_ops(name, inputs, args, device)
                 row.aten_ops, row.syncs = ops["aten_ops"], ops["recorded_syncs"]
                 row.host_data = ops["host_data"]

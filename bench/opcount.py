@@ -141,7 +141,8 @@ def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batche
     host syncs (``syncs``) of ``method``.
 
     ``model``/``info`` as from ``unitta.models.load_model``; ``x`` is one batch (B, C, H, W), fed
-    ``warmup + batches`` times (the method adapts on every one; only the last ``batches`` are counted).
+    ``warmup + 2 * batches`` times (the method adapts on every one; ``batches`` are profiled after the warm-up, the
+    next ``batches`` recorded by ``HostSyncRecorder``, never both at once: its dispatch mode doubles the events).
     ``aten_ops`` counts top-level operators unless ``all_ops``. Multi-tensor operators count once unless
     ``collapse_multi_tensor`` is False (module docstring). Also returns ``sync_names``: the sync
     operators seen, with their per-batch counts; ``recorded_syncs`` and ``host_data``: the host synchronisations and
@@ -152,8 +153,13 @@ def count_ops(method: str, model, info, x: torch.Tensor, warmup: int = 2, batche
     m = get_method(method, model, info, dataset=info.dataset, **overrides)
     for _ in range(warmup):
         m(x)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(batches):
+            m(x)
+    # recorded in batches of their own: under the recorder's dispatch mode every operator that reaches it runs again
+    # inside its call (two profiler events for one launch) and autograd runs a few differently (add for add_)
     recorder = HostSyncRecorder()
-    with profile(activities=[ProfilerActivity.CPU]) as prof, recorder:
+    with recorder:
         for _ in range(batches):
             m(x)
     aten = [e for e in prof.events() if e.name.startswith("aten::")]

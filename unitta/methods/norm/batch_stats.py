@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from unitta.methods.norm.fast_paths import fast_paths
-from unitta.methods.norm.robust_bn_layer import RobustBNTrain
-from unitta.methods.norm.row_mask import RowMaskedNorm, masked_mean_var
+from unitta.methods.norm.masked_bn import MaskedBatchNormTrain
+from unitta.methods.norm.row_mask import RowMaskedNorm, RowWeights, masked_mean_var
 from unitta.methods.norm.stats import float32_forward, needs_grad, normalise, source_statistics
 
 
@@ -52,8 +52,9 @@ class BatchStatsNorm(RowMaskedNorm):
         """The statistics of the rows ``row_mask`` keeps (in float32 under autocast, as BatchNorm)."""
         one_position = x.ndim == 2 or math.prod(x.shape[2:]) == 1
         if not one_position and fast_paths() and needs_grad(x, self.weight, self.bias):
-            # Robust BN's train forward and hand-written backward with a = 1 (one statistics pass, ~a dozen operators)
-            return RobustBNTrain.apply(x, self.weight, self.bias, self, self.row_mask, self.row_weights_of)
+            # the kept rows' statistics with a hand-written backward (norm/masked_bn.py)
+            weights = self.row_weights_of or RowWeights(self.row_mask)
+            return MaskedBatchNormTrain.apply(x, self.weight, self.bias, weights, self.eps)
         mean, var = masked_mean_var(x, self.row_mask, self.row_weights_of)
         if one_position:
             # one kept row of a (B, C) input has one value per channel: a forward of that row alone takes the

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from unitta.methods.norm.fast_paths import fast_paths
+from unitta.methods.norm.masked_bn import MaskedBatchNormTrain
 from unitta.methods.norm.row_mask import RowMaskedNorm, RowWeights, masked_mean_var
 from unitta.methods.norm.stats import (
     AffineCache,
@@ -60,7 +61,11 @@ class RobustBN(RowMaskedNorm):
     def forward(self, x: Tensor) -> Tensor:
         masked = self.row_mask is not None
         if self.training and fast_paths() and needs_grad(x, self.weight, self.bias):
-            return RobustBNTrain.apply(x, self.weight, self.bias, self, self.row_mask, self.row_weights_of)
+            if masked:  # the kept rows' statistics (norm/masked_bn.py)
+                weights = self.row_weights_of or RowWeights(self.row_mask)
+                running = (self.running_mean, self.running_var)
+                return MaskedBatchNormTrain.apply(x, self.weight, self.bias, weights, self.eps, self.momentum, running)
+            return RobustBNTrain.apply(x, self.weight, self.bias, self)
         if self.training:
             if masked:
                 batch_mean, batch_var = masked_mean_var(x, self.row_mask, self.row_weights_of)
@@ -99,35 +104,22 @@ class RobustBNTrain(torch.autograd.Function):
     elements per channel and g the output gradient:
         dbias = sum g, dweight = s sum g xc, dL/dm = -w s sum g, dL/dv = -w s^3 / 2 sum g xc,
         dx = g w s + (a / N) dL/dm + (2 a / N) dL/dv (x - mu_b).
-    With a row mask (``row_mask``) mu_b and s2_b are the kept rows' and N counts their elements: the last two
-    terms of dx apply to the kept rows only.
-    A ``BatchStatsNorm`` (ROID's, CMF's, DeYO's masked forward) runs the same Function with a = 1: the batch's
-    statistics, its source ones untouched (docs/benchmarks.md "Device paths": masked statistics in few kernels).
+    A masked batch (``row_mask``) runs ``MaskedBatchNormTrain`` instead (norm/masked_bn.py).
     The variance clamp of ``affine`` is inactive here (v is a convex mix of non-negative variances).
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: nn.Module,
-                mask: Tensor | None = None, weights: RowWeights | None = None) -> Tensor:
+    def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, layer: RobustBN) -> Tensor:
         dims = [0, *range(2, x.ndim)]
-        if mask is None:
-            batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
-            ctx.rows = None
-        else:  # the statistics of the kept rows (``row_mask``): N is their element count per channel
-            weights = weights or RowWeights(mask)
-            batch_mean, batch_var = masked_mean_var(x, mask, weights)
-            ctx.rows, ctx.inverse_count, _ = weights.of(x)
-        momentum = layer.momentum if isinstance(layer, RobustBN) else 1.0  # a BatchStatsNorm: the batch's own
+        batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
+        momentum = layer.momentum
         if momentum < 1.0:
             mean = torch.lerp(layer.running_mean, batch_mean, momentum)
             var = torch.lerp(layer.running_var, batch_var, momentum)
-            layer.running_mean.copy_(mean)
-            layer.running_var.copy_(var)
-        else:  # lerp with weight 1 is the batch statistics, bit for bit; a BatchStatsNorm keeps its source ones
+        else:  # lerp with weight 1 is the batch statistics, bit for bit
             mean, var = batch_mean, batch_var
-            if isinstance(layer, RobustBN):
-                layer.running_mean.copy_(mean)
-                layer.running_var.copy_(var)
+        layer.running_mean.copy_(mean)
+        layer.running_var.copy_(var)
         scale, shift = affine(mean, var, layer.eps, weight, bias)
         ctx.save_for_backward(x, weight, mean, var, batch_mean)
         ctx.eps, ctx.momentum, ctx.dims = layer.eps, momentum, dims
@@ -139,7 +131,7 @@ class RobustBNTrain(torch.autograd.Function):
         dims, a = ctx.dims, ctx.momentum
         n = x.numel() // x.shape[1]
         # cached 0-dim constants: a Python number operand costs a host-side conversion per call
-        factor = constant(-a / n, var) if ctx.rows is None else ctx.inverse_count * -a
+        factor = constant(-a / n, var)
         s = torch.rsqrt(torch.add(var, constant(ctx.eps, var)))
         xc = x - as_map(mean, x)
         g_sum = g.sum(dims)
@@ -149,10 +141,7 @@ class RobustBNTrain(torch.autograd.Function):
         c2 = torch.mul(k * s * s * gxc_sum, factor)  # (2 a / N) dL/dv
         c0 = torch.addcmul(c1, c2, mean - batch_mean)
         through_stats = torch.addcmul(as_map(c0, x), xc, as_map(c2, x))  # c1 + c2 (x - mu_b)
-        if ctx.rows is None:
-            dx = torch.addcmul(through_stats, g, as_map(k, x))
-        else:  # only the kept rows enter the statistics
-            dx = torch.addcmul(g * as_map(k, x), through_stats, ctx.rows)
+        dx = torch.addcmul(through_stats, g, as_map(k, x))
         dw = None if weight is None or not ctx.needs_input_grad[1] else gxc_sum * s
         db = g_sum if ctx.needs_input_grad[2] else None
-        return (dx if ctx.needs_input_grad[0] else None), dw, db, None, None, None
+        return (dx if ctx.needs_input_grad[0] else None), dw, db, None

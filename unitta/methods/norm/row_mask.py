@@ -16,29 +16,39 @@ import contextlib
 import math
 from collections.abc import Iterator
 
+import torch
 from torch import Tensor, nn
 
-__all__ = ["RowMaskedNorm", "RowWeights", "masked_rows", "masked_mean_var", "row_weights"]
+from unitta.methods.norm.stats import constant
+
+__all__ = ["RowMaskedNorm", "RowWeights", "masked_moments", "masked_rows", "masked_mean_var", "row_weights"]
 
 
 class RowWeights:
     """The weights of one row mask, made once per ``masked_rows`` block and shared by all its layers
     (docs/benchmarks.md "Device paths": masked statistics in few kernels): per (dtype, rank, positions L) the 0/1
-    row weights (B, 1, ...), the reciprocal of the kept element count per channel (0-dim; 1 when no row is kept)
-    and their product, the (B,) weights of a per-channel mean."""
+    row weights (B, 1, ...), the reciprocal of the kept element count per channel (0-dim; 1 / L when no row is
+    kept) and their product, the (B, 1, ...) weights of a per-channel mean."""
 
     def __init__(self, mask: Tensor):
         self.mask = mask
+        self._rows: dict[tuple, tuple[Tensor, Tensor]] = {}
         self._made: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}
 
     def of(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(rows (B, 1, ...), 1 / count, mean weights (B,)) for a batch shaped as ``x``."""
+        """(rows, 1 / count, mean weights), the first and last (B, 1, ...), for a batch shaped as ``x``."""
         positions = math.prod(x.shape[2:])
         key = (x.dtype, x.ndim, positions, x.device)
         if key not in self._made:
-            rows = row_weights(self.mask, x)
-            inverse = (rows.sum() * positions).clamp_min(1.0).reciprocal()
-            self._made[key] = (rows, inverse, rows.view(-1) * inverse)
+            if self.mask.shape != x.shape[:1]:
+                raise ValueError(f"row mask of shape {tuple(self.mask.shape)} for a batch of {x.shape[0]} rows")
+            if (x.dtype, x.device) not in self._rows:  # the 0/1 rows and 1 / kept rows, once per dtype
+                rows = self.mask.to(x.dtype)
+                self._rows[(x.dtype, x.device)] = (rows, rows.sum().clamp_min(1.0).reciprocal())
+            rows, per_row = self._rows[(x.dtype, x.device)]
+            inverse = per_row if positions == 1 else torch.mul(per_row, constant(1.0 / positions, per_row))
+            rows = rows.view(-1, *([1] * (x.ndim - 1)))
+            self._made[key] = (rows, inverse, rows * inverse)
         return self._made[key]
 
 
@@ -80,11 +90,18 @@ def row_weights(mask: Tensor, x: Tensor) -> Tensor:
 def masked_mean_var(x: Tensor, mask: Tensor, weights: RowWeights | None = None) -> tuple[Tensor, Tensor]:
     """Per-channel mean and *biased* variance of ``x`` (B, C, ...) over the rows where ``mask`` and every position,
     each (C,): the statistics of ``torch.var_mean(x[mask], dim=[0, 2, ...], unbiased=False)`` without the
-    data-dependent shape. Two passes, as ``var_mean`` (the mean, then the mean square deviation from it), each a
-    sum over the positions and one weighted sum over the rows (a matrix-vector product with the mask's weights,
-    ``RowWeights``: made once per mask, not per layer). No kept row gives mean 0 and variance 0."""
-    _, _, v = (weights or RowWeights(mask)).of(x)
-    flat = x.reshape(x.shape[0], x.shape[1], -1)  # (B, C, L)
-    mean = v @ flat.sum(2)
-    centred = flat - mean.unsqueeze(1)
-    return mean, v @ (centred * centred).sum(2)
+    data-dependent shape. Two passes, as ``var_mean`` (the mean, then the mean square deviation from it), each one
+    weighted sum over the rows and positions with the mask's row weights / N (``RowWeights``: made once per mask,
+    not per layer). No kept row gives mean 0 and variance 0."""
+    mean, var, _ = masked_moments(x, (weights or RowWeights(mask)).of(x)[2])
+    return mean.view(-1), var.view(-1)
+
+
+def masked_moments(x: Tensor, mean_weights: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(mean, biased variance, x - mean) of ``masked_mean_var``, the first two as maps (1, C, 1, ...), with the mean
+    weights of ``RowWeights.of(x)``: two weighted sums over the rows and positions (one for the mean, one of the
+    squared deviations from it)."""
+    dims = [0, *range(2, x.ndim)]
+    mean = (x * mean_weights).sum(dims, keepdim=True)
+    centred = x - mean
+    return mean, (centred * mean_weights * centred).sum(dims, keepdim=True), centred

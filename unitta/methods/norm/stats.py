@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -153,6 +154,24 @@ def as_map(stat: Tensor, x: Tensor) -> Tensor:
     if stat.ndim == 1:
         return stat.view(-1, *extra)
     return stat.view(stat.shape[0], stat.shape[1], *extra)
+
+
+_PARAMETER_MAPS: dict[tuple, tuple[weakref.ref, Tensor]] = {}
+
+
+def parameter_map(param: Tensor, x: Tensor) -> Tensor:
+    """``as_map(param, x)`` of a (C,) parameter, without autograd history, made once per parameter, storage and
+    rank (dropped with the parameter): an in-place update (an optimiser step) shows through the view, a
+    reassigned ``.data`` makes a new one. For a hand-written Function's forward, which returns the parameter's
+    gradient itself."""
+    if torch.compiler.is_compiling():  # a traced graph: a view costs nothing there, and the cache is host state
+        return as_map(param.detach(), x)
+    key = (id(param), x.ndim, param.data_ptr(), param.dtype, param.device)
+    made = _PARAMETER_MAPS.get(key)
+    if made is None or made[0]() is not param:
+        made = (weakref.ref(param, lambda _, key=key: _PARAMETER_MAPS.pop(key, None)), as_map(param.detach(), x))
+        _PARAMETER_MAPS[key] = made
+    return made[1]
 
 
 def normalise(x: Tensor, mean: Tensor, var: Tensor, eps: float, weight: Tensor | None, bias: Tensor | None) -> Tensor:

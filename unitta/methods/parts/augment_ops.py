@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from unitta.methods.norm.stats import constant
+
 _GRAY = (0.2989, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
 
 
@@ -56,8 +58,9 @@ def centre_window(size: tuple[int, int], n: int, margin: int) -> tuple[int, int,
 
 
 def between(u: Tensor, low: float, high: float) -> Tensor:
-    """Map uniforms in [0, 1) to [low, high)."""
-    return low + (high - low) * u
+    """Map uniforms in [0, 1) to [low, high): low + (high - low) u as one operator (a cached 0-dim ``low`` and the
+    span as ``alpha``: a Python number operand costs a host-side conversion per call)."""
+    return torch.add(constant(float(low), u), u, alpha=high - low)
 
 
 def grayscale(x: Tensor) -> Tensor:
