@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from unitta.methods.parts.device import DevicePaths
 from unitta.methods.parts.heads import FeatureModel
+from unitta.methods.parts.whole_step import WholeStep
 from unitta.models.info import ModelInfo
 from unitta.nn.norms import norm_kind
 
@@ -74,6 +75,10 @@ class TTAMethod:
     # LogUniform | Uniform | IntUniform | Choice; ``methods/parts/search_space.py``), each range cited; empty:
     # nothing to tune (docs/methods.md).
     space: ClassVar[dict[str, Any]] = {}
+    # True for a self-training method whose ``forward`` is ``self_train(x, self.loss)`` with a loss of tensors only
+    # (no host reads) and ``self.optimizer`` Adam or SGD: ``compile()`` then captures its whole step (forward, loss,
+    # backward, update) as one graph (``parts/whole_step.py``; docs/benchmarks.md "Compiled steps").
+    whole_step: ClassVar[bool] = False
 
     @dataclass(frozen=True)
     class Config:
@@ -121,6 +126,7 @@ class TTAMethod:
         self.setup_cost = MethodCost()
         self._tracked: list[nn.Module] = []
         self._hooks: list[Any] = []
+        self._whole_step: WholeStep | None = None  # compile() builds it, for the new model
         with self.one_off():
             self.setup()
         self.track(self.model)
@@ -213,12 +219,17 @@ class TTAMethod:
         return out
 
     def compile(self, **options: Any) -> None:
-        """``torch.compile`` the adapted model in place (``nn.Module.compile``): same parameters and state.
+        """``torch.compile`` the method's step (a cell's ``compile: true``; off by default), ``options`` passed on.
 
-        Off by default (a cell's ``compile: true``); methods whose forward changes Python state per batch
-        recompile or fall back to eager at those points, which torch handles by graph breaks.
+        A ``whole_step`` method's adaptation step is compiled whole, as one graph (``parts/whole_step.py``); any
+        other method's model is compiled in place (``nn.Module.compile``: same parameters and state), and what its
+        forward does around the model (backward, optimiser, Python state) stays eager (docs/benchmarks.md
+        "Compiled steps"). Call it again after ``reset()``, which drops what it built.
         """
-        self.model.compile(**options)
+        if self.whole_step:
+            self._whole_step = WholeStep(self.model, self.optimizer, self.loss, **options)
+        else:
+            self.model.compile(**options)
 
     # ------------------------------------------------------------------ helpers for subclasses
     def track(self, module: nn.Module) -> None:
@@ -229,7 +240,8 @@ class TTAMethod:
         self._hooks.append(module.register_forward_hook(self._count_forward))
 
     def _count_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        self.cost.forwards += 1
+        if not torch.compiler.is_compiling():  # a compiled whole step counts its own passes (``self_train``)
+            self.cost.forwards += 1
 
     def backward(self, loss: Tensor) -> None:
         """``loss.backward()``, counted in ``self.cost.backwards``."""
@@ -254,7 +266,14 @@ class TTAMethod:
         if x.shape[0] < self.cfg.min_update_batch:
             with torch.no_grad():
                 return self.model(x)
+        whole_step = self._whole_step
         prediction = None
+        if whole_step is not None and loss_of == whole_step.loss_of:  # compiled: one graph per step
+            for _ in range(self.cfg.steps):
+                prediction = whole_step(x)
+                self.cost.forwards += 1
+                self.cost.backwards += 1
+            return prediction
         for _ in range(self.cfg.steps):
             with torch.enable_grad():
                 logits = self.model(x)
