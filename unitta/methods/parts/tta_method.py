@@ -127,6 +127,7 @@ class TTAMethod:
         self._tracked: list[nn.Module] = []
         self._hooks: list[Any] = []
         self._whole_step: WholeStep | None = None  # compile() builds it, for the new model
+        self._counting = True
         with self.one_off():
             self.setup()
         self.track(self.model)
@@ -240,7 +241,7 @@ class TTAMethod:
         self._hooks.append(module.register_forward_hook(self._count_forward))
 
     def _count_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not torch.compiler.is_compiling():  # a compiled whole step counts its own passes (``self_train``)
+        if self._counting:  # off while a compiled whole step runs: it counts its own passes (``self_train``)
             self.cost.forwards += 1
 
     def backward(self, loss: Tensor) -> None:
@@ -270,7 +271,11 @@ class TTAMethod:
         prediction = None
         if whole_step is not None and loss_of == whole_step.loss_of:  # compiled: one graph per step
             for _ in range(self.cfg.steps):
-                prediction = whole_step(x)
+                self._counting = False  # a side effect inside the graph would make dynamo trace it again per call
+                try:
+                    prediction = whole_step(x)
+                finally:
+                    self._counting = True
                 self.cost.forwards += 1
                 self.cost.backwards += 1
             return prediction
