@@ -78,14 +78,24 @@ def _update_of(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> 
             s.setdefault("step", torch.zeros((), dtype=torch.float32, device=p.device))
             s.setdefault("exp_avg", torch.zeros_like(p, memory_format=torch.preserve_format))
             s.setdefault("exp_avg_sq", torch.zeros_like(p, memory_format=torch.preserve_format))
+        _static(state)
         return _AdamUpdate(params, state, group)
     if type(optimizer) is torch.optim.SGD and group["dampening"] == 0:
         if group["momentum"]:
             for p, s in zip(params, state, strict=True):
                 if s.get("momentum_buffer") is None:
                     s["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        _static(state)
         return _SgdUpdate(params, state, group)
     raise ValueError(f"a whole step implements Adam (no amsgrad) and SGD (dampening 0), not {optimizer!r}")
+
+
+def _static(state: list[dict[str, Tensor]]) -> None:
+    """Mark the optimiser state as tensors at fixed addresses (as torch does for a compiled optimiser): CUDA graphs
+    (``mode="reduce-overhead"``) then update them in place instead of copying them in and out at every replay."""
+    for tensors in state:
+        for tensor in tensors.values():
+            torch._dynamo.mark_static_address(tensor)
 
 
 class _AdamUpdate:
