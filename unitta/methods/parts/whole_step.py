@@ -48,9 +48,14 @@ class WholeStep:
         self.names = [names[id(p)] for p in self.params]
         self.update = _update_of(optimizer, self.params)
         self.compiled = torch.compile(self.step, fullgraph=True, **compile_options)
+        # CUDA graphs (these modes) replay into the same output buffers: a step's logits are copied out
+        self.cuda_graphs = compile_options.get("mode") in ("reduce-overhead", "max-autotune")
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.compiled(x)
+        if not self.cuda_graphs:
+            return self.compiled(x)
+        torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are no longer read
+        return self.compiled(x).clone()
 
     def step(self, x: Tensor) -> Tensor:
         """The step, uncompiled (what ``__call__`` runs compiled)."""
