@@ -2,11 +2,12 @@
 ``torch._dynamo`` on the CPU (the ``eager`` backend: what is captured, not how fast it runs; docs/benchmarks.md
 "Compiled steps").
 
-BN: ``method.forward`` compiled is one graph with no break, traced again once (its second call: the first sees the
-state of a fresh method) and then never. The ``whole_step`` methods (TENT, RPL, COME, SHOT, Conjugate PL):
-``method.compile()`` compiles forward, loss, backward and the optimiser's update as one graph with
-``fullgraph=True`` (``parts/whole_step.py``), never traced again after the first batch nor after ``reset()``, and
-its predictions equal the eager step's to float rounding over a stream of Fashion-MNIST-C batches.
+BN: ``method.forward`` compiled is one graph with no break, traced twice (the first call sees a fresh method) and
+then reused. The ``whole_step`` methods (TENT, RPL, COME, SHOT, Conjugate PL, ETA): ``method.compile()`` compiles
+forward, loss, backward and the optimiser's update as one graph with ``fullgraph=True`` (``parts/whole_step.py``),
+never traced again after the first batch nor after ``reset()``, and its predictions equal the eager step's to float
+rounding over a stream of Fashion-MNIST-C batches (TENT with Adam and SGD; ETA with steps skipped where nothing is
+kept).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def test_bn_step_is_one_graph_without_breaks(embedded_model):
 
 
 def test_the_whole_step_methods_are_the_self_training_ones():
-    assert {"tent", "rpl", "come", "shot", "conjugate_pl"} <= set(WHOLE_STEP_METHODS)
+    assert set(WHOLE_STEP_METHODS) == {"tent", "rpl", "come", "shot", "conjugate_pl", "eta"}
 
 
 @pytest.mark.parametrize("name", WHOLE_STEP_METHODS)
@@ -90,11 +91,20 @@ def _stream(name, model, info, images, compiled: bool, eager_after: int | None =
     return torch.cat(outputs), method
 
 
-@pytest.mark.parametrize("overrides", [{}, {"optimizer": "sgd", "lr": 1e-2}], ids=["adam", "sgd"])
-def test_compiled_tent_predicts_as_the_eager_step(overrides, embedded_model, fmnist_c_images):
+CASES = {
+    "tent-adam": ("tent", {}),
+    "tent-sgd": ("tent", {"optimizer": "sgd", "lr": 1e-2}),
+    # E_0 = 0.004 ln 10: 2 of the 8 batches keep no sample, so their step is skipped (masked in the graph)
+    "eta-skips": ("eta", {"e_factor": 0.004}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_step_predicts_as_the_eager_step(case, embedded_model, fmnist_c_images):
+    name, overrides = CASES[case]
     dynamo.reset()
-    eager, eager_method = _stream("tent", *embedded_model, fmnist_c_images, compiled=False, **overrides)
-    compiled, compiled_method = _stream("tent", *embedded_model, fmnist_c_images, compiled=True, **overrides)
+    eager, eager_method = _stream(name, *embedded_model, fmnist_c_images, compiled=False, **overrides)
+    compiled, compiled_method = _stream(name, *embedded_model, fmnist_c_images, compiled=True, **overrides)
     assert len(eager) == 128  # 8 batches
     # float32 rounding of Adam's update (fused kernel vs multi-tensor arithmetic) compounds over 8 steps: 1e-6-ish
     assert (compiled - eager).abs().max() < 1e-4
@@ -102,10 +112,12 @@ def test_compiled_tent_predicts_as_the_eager_step(overrides, embedded_model, fmn
     differ = compiled.argmax(dim=1) != eager.argmax(dim=1)
     assert bool((gap[differ] < 1e-4).all())  # argmax identical except ties
     eager_state, compiled_state = eager_method.optimizer.state, compiled_method.optimizer.state
-    if not overrides:  # Adam's state (step, moments) is torch's: the eager step continues on what the graph left
-        mixed, _ = _stream("tent", *embedded_model, fmnist_c_images, compiled=True, eager_after=4)
-        dynamo.reset()
+    if case == "tent-adam":  # Adam's state (step, moments) is torch's: the eager step continues on what the graph left
+        mixed, _ = _stream(name, *embedded_model, fmnist_c_images, compiled=True, eager_after=4)
         assert (mixed - eager).abs().max() < 1e-4
+    if case == "eta-skips":
+        assert eager_method.extra_metrics() == compiled_method.extra_metrics()
+        assert eager_method.cost.backwards == 6 and compiled_method.cost.backwards == 8  # the graph's runs every batch
     params = zip(eager_method.optimizer.param_groups[0]["params"], compiled_method.optimizer.param_groups[0]["params"])
     for p, q in params:
         assert torch.allclose(p, q, atol=1e-5)

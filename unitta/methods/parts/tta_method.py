@@ -228,7 +228,8 @@ class TTAMethod:
         "Compiled steps"). Call it again after ``reset()``, which drops what it built.
         """
         if self.whole_step:
-            self._whole_step = WholeStep(self.model, self.optimizer, self.loss, **options)
+            after = getattr(self, "after_step", None)  # ETA: its filter's state, and whether to step
+            self._whole_step = WholeStep(self.model, self.optimizer, self.loss, after, **options)
         else:
             self.model.compile(**options)
 
@@ -267,17 +268,10 @@ class TTAMethod:
         if x.shape[0] < self.cfg.min_update_batch:
             with torch.no_grad():
                 return self.model(x)
-        whole_step = self._whole_step
         prediction = None
-        if whole_step is not None and loss_of == whole_step.loss_of:  # compiled: one graph per step
+        if self._whole_step is not None and loss_of == self._whole_step.loss_of:  # compiled: one graph per step
             for _ in range(self.cfg.steps):
-                self._counting = False  # a side effect inside the graph would make dynamo trace it again per call
-                try:
-                    prediction = whole_step(x)
-                finally:
-                    self._counting = True
-                self.cost.forwards += 1
-                self.cost.backwards += 1
+                prediction = self.run_whole_step(x)
             return prediction
         for _ in range(self.cfg.steps):
             with torch.enable_grad():
@@ -287,6 +281,17 @@ class TTAMethod:
                     self.step(loss)
             prediction = logits.detach()
         return prediction
+
+    def run_whole_step(self, x: Tensor) -> Tensor:
+        """One compiled whole step (``compile()``) on ``x``: its logits, its forward and backward counted."""
+        self._counting = False  # the forward hook's side effect inside the graph would make dynamo trace it again
+        try:
+            logits = self._whole_step(x)
+        finally:
+            self._counting = True
+        self.cost.forwards += 1
+        self.cost.backwards += 1
+        return logits
 
     def num_domains(self) -> int | None:
         """Domains discovered so far (BDN-based methods); None for methods without domains."""

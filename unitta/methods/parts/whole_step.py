@@ -27,7 +27,7 @@ from torch.func import functional_call, grad_and_value
 
 __all__ = ["WholeStep"]
 
-LossOf = Callable[[Tensor, Tensor], Tensor]
+LossOf = Callable[[Tensor, Tensor], Any]
 
 
 class WholeStep:
@@ -35,12 +35,24 @@ class WholeStep:
     ``loss_of(x, logits)``, its gradient for ``optimizer``'s parameters and ``optimizer``'s update, compiled as
     one graph by ``torch.compile(fullgraph=True, **compile_options)``.
 
-    ``loss_of`` must be a function of tensors only (no host reads): the graph has no place for a branch on data.
+    ``loss_of`` must be a function of tensors only (no host reads, no change of state: it runs inside
+    ``grad_and_value``, which refuses in-place writes to captured tensors). With ``after``, it returns (loss, aux)
+    and ``after(aux)`` runs once the gradient is known, without gradients: it updates the method's state and
+    returns None or a boolean tensor, False to skip the update (parameters and optimiser state are kept as they
+    were, as when an eager step is not taken: ETA's empty selection).
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss_of: LossOf, **compile_options: Any):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_of: LossOf,
+        after: Callable[[Any], Tensor | None] | None = None,
+        **compile_options: Any,
+    ):
         self.model = model
         self.loss_of = loss_of
+        self.after = after
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         names = {id(p): name for name, p in model.named_parameters()}
         if any(id(p) not in names for p in self.params):
@@ -60,13 +72,26 @@ class WholeStep:
     def step(self, x: Tensor) -> Tensor:
         """The step, uncompiled (what ``__call__`` runs compiled)."""
 
-        def loss(trainable: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        def loss(trainable: dict[str, Tensor]) -> tuple[Tensor, tuple[Tensor, Any]]:
             logits = functional_call(self.model, trainable, (x,))
-            return self.loss_of(x, logits), logits
+            if self.after is None:
+                return self.loss_of(x, logits), (logits, ())  # aux: tensors only
+            value, aux = self.loss_of(x, logits)
+            return value, (logits, aux)
 
-        grads, (_, logits) = grad_and_value(loss, has_aux=True)(dict(zip(self.names, self.params, strict=True)))
+        trainable = dict(zip(self.names, self.params, strict=True))
+        grads, (_, (logits, aux)) = grad_and_value(loss, has_aux=True)(trainable)
         with torch.no_grad():
-            self.update([grads[name] for name in self.names])
+            take = self.after(aux) if self.after is not None else None
+            grads = [grads[name] for name in self.names]
+            if take is None:
+                self.update(grads)
+            else:  # the update where ``take``, else every tensor as it was: no host read
+                tensors = [*self.params, *self.update.state()]
+                before = [t.clone() for t in tensors]
+                self.update(grads)
+                for tensor, old in zip(tensors, before, strict=True):
+                    tensor.copy_(torch.where(take, tensor, old))
         return logits.detach()
 
 
@@ -114,6 +139,9 @@ class _AdamUpdate:
         self.lr, (self.beta1, self.beta2) = float(group["lr"]), group["betas"]
         self.eps, self.weight_decay = float(group["eps"]), float(group["weight_decay"])
 
+    def state(self) -> list[Tensor]:
+        return [*self.steps, *self.exp_avg, *self.exp_avg_sq]
+
     def __call__(self, grads: list[Tensor]) -> None:
         if self.weight_decay:
             grads = torch._foreach_add(grads, self.params, alpha=self.weight_decay)
@@ -139,6 +167,9 @@ class _SgdUpdate:
         self.buffers = [s["momentum_buffer"] for s in state] if group["momentum"] else []
         self.lr, self.momentum = float(group["lr"]), float(group["momentum"])
         self.nesterov, self.weight_decay = bool(group["nesterov"]), float(group["weight_decay"])
+
+    def state(self) -> list[Tensor]:
+        return list(self.buffers)
 
     def __call__(self, grads: list[Tensor]) -> None:
         if self.weight_decay:
