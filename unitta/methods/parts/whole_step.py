@@ -95,7 +95,7 @@ class WholeStep:
         return logits.detach()
 
 
-def _update_of(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> Callable[[list[Tensor]], None]:
+def _update_of(optimizer: torch.optim.Optimizer, params: list[nn.Parameter]) -> _AdamUpdate | _SgdUpdate:
     """The in-place multi-tensor update of ``optimizer`` (Adam or SGD with one parameter group), its state created."""
     if len(optimizer.param_groups) != 1:
         raise ValueError("a whole step takes an optimiser with one parameter group (parts/optim.py builds one)")
