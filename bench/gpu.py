@@ -2,8 +2,8 @@
 
     python bench/gpu.py --grid --budget-s 480          # on one GPU: the paper grid's GPU-hours (docs/benchmarks.md)
     python bench/gpu.py [--methods test bn unitta ...] [--models resnet20 Standard ...] [--warmup 20] [--batches 10]
-                        [--precision fp32|tf32|bf16] [--cudnn-benchmark 0|1] [--compile] [--pack N]
-                        [--grid [CONFIG]] [--budget-s SECONDS] [--json OUT] [--markdown] [--device cpu|cuda]
+                        [--precision fp32|tf32|bf16] [--cudnn-benchmark 0|1] [--compile [--compile-mode MODE]]
+                        [--pack N] [--grid [CONFIG]] [--budget-s SECONDS] [--json OUT] [--markdown] [--device cpu|cuda]
     python bench/gpu.py --equality          # cuda vs cpu: evaluate() of test, bn, unitta on Fashion-MNIST-C
 
 What a row times is what a cell runs (docs/benchmarks.md, "The GPU measurement"):
