@@ -75,9 +75,11 @@ class TTAMethod:
     # LogUniform | Uniform | IntUniform | Choice; ``methods/parts/search_space.py``), each range cited; empty:
     # nothing to tune (docs/methods.md).
     space: ClassVar[dict[str, Any]] = {}
-    # True for a self-training method whose ``forward`` is ``self_train(x, self.loss)`` with a loss of tensors only
-    # (no host reads) and ``self.optimizer`` Adam or SGD: ``compile()`` then captures its whole step (forward, loss,
-    # backward, update) as one graph (``parts/whole_step.py``; docs/benchmarks.md "Compiled steps").
+    # True for a self-training method whose ``compile()`` captures the whole step (forward, loss, backward, update) as
+    # one graph (``parts/whole_step.py``; docs/benchmarks.md "Compiled steps"): its ``forward`` is
+    # ``self_train(x, self.loss)`` (or, once compiled, ``run_whole_step(x)``, as ETA), ``self.loss`` is of tensors only
+    # (no host read, no state written; a method with ``after_step(aux)`` returns (loss, aux) and writes its state
+    # there) and ``self.optimizer`` is ``parts/optim.py``'s Adam or SGD.
     whole_step: ClassVar[bool] = False
 
     @dataclass(frozen=True)
