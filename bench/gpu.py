@@ -2,8 +2,8 @@
 
     python bench/gpu.py --grid --budget-s 480          # on one GPU: the paper grid's GPU-hours (docs/benchmarks.md)
     python bench/gpu.py [--methods test bn unitta ...] [--models resnet20 Standard ...] [--warmup 20] [--batches 10]
-                        [--precision fp32|tf32|bf16] [--cudnn-benchmark 0|1] [--compile] [--pack N]
-                        [--grid [CONFIG]] [--budget-s SECONDS] [--json OUT] [--markdown] [--device cpu|cuda]
+                        [--precision fp32|tf32|bf16] [--cudnn-benchmark 0|1] [--compile [--compile-mode MODE]]
+                        [--pack N] [--grid [CONFIG]] [--budget-s SECONDS] [--json OUT] [--markdown] [--device cpu|cuda]
     python bench/gpu.py --equality          # cuda vs cpu: evaluate() of test, bn, unitta on Fashion-MNIST-C
 
 What a row times is what a cell runs (docs/benchmarks.md, "The GPU measurement"):
@@ -275,7 +275,7 @@ def build(name: str, inputs: Inputs, args) -> Any:
     """The method as a cell builds it: its dataset's presets, the cell's seed, the source split if it needs one."""
     method = get_method(name, inputs.model, inputs.info, dataset=inputs.dataset, seed=SEED, source=inputs.source)
     if args.compile:
-        method.compile()
+        method.compile(**({"mode": args.compile_mode} if args.compile_mode else {}))
     return method
 
 
@@ -803,7 +803,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cudnn-benchmark", type=int, choices=[0, 1], default=None,
                         help="cuDNN's benchmark mode (default: UNITTA_CUDNN_BENCHMARK, as for cells; unset: 0)")
     parser.add_argument("--channels-last", action="store_true", help="also at fp32/tf32 (bf16 on cuda: always)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile each method's adapted model")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile each method's step (whole for TENT-like methods, else the model)")
+    parser.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"], default=None,
+                        help="torch.compile's mode with --compile (reduce-overhead: CUDA graphs)")
     parser.add_argument("--pack", type=int, default=None,
                         help="N cells on one device: N processes (default 1; --grid: the config's cells per GPU)")
     parser.add_argument("--with-inputs", action="store_true",

@@ -76,6 +76,7 @@ class COME(TTAMethod):
 
     version = 1
     norm_kinds = ("batch", "layer", "group")  # authors' configure_model/collect_params: BN, GN and LN affine
+    whole_step = True  # compile: true captures forward, loss, backward and update as one graph
 
     @dataclass(frozen=True)
     class Config:
@@ -102,4 +103,8 @@ class COME(TTAMethod):
         self.optimizer = optimizer_from_config(adapt_norm_affine(self.model), self.cfg)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.self_train(x, lambda _, logits: opinion_entropy(logits).mean())
+        return self.self_train(x, self.loss)
+
+    def loss(self, x: Tensor, logits: Tensor) -> Tensor:
+        """The mean opinion entropy of the batch (module docstring)."""
+        return opinion_entropy(logits).mean()

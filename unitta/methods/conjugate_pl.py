@@ -54,6 +54,7 @@ class ConjugatePL(TTAMethod):
     """Conjugate PL (Goyal et al., NeurIPS'22): the conjugate loss of the training loss on norm affine parameters."""
 
     version = 1
+    whole_step = True  # compile: true captures forward, loss, backward and update as one graph
     norm_kinds = ("batch", "layer", "group")  # ttab: BatchNorm2d, LayerNorm and GroupNorm affine parameters
 
     @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class EATA(ETA):
     """EATA (Niu et al., ICML'22): ETA with an EWC penalty weighted by the Fisher information on source images."""
 
     version = 2  # 2: the Fisher estimate is set-up, no longer the first batch's real-time cost
+    whole_step = False  # the Fisher penalty reads self.params, not the functional forward's (parts/whole_step.py)
     needs_source = True
 
     @dataclass(frozen=True)

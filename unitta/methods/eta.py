@@ -56,6 +56,9 @@ class ETA(TTAMethod):
 
     version = 1
     norm_kinds = NORM_KINDS
+    # compile: true captures filter, loss, backward and a masked update as one graph. Not EATA (its Fisher penalty
+    # reads the parameters outside the functional forward) nor RDumb (its snapshot swaps the optimiser's state).
+    whole_step = True
 
     @dataclass(frozen=True)
     class Config:
@@ -88,6 +91,8 @@ class ETA(TTAMethod):
         return None
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._whole_step is not None:  # compiled: the step is masked where nothing is kept, no host read
+            return self.run_whole_step(x)
         with torch.enable_grad():
             logits = self.model(x)
             kept, entropy = self.filter(logits)
@@ -98,6 +103,17 @@ class ETA(TTAMethod):
         if bool(kept.any()):  # one host read per batch (module docstring)
             self.step(loss)
         return logits.detach()
+
+    def loss(self, x: Tensor, logits: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
+        """The weighted entropy of the kept samples (a compiled whole step's loss) and what ``after_step`` records."""
+        kept, entropy, reliable, probs = self.filter.select(logits)
+        return weighted_entropy(entropy, kept, self.filter.e_margin), (kept, reliable, probs)
+
+    def after_step(self, selected: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """The filter's state updated with the batch's selection; the step is taken if any sample was kept."""
+        kept, reliable, probs = selected
+        self.filter.record(kept, reliable, probs)
+        return kept.any()
 
     def extra_metrics(self) -> dict[str, int]:
         """Samples that passed the reliability filter, and both filters, over the whole stream."""

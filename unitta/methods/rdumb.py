@@ -37,6 +37,7 @@ class RDumb(ETA):
     """RDumb (Press et al., NeurIPS'23): ETA with a full reset to the source every ``reset_every`` batches."""
 
     version = 1
+    whole_step = False  # its snapshot's restore replaces the optimiser's state tensors a whole step holds
 
     @dataclass(frozen=True)
     class Config(ETA.Config):

@@ -47,6 +47,7 @@ class RPL(TTAMethod):
     """RPL (Rusak et al., TMLR'22): generalised cross-entropy on hard pseudo-labels, norm affine parameters."""
 
     version = 1
+    whole_step = True  # compile: true captures forward, loss, backward and update as one graph
     norm_kinds = ("batch", "layer", "group")
 
     @dataclass(frozen=True)

@@ -62,6 +62,7 @@ class SHOT(TTAMethod):
     """Online SHOT (Liang et al., ICML'20; as ttab): information maximisation + confident pseudo-labels, frozen head."""
 
     version = 1
+    whole_step = True  # compile: true captures forward, loss, backward and update as one graph
     norm_kinds = ("batch", "layer", "group")  # the whole feature extractor adapts, whatever its normalisation
 
     @dataclass(frozen=True)

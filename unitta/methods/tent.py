@@ -43,6 +43,7 @@ class Tent(TTAMethod):
     """TENT (Wang et al., ICLR'21): entropy minimisation on norm affine parameters with batch statistics."""
 
     norm_kinds = ("batch", "layer", "group")  # md tent.configure_model: BN, LN and GN affine
+    whole_step = True  # compile: true captures forward, loss, backward and update as one graph
 
     @dataclass(frozen=True)
     class Config:
@@ -68,4 +69,8 @@ class Tent(TTAMethod):
         self.optimizer = optimizer_from_config(adapt_norm_affine(self.model), self.cfg)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.self_train(x, lambda _, logits: softmax_entropy(logits).mean())
+        return self.self_train(x, self.loss)
+
+    def loss(self, x: Tensor, logits: Tensor) -> Tensor:
+        """The mean prediction entropy of the batch (paper sec. 3)."""
+        return softmax_entropy(logits).mean()

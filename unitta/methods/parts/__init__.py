@@ -5,7 +5,8 @@
   in the ``unitta/methods/`` folder; ``profiles``: the method profiles (``default``, ``reference``);
 - building blocks shared by several methods, never copied between them: augmentations (``augment``,
   ``augmix``), losses (``losses``, ``contrastive``, ``entropy_filter``), teachers and memories (``ema``,
-  ``memory``, ``snapshot``), optimisation (``optim``, ``sam``), heads and validation (``heads``, ``validate``),
+  ``memory``, ``snapshot``), optimisation (``optim``, ``sam``, and ``whole_step``: a self-training step as one
+  compiled graph), heads and validation (``heads``, ``validate``),
   labelled source batches (``source_batches``);
 - frameworks several methods share: UniTTA's three-forward BDN procedure (``bdn_framework``, for ``unitta`` and
   the BDN ablations) and COFA's feature averaging (``feature_averaging``, for ``cofa`` and ``unitta``);

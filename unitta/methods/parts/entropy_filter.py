@@ -59,15 +59,26 @@ class SampleFilter:
         self.has_probs.fill_(False)
 
     def __call__(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        kept, entropy, reliable, probs = self.select(logits)
+        self.record(kept, reliable, probs)
+        return kept, entropy
+
+    def select(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(kept, entropy, reliable, probabilities) of a batch without changing the state (a pure function of the
+        logits and m: what a compiled whole step differentiates, ``parts/whole_step.py``)."""
         entropy = softmax_entropy(logits)
         reliable = entropy.detach() < self.e_margin
         probs = logits.detach().float().softmax(dim=1)
         similarity = F.cosine_similarity(self.probs.unsqueeze(0), probs, dim=1)
         kept = reliable & (~self.has_probs | (similarity.abs() < self.d_margin))
+        return kept, entropy, reliable, probs
+
+    @torch.no_grad()
+    def record(self, kept: Tensor, reliable: Tensor, probs: Tensor) -> None:
+        """Update m and the counters with what ``select`` returned."""
         self._update_probs(probs, kept)
         self.reliable_total += reliable.sum()
         self.kept_total += kept.sum()
-        return kept, entropy
 
     @torch.no_grad()
     def _update_probs(self, probs: Tensor, kept: Tensor) -> None:

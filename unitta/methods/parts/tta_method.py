@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from unitta.methods.parts.device import DevicePaths
 from unitta.methods.parts.heads import FeatureModel
+from unitta.methods.parts.whole_step import WholeStep
 from unitta.models.info import ModelInfo
 from unitta.nn.norms import norm_kind
 
@@ -74,6 +75,12 @@ class TTAMethod:
     # LogUniform | Uniform | IntUniform | Choice; ``methods/parts/search_space.py``), each range cited; empty:
     # nothing to tune (docs/methods.md).
     space: ClassVar[dict[str, Any]] = {}
+    # True for a self-training method whose ``compile()`` captures the whole step (forward, loss, backward, update) as
+    # one graph (``parts/whole_step.py``; docs/benchmarks.md "Compiled steps"): its ``forward`` is
+    # ``self_train(x, self.loss)`` (or, once compiled, ``run_whole_step(x)``, as ETA), ``self.loss`` is of tensors only
+    # (no host read, no state written; a method with ``after_step(aux)`` returns (loss, aux) and writes its state
+    # there) and ``self.optimizer`` is ``parts/optim.py``'s Adam or SGD.
+    whole_step: ClassVar[bool] = False
 
     @dataclass(frozen=True)
     class Config:
@@ -121,6 +128,8 @@ class TTAMethod:
         self.setup_cost = MethodCost()
         self._tracked: list[nn.Module] = []
         self._hooks: list[Any] = []
+        self._whole_step: WholeStep | None = None  # compile() builds it, for the new model
+        self._counting = True
         with self.one_off():
             self.setup()
         self.track(self.model)
@@ -213,12 +222,18 @@ class TTAMethod:
         return out
 
     def compile(self, **options: Any) -> None:
-        """``torch.compile`` the adapted model in place (``nn.Module.compile``): same parameters and state.
+        """``torch.compile`` the method's step (a cell's ``compile: true``; off by default), ``options`` passed on.
 
-        Off by default (a cell's ``compile: true``); methods whose forward changes Python state per batch
-        recompile or fall back to eager at those points, which torch handles by graph breaks.
+        A ``whole_step`` method's adaptation step is compiled whole, as one graph (``parts/whole_step.py``); any
+        other method's model is compiled in place (``nn.Module.compile``: same parameters and state), and what its
+        forward does around the model (backward, optimiser, Python state) stays eager (docs/benchmarks.md
+        "Compiled steps"). Call it again after ``reset()``, which drops what it built.
         """
-        self.model.compile(**options)
+        if self.whole_step:
+            after = getattr(self, "after_step", None)  # ETA: its filter's state, and whether to step
+            self._whole_step = WholeStep(self.model, self.optimizer, self.loss, after, **options)
+        else:
+            self.model.compile(**options)
 
     # ------------------------------------------------------------------ helpers for subclasses
     def track(self, module: nn.Module) -> None:
@@ -229,7 +244,8 @@ class TTAMethod:
         self._hooks.append(module.register_forward_hook(self._count_forward))
 
     def _count_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        self.cost.forwards += 1
+        if self._counting:  # off while a compiled whole step runs: it counts its own passes (``self_train``)
+            self.cost.forwards += 1
 
     def backward(self, loss: Tensor) -> None:
         """``loss.backward()``, counted in ``self.cost.backwards``."""
@@ -255,6 +271,10 @@ class TTAMethod:
             with torch.no_grad():
                 return self.model(x)
         prediction = None
+        if self._whole_step is not None and loss_of == self._whole_step.loss_of:  # compiled: one graph per step
+            for _ in range(self.cfg.steps):
+                prediction = self.run_whole_step(x)
+            return prediction
         for _ in range(self.cfg.steps):
             with torch.enable_grad():
                 logits = self.model(x)
@@ -263,6 +283,17 @@ class TTAMethod:
                     self.step(loss)
             prediction = logits.detach()
         return prediction
+
+    def run_whole_step(self, x: Tensor) -> Tensor:
+        """One compiled whole step (``compile()``) on ``x``: its logits, its forward and backward counted."""
+        self._counting = False  # the forward hook's side effect inside the graph would make dynamo trace it again
+        try:
+            logits = self._whole_step(x)
+        finally:
+            self._counting = True
+        self.cost.forwards += 1
+        self.cost.backwards += 1
+        return logits
 
     def num_domains(self) -> int | None:
         """Domains discovered so far (BDN-based methods); None for methods without domains."""
