@@ -112,20 +112,3 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker per core, at most 4 (each may start its own local Ray cluster). A third worker on 2
     cores measured the same (9:22-10:06 against 9:56; the suite keeps both cores busy), with one more cluster."""
     return max(1, min(os.cpu_count() or 1, 4))
-
-
-NICENESS_BESIDE_PROCESSES = 10  # CPU shares about 1:10 against nice 0 (Linux CFS weights 110 vs 1024)
-
-
-def pytest_runtest_setup(item):
-    """Under pytest-xdist, a worker lowers its priority (once, for good) at its first test outside
-    ``PROCESS_MODULES``: the timing-sensitive process tests keep the CPU they need, and the other workers take what
-    they leave. The processes and Ray clusters a lowered worker starts inherit its priority."""
-    global _lowered
-    if _lowered or not os.environ.get("PYTEST_XDIST_WORKER") or _module_of(item.nodeid) in PROCESS_MODULES:
-        return
-    os.nice(NICENESS_BESIDE_PROCESSES)
-    _lowered = True
-
-
-_lowered = False
