@@ -42,7 +42,8 @@ def _start(cmd: list[str], env: dict[str, str]) -> str:
 
 @pytest.fixture
 def two_nodes(request):
-    """A head with 1 CPU and a second node with 2 CPUs, so cells land on both; every process stopped in teardown.
+    """A head and a second node with 1 CPU each, so that cells land on both, two at a time (the first job's stop
+    then lands before its 8 cells are done); every process stopped in teardown.
 
     ``state["reference"]``: conftest's uninterrupted run of the same cells.
 
@@ -68,7 +69,7 @@ def two_nodes(request):
             f"--dashboard-port={dashboard}", f"--ray-client-server-port={_free_port()}", "--num-cpus=1",
             f"--temp-dir={base}/head", *common()]
     node2 = [ray_bin, "start", f"--address=127.0.0.1:{port}", f"--node-manager-port={node_manager}",
-             f"--object-manager-port={_free_port()}", "--num-cpus=2", f"--temp-dir={base}/node2", *common()]
+             f"--object-manager-port={_free_port()}", "--num-cpus=1", f"--temp-dir={base}/node2", *common()]
     errors: list[str] = []
     state: dict = {"orphans": []}
     # the cluster starts while this process computes the reference run (conftest's session fixture, which
@@ -136,11 +137,12 @@ def test_job_restarted_then_a_node_lost_mid_sweep(two_nodes, tmp_path):
     raylet = _raylet(two_nodes["node_manager"])
     assert raylet is not None, "the second node is not running"
     config = _write_config(tmp_path / "cluster.yaml", "cluster")
-    # cells 8x longer than the shared reference's (S 40, not 5), so that `ray job stop` lands before all 8 have
-    # finished (with workers at nice 0, the tiny cells could all finish while the stop was on its way);
-    # their uninterrupted --local run is this test's reference
+    # cells 12x longer than the shared reference's (S 60, not 5), so that `ray job stop` lands before all 8 have
+    # finished (with workers at nice 0, the tiny cells could all finish while the stop was on its way; at S 40, once
+    # the cells of one stream shared their source probe, all 8 sometimes did); their uninterrupted --local run is this
+    # test's reference
     data = yaml.safe_load(config.read_text())
-    config.write_text(yaml.safe_dump({**data, "S": 40}))
+    config.write_text(yaml.safe_dump({**data, "S": 60}))
     reference_out = tmp_path / "reference"
     run_sweep(load_config(config), reference_out, local=True, progress=False)
     reference = load_results(reference_out)
