@@ -8,7 +8,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-__all__ = ["CorruptedDataset"]
+__all__ = ["CorruptedDataset", "float_images"]
+
+
+def float_images(batch: torch.Tensor) -> torch.Tensor:
+    """uint8 images (B, H, W, 3) as contiguous float32 (B, 3, H, W) in [0, 1] (x / 255 is exact IEEE division), on
+    the device they are on."""
+    return batch.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
 
 @dataclass
 class CorruptedDataset(ABC):

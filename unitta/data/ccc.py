@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from unitta.data.base import CorruptedDataset
+from unitta.data.base import CorruptedDataset, float_images
 from unitta.data.corruptions import corrupt_at
 from unitta.data.records import CORRUPTIONS
 
@@ -44,8 +44,7 @@ class CCCImages(CorruptedDataset):
 
     def get_batch(self, indices: np.ndarray) -> torch.Tensor:
         """The images at stream positions ``indices`` as float32 (B, 3, H, W) in [0, 1]."""
-        batch = torch.from_numpy(self.get_batch_uint8(indices))
-        return batch.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+        return float_images(torch.from_numpy(self.get_batch_uint8(indices)))
 
 
 def ccc_images(stream, clean_images: np.ndarray, severities: dict[int, float], name: str) -> CCCImages:

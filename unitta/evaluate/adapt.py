@@ -46,9 +46,10 @@ def device_batch(dataset, indices: np.ndarray, device, channels_last: bool = Fal
     x / 255 is exact IEEE division)."""
     import torch
 
+    from unitta.data.base import float_images
+
     if device.type == "cuda" and hasattr(dataset, "get_batch_uint8"):
-        raw = torch.from_numpy(dataset.get_batch_uint8(indices)).to(device, non_blocking=True)
-        x = raw.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+        x = float_images(torch.from_numpy(dataset.get_batch_uint8(indices)).to(device, non_blocking=True))
     else:
         x = dataset.get_batch(indices).to(device, non_blocking=True)
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x

@@ -34,7 +34,7 @@ class MaskedBatchNormTrain(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor | None, bias: Tensor | None, weights: RowWeights, eps: float,
                 momentum: float = 1.0, running: tuple[Tensor, Tensor] | None = None) -> Tensor:
-        mean_weights = weights.of(x)[2]
+        mean_weights = weights.of(x)
         mean, var, centred = masked_moments(x, mean_weights)
         shift = None  # m - mu_b
         if momentum < 1.0:

@@ -113,11 +113,8 @@ class RobustBNTrain(torch.autograd.Function):
         dims = [0, *range(2, x.ndim)]
         batch_var, batch_mean = torch.var_mean(x, dim=dims, unbiased=False)
         momentum = layer.momentum
-        if momentum < 1.0:
-            mean = torch.lerp(layer.running_mean, batch_mean, momentum)
-            var = torch.lerp(layer.running_var, batch_var, momentum)
-        else:  # lerp with weight 1 is the batch statistics, bit for bit
-            mean, var = batch_mean, batch_var
+        mean = torch.lerp(layer.running_mean, batch_mean, momentum)
+        var = torch.lerp(layer.running_var, batch_var, momentum)
         layer.running_mean.copy_(mean)
         layer.running_var.copy_(var)
         scale, shift = affine(mean, var, layer.eps, weight, bias)

@@ -26,17 +26,17 @@ __all__ = ["RowMaskedNorm", "RowWeights", "masked_moments", "masked_rows", "mask
 
 class RowWeights:
     """The weights of one row mask, made once per ``masked_rows`` block and shared by all its layers
-    (docs/benchmarks.md "Device paths": masked statistics in few kernels): per (dtype, rank, positions L) the 0/1
-    row weights (B, 1, ...), the reciprocal of the kept element count per channel (0-dim; 1 / L when no row is
-    kept) and their product, the (B, 1, ...) weights of a per-channel mean."""
+    (docs/benchmarks.md "Device paths": masked statistics in few kernels): per (dtype, rank, positions L) the
+    (B, 1, ...) weights of a per-channel mean over the kept rows, 1 / (kept rows x L) on a kept row and 0 on the
+    others (1 / L when no row is kept)."""
 
     def __init__(self, mask: Tensor):
         self.mask = mask
         self._rows: dict[tuple, tuple[Tensor, Tensor]] = {}
-        self._made: dict[tuple, tuple[Tensor, Tensor, Tensor]] = {}
+        self._made: dict[tuple, Tensor] = {}
 
-    def of(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(rows, 1 / count, mean weights), the first and last (B, 1, ...), for a batch shaped as ``x``."""
+    def of(self, x: Tensor) -> Tensor:
+        """The mean weights (B, 1, ...) for a batch shaped as ``x``."""
         positions = math.prod(x.shape[2:])
         key = (x.dtype, x.ndim, positions, x.device)
         if key not in self._made:
@@ -47,8 +47,7 @@ class RowWeights:
                 self._rows[(x.dtype, x.device)] = (rows, rows.sum().clamp_min(1.0).reciprocal())
             rows, per_row = self._rows[(x.dtype, x.device)]
             inverse = per_row if positions == 1 else torch.mul(per_row, constant(1.0 / positions, per_row))
-            rows = rows.view(-1, *([1] * (x.ndim - 1)))
-            self._made[key] = (rows, inverse, rows * inverse)
+            self._made[key] = rows.view(-1, *([1] * (x.ndim - 1))) * inverse
         return self._made[key]
 
 
@@ -93,7 +92,7 @@ def masked_mean_var(x: Tensor, mask: Tensor, weights: RowWeights | None = None) 
     data-dependent shape. Two passes, as ``var_mean`` (the mean, then the mean square deviation from it), each one
     weighted sum over the rows and positions with the mask's row weights / N (``RowWeights``: made once per mask,
     not per layer). No kept row gives mean 0 and variance 0."""
-    mean, var, _ = masked_moments(x, (weights or RowWeights(mask)).of(x)[2])
+    mean, var, _ = masked_moments(x, (weights or RowWeights(mask)).of(x))
     return mean.view(-1), var.view(-1)
 
 

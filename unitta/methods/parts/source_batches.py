@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
 
+from unitta.data.base import float_images
 from unitta.data.source import ArraySource, take_batch
 
 __all__ = ["DEVICE_SOURCE_BYTES", "SourceBatches"]
@@ -68,7 +69,7 @@ class SourceBatches:
         images, labels, raw = self._on_device
         batch = images.index_select(0, indices)
         if raw:  # ArraySource.get_batch: (B, H, W, 3) uint8 -> (B, 3, H, W) float32 in [0, 1]
-            batch = batch.permute(0, 3, 1, 2).float().div_(255.0).contiguous()
+            batch = float_images(batch)
         return batch, labels.index_select(0, indices)
 
 
