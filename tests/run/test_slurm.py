@@ -25,6 +25,8 @@ import pytest
 from unitta.schema import ConfigError
 from unitta.slurm import PORT_BASE, PORT_BLOCK, SlurmProblem, plan, port_block, stop_job_ray
 
+from ..free_ports import free_ports
+
 ROOT = Path(__file__).resolve().parents[2]
 SBATCH = ROOT / "cluster" / "slurm" / "unitta.sbatch"
 QUICK = ROOT / "sweeps" / "quick.yaml"
@@ -95,16 +97,6 @@ def _binary(name: str) -> str | None:
     return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 class Slurm:
     """munged, slurmctld and two slurmd (nodes n1, n2) in the foreground as this process's children."""
 
@@ -124,7 +116,7 @@ class Slurm:
         key = f / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
-        ctld, n1, n2 = _free_ports(3)
+        ctld, n1, n2 = free_ports(3)
         cpus = os.cpu_count() or 2
         host = socket.gethostname()
         nodes = "\n".join(f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "

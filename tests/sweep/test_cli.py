@@ -20,6 +20,7 @@ import yaml
 from unitta.results import load_results
 from unitta.sweep import main
 
+from ..free_ports import free_ports
 from . import _procs
 from .conftest import REFERENCE_SETTINGS, SMALL, metric_rows
 
@@ -83,12 +84,6 @@ def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(refer
     assert "method" in rerun.out and "i1i1" in rerun.out  # the summary table
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _ours(temp_dir: str) -> list[int]:
     """The processes of the Ray head started with ``--temp-dir=temp_dir`` (their command lines name it)."""
     return [pid for pid in _procs.pids() if temp_dir in " ".join(_procs.cmdline(pid))]
@@ -99,7 +94,7 @@ def ray_head(tmp_path):
     """A real `ray start --head` on 127.0.0.1 with its own ports and temp dir; stopped in teardown."""
     ray_bin = Path(sys.executable).with_name("ray")
     temp_dir = tempfile.mkdtemp(prefix="ut-", dir="/tmp")  # short: Ray's socket paths have a length limit
-    port, dashboard = _free_port(), _free_port()
+    port, dashboard, client, agent, agent_grpc, metrics, runtime_env = free_ports(7)
     # Ray 2.60's token authentication (spec/environment.md), with a token of our own: `ray start`
     # refuses to start in token mode without one, and ~/.ray/auth_token may not exist yet
     token = Path(temp_dir) / "auth_token"
@@ -108,9 +103,9 @@ def ray_head(tmp_path):
     cmd = [
         str(ray_bin), "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
-        f"--ray-client-server-port={_free_port()}", f"--dashboard-agent-listen-port={_free_port()}",
-        f"--dashboard-agent-grpc-port={_free_port()}", f"--metrics-export-port={_free_port()}",
-        f"--runtime-env-agent-port={_free_port()}",
+        f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
+        f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
+        f"--runtime-env-agent-port={runtime_env}",
         "--num-cpus=2", "--num-gpus=0", f"--temp-dir={temp_dir}", "--disable-usage-stats",
     ]
     started = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)

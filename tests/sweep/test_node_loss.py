@@ -26,9 +26,10 @@ from unitta.results import load_results
 from unitta.sweep import run_sweep
 from unitta.sweep.config import load_config
 
+from ..free_ports import free_ports
 from . import _procs
 from .conftest import metric_rows
-from .test_cli import ROOT, _env, _free_port, _ours, _write_config
+from .test_cli import ROOT, _env, _ours, _write_config
 
 pytestmark = pytest.mark.slow
 CELL_TASK = "ray::unitta_cell"  # the process title of a Ray worker running a cell (unitta.sweep.TASK_NAME)
@@ -58,18 +59,19 @@ def two_nodes(request):
     # the GCS declares a silent node dead after 5 missed health checks: 1 s apart instead of 3 s, to keep the
     # test short (a live raylet still has each check's 10 s timeout to answer)
     env = _env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token), RAY_health_check_period_ms="1000")
-    port, dashboard, node_manager = _free_port(), _free_port(), _free_port()
+    ports = iter(free_ports(14))  # all distinct: one at a time could hand a port out twice
+    port, dashboard, node_manager = next(ports), next(ports), next(ports)
 
     def common() -> list[str]:  # each node its own agent ports: two nodes share this machine
         return ["--node-ip-address=127.0.0.1", "--num-gpus=0", "--disable-usage-stats",
-                f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-                f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"]
+                f"--dashboard-agent-listen-port={next(ports)}", f"--dashboard-agent-grpc-port={next(ports)}",
+                f"--metrics-export-port={next(ports)}", f"--runtime-env-agent-port={next(ports)}"]
 
     head = [ray_bin, "start", "--head", f"--port={port}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={dashboard}", f"--ray-client-server-port={_free_port()}", "--num-cpus=1",
+            f"--dashboard-port={dashboard}", f"--ray-client-server-port={next(ports)}", "--num-cpus=1",
             f"--temp-dir={base}/head", *common()]
     node2 = [ray_bin, "start", f"--address=127.0.0.1:{port}", f"--node-manager-port={node_manager}",
-             f"--object-manager-port={_free_port()}", "--num-cpus=1", f"--temp-dir={base}/node2", *common()]
+             f"--object-manager-port={next(ports)}", "--num-cpus=1", f"--temp-dir={base}/node2", *common()]
     errors: list[str] = []
     state: dict = {"orphans": []}
     # the cluster starts while this process computes the reference run (conftest's session fixture, which
