@@ -72,10 +72,16 @@ def ray_cluster():
     ray.shutdown()
 
 
-# The modules that start and kill real processes (their own Ray clusters, Slurm, drivers stopped by signals): one
-# unit of pytest-xdist's work, so they run one after another on one worker, timing-sensitive as they are.
+# The modules that start and kill real processes (their own Ray clusters, Slurm, drivers stopped by signals), and
+# those that use the session's Ray cluster (``ray_cluster``): one unit of pytest-xdist's work, run one after another
+# on one worker, so that the session holds one Ray cluster, not one per worker, and the real processes' waits leave
+# the cores to the other workers (``pytest_xdist_auto_num_workers``).
 PROCESS_MODULES = ("tests/run/test_slurm.py", "tests/sweep/test_node_loss.py", "tests/sweep/test_cli.py",
                    "tests/sweep/test_sigterm_ray.py", "tests/sweep/test_sweep.py", "tests/sweep/test_trust.py")
+RAY_MODULES = ("tests/select/test_select_ray.py", "tests/sweep/test_busy_cluster.py",
+               "tests/sweep/test_cell_progress.py", "tests/sweep/test_compaction.py", "tests/sweep/test_niceness.py",
+               "tests/test_ray_cluster.py", "tests/track/test_trackers.py", "tests/tune/test_tune_ray.py")
+ONE_WORKER = PROCESS_MODULES + RAY_MODULES
 
 
 def _module_of(nodeid: str) -> str:
@@ -84,31 +90,50 @@ def _module_of(nodeid: str) -> str:
 
 def pytest_xdist_make_scheduler(config, log):
     """How pytest-xdist shares the suite (``-n auto --no-loadscope-reorder``, pyproject.toml): a module is one
-    unit of work, so its module-scoped fixtures are built once, and ``PROCESS_MODULES`` together are one unit.
+    unit of work, so its module-scoped fixtures are built once, and ``ONE_WORKER`` together are one unit.
     Units go out in collection order (``pytest_collection_modifyitems``)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = _module_of(nodeid)
-            return "processes" if module in PROCESS_MODULES else module
+            return "one worker" if module in ONE_WORKER else module
 
     return ModuleScheduling(config, log)
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The long units first: ``PROCESS_MODULES``, then the other modules holding a ``slow`` test, then the rest
-    (each module's tests in their order), so that the short modules fill in beside the long ones."""
+    """The long units first: ``ONE_WORKER``, then the other modules holding a ``slow`` test, then the rest
+    (each module's tests in their order), so that the short modules fill in beside the long ones. A module that
+    uses ``ray_cluster`` outside ``ONE_WORKER`` is a usage error: it would start a second cluster."""
+    strays = sorted({_module_of(item.nodeid) for item in items if "ray_cluster" in getattr(item, "fixturenames", ())}
+                    - set(ONE_WORKER))
+    if strays:
+        raise pytest.UsageError(f"tests/conftest.py: add {strays} to RAY_MODULES (they use the session's Ray cluster)")
     slow_modules = {_module_of(item.nodeid) for item in items if item.get_closest_marker("slow") is not None}
 
     def rank(item) -> int:
         module = _module_of(item.nodeid)
-        return 0 if module in PROCESS_MODULES else 1 if module in slow_modules else 2
+        return 0 if module in ONE_WORKER else 1 if module in slow_modules else 2
 
     items.sort(key=rank)
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one worker per core, at most 4 (each may start its own local Ray cluster). A third worker on 2
-    cores measured the same (9:22-10:06 against 9:56; the suite keeps both cores busy), with one more cluster."""
-    return max(1, min(os.cpu_count() or 1, 4))
+    """``-n auto``: one worker per core and one more for the ``ONE_WORKER`` unit, whose real processes mostly wait
+    (on Ray nodes, Slurm daemons, drivers), at most 8."""
+    return max(1, min((os.cpu_count() or 1) + 1, 8))
+
+
+_niced: list[bool] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A pytest-xdist worker whose first test is outside ``ONE_WORKER`` runs at nice 15 (its child processes too):
+    the other worker's Ray nodes, Slurm daemons and drivers, timing-sensitive as they are, come first, and the
+    computing workers take what they leave."""
+    if not _niced and os.environ.get("PYTEST_XDIST_WORKER"):
+        _niced.append(_module_of(item.nodeid) not in ONE_WORKER)
+        if _niced[0]:
+            os.nice(15)

@@ -85,8 +85,11 @@ def test_kill_driver_then_rerun_gives_each_cell_once_with_identical_values(refer
 
 
 def _ours(temp_dir: str) -> list[int]:
-    """The processes of the Ray head started with ``--temp-dir=temp_dir`` (their command lines name it)."""
-    return [pid for pid in _procs.pids() if temp_dir in " ".join(_procs.cmdline(pid))]
+    """The processes of the Ray node(s) started with ``--temp-dir=temp_dir``: those whose command lines name it, and
+    their descendants (the raylet's agents rename themselves, ``ray::DashboardAgent``; one left behind by its
+    stopped raylet spins at 100 % CPU for a minute or more)."""
+    named = [pid for pid in _procs.pids() if temp_dir in " ".join(_procs.cmdline(pid))]
+    return sorted({*named, *(d for pid in named for d in _procs.descendants(pid))})
 
 
 @pytest.fixture

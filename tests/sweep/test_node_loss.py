@@ -89,7 +89,7 @@ def two_nodes(request):
         starter.join()
         ours = _ours(base)
         orphans = [p for p in state["orphans"] if (_procs.cmdline(p) or [""])[0].startswith("ray::")]
-        procs = sorted({*ours, *(d for p in ours for d in _procs.descendants(p)), *orphans})
+        procs = sorted({*ours, *orphans})
         for pid in procs:
             try:
                 os.kill(pid, signal.SIGTERM)
