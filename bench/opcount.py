@@ -39,11 +39,13 @@ of the tables in docs/benchmarks.md before this rule).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from unitta.methods import get_method
 
@@ -193,15 +195,30 @@ def _conv_shapes(prof) -> set[tuple]:
     return {tuple(map(tuple, e.input_shapes[:2])) for e in prof.events() if e.name == "aten::convolution"}
 
 
+class ConvShapes(TorchDispatchMode):
+    """The (input, weight) shapes of the convolutions run inside it, as ``_conv_shapes``, without a profiler."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: set[tuple] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.convolution.default:
+            self.shapes.add((tuple(args[0].shape), tuple(args[1].shape)))
+        return func(*args, **(kwargs or {}))
+
+
 def steady_counts(method: str, model, info, batches: list[torch.Tensor], warmup: int = 4, source=None,
-                  all_ops: bool = False, collapse_multi_tensor: bool = True, **overrides) -> dict:
+                  all_ops: bool = False, collapse_multi_tensor: bool = True, count_ops: bool = True,
+                  **overrides) -> dict:
     """What ``method`` costs per batch in its steady state, over ``batches`` (distinct stream batches) after the
     first ``warmup`` of them: ``new_shape_batches`` (batches that convolve a shape no earlier batch did) and
     ``new_shapes`` (how many such shapes), ``aten_ops`` and ``kernels`` (as ``count_ops``), ``syncs`` and
     ``copies`` (host synchronisations and host-to-device copies per batch, ``HostSyncRecorder``: ``.tolist()``
     and ``.cpu()`` included, on the branches this process takes: run under ``UNITTA_DEVICE_PATHS=cuda`` for a
     GPU's), and ``sync_sites`` (operation and line, per batch). ``source``: the labelled source set of the
-    methods that need one (``unitta.data.load_source``)."""
+    methods that need one (``unitta.data.load_source``). ``count_ops=False``: no profiler (it costs 4-25x the
+    batches on a CPU), shapes and host synchronisations only; ``aten_ops`` and ``kernels`` are then None."""
     from unitta.contract.host_sync import HostSyncRecorder
 
     if len(batches) <= warmup:
@@ -212,17 +229,16 @@ def steady_counts(method: str, model, info, batches: list[torch.Tensor], warmup:
     recorder = HostSyncRecorder()
     for i, x in enumerate(batches):
         steady = i >= warmup
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            if steady:
-                with recorder:
-                    m(x)
-            else:
+        convs = ConvShapes()
+        with (profile(activities=[ProfilerActivity.CPU], record_shapes=True) if count_ops else convs) as prof:
+            with recorder if steady else contextlib.nullcontext():
                 m(x)
-        shapes = _conv_shapes(prof)
+        shapes = _conv_shapes(prof) if count_ops else convs.shapes
         if steady:
             fresh = shapes - seen
             new_batches += bool(fresh)
             new_shapes += len(fresh)
+        if steady and count_ops:
             aten = [e for e in prof.events() if e.name.startswith("aten::")]
             if collapse_multi_tensor:
                 aten = _without_multi_tensor_internals(aten)
@@ -234,8 +250,8 @@ def steady_counts(method: str, model, info, batches: list[torch.Tensor], warmup:
         "new_shape_batches": new_batches,
         "new_shapes": new_shapes,
         "steady_batches": n,
-        "aten_ops": ops / n,
-        "kernels": kernels / n,
+        "aten_ops": ops / n if count_ops else None,
+        "kernels": kernels / n if count_ops else None,
         "syncs": sum(recorder.counts.values()) / n,
         "copies": sum(recorder.copies.values()) / n,
         "host_data": sum(recorder.host_data.values()) / n,

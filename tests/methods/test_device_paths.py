@@ -57,13 +57,29 @@ def test_cuda_paths_keep_shapes_static_with_at_most_one_sync_and_no_host_data(op
     monkeypatch.setenv("UNITTA_DEVICE_PATHS", "cuda")  # read by the method steady_counts builds
     try:
         source = load_source("fmnist-c") if method_class(method).needs_source else None  # GTTA's replay
-        r = opcount.steady_counts(method, model, info, batches, warmup=4, source=source)  # RoTTA's first update: 64
+        # RoTTA's first update: 64; shapes and syncs without the profiler (it took 4-25x the batches' time)
+        r = opcount.steady_counts(method, model, info, batches, warmup=4, source=source, count_ops=False)
     finally:
         torch.set_num_threads(threads)
     assert r["steady_batches"] == 4
     assert r["new_shapes"] == 0, r
     assert r["syncs"] <= 1, r["sync_sites"]
     assert r["host_data"] == 0, r["host_data_sites"]  # the memories' bookkeeping staged, GTTA's source on the device
+
+
+def test_convolution_shapes_without_the_profiler_are_the_profilers(opcount, stream):
+    """``steady_counts(count_ops=False)`` finds new shapes with a dispatch mode instead of the profiler: same set."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, info, batches = stream
+    shapes = []
+    for recording in (opcount.ConvShapes(), profile(activities=[ProfilerActivity.CPU], record_shapes=True)):
+        method = get_method("roid", model, info)  # masked statistics: its shapes must not follow the kept rows
+        with recording:
+            method(batches[0][:9])
+        shapes.append(recording.shapes if isinstance(recording, opcount.ConvShapes) else opcount._conv_shapes(recording))
+    # ResNet-20's 8 distinct convolutions at B = 9 and the 2 of ROID's augmentation's blur
+    assert shapes[0] == shapes[1] and sum(x[0] == 9 for x, _ in shapes[0]) == 8 and len(shapes[0]) == 10
 
 
 def _bn(channels: int = 4, seed: int = 0) -> torch.nn.BatchNorm2d:
