@@ -130,10 +130,11 @@ _niced: list[bool] = []
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """A pytest-xdist worker whose first test is outside ``ONE_WORKER`` runs at nice 15 (its child processes too):
-    the other worker's Ray nodes, Slurm daemons and drivers, timing-sensitive as they are, come first, and the
-    computing workers take what they leave."""
+    """A pytest-xdist worker whose first test is outside ``ONE_WORKER`` runs at nice 15 (its child processes too)
+    and torch on one thread: the other worker's Ray nodes, Slurm daemons and drivers, timing-sensitive as they are,
+    come first, the computing workers take what they leave, one core each (more threads than cores spin)."""
     if not _niced and os.environ.get("PYTEST_XDIST_WORKER"):
         _niced.append(_module_of(item.nodeid) not in ONE_WORKER)
         if _niced[0]:
             os.nice(15)
+            torch.set_num_threads(1)

@@ -23,8 +23,6 @@ import pytest
 import yaml
 
 from unitta.results import load_results
-from unitta.sweep import run_sweep
-from unitta.sweep.config import load_config
 
 from ..free_ports import free_ports
 from . import _procs
@@ -43,8 +41,9 @@ def _start(cmd: list[str], env: dict[str, str]) -> str:
 
 @pytest.fixture
 def two_nodes(request):
-    """A head and a second node with 1 CPU each, so that cells land on both, two at a time (the first job's stop
-    then lands before its 8 cells are done); every process stopped in teardown.
+    """A head with 1 CPU and a second node with 2, so that cells of 1 CPU land on both and cells of 2 CPUs run one
+    at a time on the second node (the first job's: its stop then lands before its 8 cells are done); every process
+    stopped in teardown.
 
     ``state["reference"]``: conftest's uninterrupted run of the same cells.
 
@@ -71,7 +70,7 @@ def two_nodes(request):
             f"--dashboard-port={dashboard}", f"--ray-client-server-port={next(ports)}", "--num-cpus=1",
             f"--temp-dir={base}/head", *common()]
     node2 = [ray_bin, "start", f"--address=127.0.0.1:{port}", f"--node-manager-port={node_manager}",
-             f"--object-manager-port={next(ports)}", "--num-cpus=1", f"--temp-dir={base}/node2", *common()]
+             f"--object-manager-port={next(ports)}", "--num-cpus=2", f"--temp-dir={base}/node2", *common()]
     errors: list[str] = []
     state: dict = {"orphans": []}
     # the cluster starts while this process computes the reference run (conftest's session fixture, which
@@ -118,10 +117,10 @@ def _check_results(out: Path, reference) -> None:
     assert metric_rows(df) == metric_rows(reference)  # identical to the uninterrupted --local run
 
 
-def _submit(cluster: dict, job_id: str, config: Path, out: Path, *, wait: bool) -> subprocess.Popen:
+def _submit(cluster: dict, job_id: str, config: Path, out: Path, *args: str, wait: bool) -> subprocess.Popen:
     cmd = [cluster["ray"], "job", "submit", "--address", cluster["jobs"], "--submission-id", job_id,
            *([] if wait else ["--no-wait"]), "--", sys.executable, "-m", "unitta.sweep", str(config),
-           "--output", str(out), "--no-progress"]
+           "--output", str(out), "--no-progress", *args]
     return subprocess.Popen(cmd, cwd=ROOT, env=cluster["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -139,19 +138,16 @@ def test_job_restarted_then_a_node_lost_mid_sweep(two_nodes, tmp_path):
     raylet = _raylet(two_nodes["node_manager"])
     assert raylet is not None, "the second node is not running"
     config = _write_config(tmp_path / "cluster.yaml", "cluster")
-    # cells 12x longer than the shared reference's (S 60, not 5), so that `ray job stop` lands before all 8 have
-    # finished (with workers at nice 0, the tiny cells could all finish while the stop was on its way; at S 40, once
-    # the cells of one stream shared their source probe, all 8 sometimes did); their uninterrupted --local run is this
-    # test's reference
-    data = yaml.safe_load(config.read_text())
-    config.write_text(yaml.safe_dump({**data, "S": 60}))
-    reference_out = tmp_path / "reference"
-    run_sweep(load_config(config), reference_out, local=True, progress=False)
-    reference = load_results(reference_out)
+    # the first job's cells take 2 CPUs: one at a time, on the second node, so that `ray job stop` lands before the 8
+    # tiny cells are done (two at a time, all 8 sometimes were); resources are no part of a cell's identity
+    serial = tmp_path / "serial.yaml"
+    serial.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "resources": {"num_cpus": 2}}))
+    reference = two_nodes["reference"]
     out = tmp_path / "out"
 
     # 1. a driver stopped mid-sweep
-    first = _submit(two_nodes, "first", config, out, wait=False)
+    # (only the second node holds such a cell: the driver waits for it to have joined, as on an autoscaling cluster)
+    first = _submit(two_nodes, "first", serial, out, "--wait-for-resources", "60", wait=False)
     assert first.wait(timeout=120) == 0, first.stdout.read()[-3000:]
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline and not _cells(out):
