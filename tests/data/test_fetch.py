@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.free_ports import free_ports
 from tests.local_http import Served, run_unprivileged, serve
 from unitta.data.__main__ import main
 from unitta.data.download import Digest, DownloadError, download
@@ -138,9 +139,7 @@ def test_checksum_mismatch_deletes_the_download_and_exits_1(tmp_path, archive, z
 
 
 def test_unreachable_server_is_one_line_with_the_manual_alternative(tmp_path, monkeypatch, capsys):
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    [port] = free_ports(1)  # nobody listens there
     monkeypatch.setenv("UNITTA_ZENODO_API", f"http://127.0.0.1:{port}/api/records/")
     assert main(["fetch", "cifar10-c", "--dir", str(tmp_path), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()

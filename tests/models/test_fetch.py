@@ -2,11 +2,11 @@
 
 import io
 import pathlib
-import socket
 
 import pytest
 import torch
 
+from tests.free_ports import free_ports
 from tests.local_http import Served, serve
 from unitta.models import build_model, load_model
 from unitta.models.__main__ import main
@@ -91,9 +91,7 @@ def test_torchvision_weights_are_checked_against_the_hash_in_their_name(tmp_path
 
 
 def test_unreachable_mirror_is_one_line_with_the_manual_alternative(tmp_path, monkeypatch, capsys):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    [port] = free_ports(1)  # nobody listens there
     monkeypatch.setenv("UNITTA_CHECKPOINT_MIRROR", f"http://127.0.0.1:{port}")
     assert main(["fetch", "cifar100-c", "--dir", str(tmp_path), "--quiet"]) == 1
     err = capsys.readouterr().err.strip()

@@ -12,7 +12,6 @@ import contextlib
 import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,13 +21,9 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.free_ports import free_ports
+
 START_TIMEOUT_S = 240  # the server's first start creates its tables; a loaded 2-core machine takes a minute
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _healthy(uri: str) -> bool:
@@ -56,7 +51,7 @@ def group_cpu_seconds(pgid: int) -> float:
 def mlflow_server(folder: Path, workers: int = 1, on_start=None) -> Iterator[str]:
     """A running ``mlflow server`` on SQLite under ``folder`` (``workers`` server processes); yields its URI.
     on_start: called with the server's process group id once it answers."""
-    port = free_port()
+    port = free_ports(1)[0]
     uri = f"http://127.0.0.1:{port}"
     mlflow = Path(sys.executable).with_name("mlflow")
     log = open(folder / "server.log", "w")

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
+from tests.free_ports import free_ports
 from tests.sweep.conftest import SMALL, small_config
 from tests.track.readers import read_tensorboard, read_tensorboard_hparams, read_wandb_run
-from tests.track.servers import Gate, free_port, mlflow_server
+from tests.track.servers import Gate, mlflow_server
 from unitta.evaluate import adapt
 from unitta.results import load_results
 from unitta.results.tracking_record import read_tracking_record
@@ -202,7 +203,7 @@ def test_bad_trackers_are_one_line_each_and_the_sweep_writes_parquet(tmp_path, c
 
     config = tmp_path / "bad.yaml"
     data = {"name": "bad", "datasets": ["fmnist-c"], "methods": ["bn"], "settings": ["i111", "nui1"], **SMALL}
-    data["tracking"] = {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_port()}"}}  # nothing listens there
+    data["tracking"] = {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_ports(1)[0]}"}}  # nothing listens there
     config.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
     code = sweep_main([str(config), "--local", "--output", str(out), "--no-progress", "--no-preflight",
@@ -213,7 +214,7 @@ def test_bad_trackers_are_one_line_each_and_the_sweep_writes_parquet(tmp_path, c
     assert len([line for line in err if "unknown tracker 'comet'" in line]) == 1
     assert len([line for line in err if line.startswith("tracking: mlflow: http://127.0.0.1")]) == 1, err
 
-    assert track_main([str(out), "--mlflow", f"http://127.0.0.1:{free_port()}"]) == 1
+    assert track_main([str(out), "--mlflow", f"http://127.0.0.1:{free_ports(1)[0]}"]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("unitta track: mlflow: http://127.0.0.1:")
 
@@ -330,7 +331,7 @@ def test_an_unreachable_tracker_is_one_warning_for_the_analysis(tmp_path):
 
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "s.json").write_text("[]")
-    write_tracking_record(tmp_path, {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_port()}", "experiment": "x"}})
+    write_tracking_record(tmp_path, {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_ports(1)[0]}", "experiment": "x"}})
     (tmp_path / "a.md").write_text("a")
     lines: list[str] = []
     assert attach_to_trackers([tmp_path], [tmp_path / "a.md"], "analysis", warn=lines.append) == 0
